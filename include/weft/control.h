@@ -1,0 +1,41 @@
+// weft — structured control flow inside a kernel.
+//
+// The bodies are C++ callables traced once into a region of the IR; ordinary C++ `for`/`if` around DSL
+// calls unroll or specialize at trace time instead. Values made inside a body stay inside it: carry a
+// result out (or from one iteration to the next) through a `Var` declared before the loop.
+#pragma once
+
+#include <functional>
+
+#include "weft/ops.h"
+
+namespace weft {
+
+// for (i = lo; i < hi; i += step) body(i), with i an Int; step must be positive.
+template <class Lo, class Hi, class St, class Body>
+  requires detail::TileOrLiteral<Lo> && detail::TileOrLiteral<Hi> && detail::TileOrLiteral<St>
+void for_range(const Lo& lo, const Hi& hi, const St& step, Body&& body, SourceLoc loc = SourceLoc::current()) {
+  detail::require_tracing(loc);
+  detail::trace_for(detail::value_of<int32_t>(lo, loc), detail::value_of<int32_t>(hi, loc),
+                    detail::value_of<int32_t>(step, loc), [&](detail::NodeRef i) { body(Int(std::move(i))); }, loc);
+}
+template <class Lo, class Hi, class Body>
+  requires detail::TileOrLiteral<Lo> && detail::TileOrLiteral<Hi> && std::is_invocable_v<Body, Int>
+void for_range(const Lo& lo, const Hi& hi, Body&& body, SourceLoc loc = SourceLoc::current()) {
+  for_range(lo, hi, 1, std::forward<Body>(body), loc);
+}
+
+// if (cond) then_body() [else else_body()]; cond is a rank-0 Bool.
+template <class C, class Then>
+  requires std::is_same_v<detail::elem_of<C>, bool>
+void if_(const C& cond, Then&& then_body, SourceLoc loc = SourceLoc::current()) {
+  detail::trace_if(detail::node_of(cond, loc), [&] { then_body(); }, nullptr, loc);
+}
+template <class C, class Then, class Else>
+  requires std::is_same_v<detail::elem_of<C>, bool> && std::is_invocable_v<Else>
+void if_(const C& cond, Then&& then_body, Else&& else_body, SourceLoc loc = SourceLoc::current()) {
+  std::function<void()> other = [&] { else_body(); };
+  detail::trace_if(detail::node_of(cond, loc), [&] { then_body(); }, &other, loc);
+}
+
+}  // namespace weft

@@ -1,0 +1,63 @@
+// weft — the narrow bridge between the public DSL headers and the IR inside libweft.
+//
+// The typed handles of tile.h hold a reference to an IR node they cannot see into; every DSL
+// operation ends in `emit`, which infers and checks the node's type (the verifier's rules), records the
+// user's source line and appends the node to the region being traced.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "weft/dtype.h"
+#include "weft/error.h"
+
+namespace weft {
+namespace ir {
+struct Node;
+}
+
+namespace detail {
+
+using NodeRef = std::shared_ptr<const ir::Node>;
+
+enum class Op : uint16_t {
+#define WEFT_OP(name, text, category) name,
+#include "weft/detail/ops.def"
+#undef WEFT_OP
+};
+
+using Shape = std::vector<int64_t>;
+
+struct Attrs {
+  std::vector<int64_t> ints;  // axis, argument index, permutation, arange bounds …
+  Shape shape;                // result shape of constant / broadcast / reshape
+  DType dtype{};              // constant / param / cast
+  double number = 0;          // constant value
+  bool has_dtype = false;
+};
+
+// Append a node of kind `op` to the region being traced and return it; throws weft::Error (naming `loc`)
+// when the operands do not fit the op.
+NodeRef emit(Op op, std::vector<NodeRef> operands, Attrs attrs, SourceLoc loc);
+
+// Elementwise ops with NumPy broadcasting: operands are broadcast to a common shape first.
+NodeRef emit_elementwise(Op op, std::vector<NodeRef> operands, SourceLoc loc);
+
+NodeRef constant(DType dtype, double value, const Shape& shape, SourceLoc loc);
+
+DType node_dtype(const NodeRef&);
+const Shape& node_shape(const NodeRef&);
+bool is_var(const NodeRef&);
+
+// Structured control flow: the bodies are traced into new regions.
+void trace_for(NodeRef lo, NodeRef hi, NodeRef step, const std::function<void(NodeRef)>& body, SourceLoc loc);
+void trace_if(NodeRef cond, const std::function<void()>& then_body, const std::function<void()>* else_body,
+              SourceLoc loc);
+
+// Fails with a clear message when no kernel is being traced (a DSL call outside a kernel body).
+void require_tracing(SourceLoc loc);
+
+}  // namespace detail
+}  // namespace weft

@@ -1,0 +1,145 @@
+// weft — kernels: a C++ callable traced into IR, compiled per specialization and launched on a grid.
+//
+//   weft::Kernel add("vector_add", [](Ptr<float> x, Ptr<float> y, Ptr<float> out, Int n, Const<int> block) {
+//     Int offs = program_id() * block + arange(0, block);
+//     store(out + offs, load(x + offs, offs < n) + load(y + offs, offs < n), offs < n);
+//   });
+//   add.launch(Grid(cdiv(n, 1024)), x, y, out, n, 1024);
+//
+// Parameters are `Tile<E>` of rank 0 (`Ptr<T>`, `Int`, `Float`, …), passed at launch as Buffers, raw
+// device pointers or numbers, and `Const<T>`: compile-time values that are part of the specialization —
+// each distinct set of Const values is traced and compiled once, then memoized.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "weft/runtime.h"
+#include "weft/tile.h"
+
+namespace weft {
+
+// The launch grid: program instances along x, y, z.
+struct Grid {
+  int64_t x = 1, y = 1, z = 1;
+  SourceLoc loc;
+  Grid(int64_t x_, int64_t y_ = 1, int64_t z_ = 1, SourceLoc l = SourceLoc::current()) : x(x_), y(y_), z(z_), loc(l) {}
+};
+
+struct KernelOptions {
+  int num_warps = 4;  // GPU backends: warps per program instance
+};
+
+namespace detail {
+
+struct ParamInfo {
+  bool is_const = false;
+  DType dtype{};  // the element type of a Tile parameter, or the type of a Const's number
+};
+
+// One launch argument, before it is checked against the kernel's parameter.
+struct KernelArg {
+  enum class Kind { Pointer, Integer, Floating } kind;
+  DType dtype{};  // pointer: the pointee (pointer = true); numbers: the C++ type passed
+  uint64_t bits = 0;     // pointer: the address; Integer: the value as int64
+  double number = 0;     // Floating: the value
+  const Backend* backend = nullptr;  // pointer from a Buffer: where it lives
+};
+
+template <class T> KernelArg kernel_arg(const Buffer<T>& b) {
+  return {KernelArg::Kind::Pointer, DType{dtype_of<T>.scalar, true}, reinterpret_cast<uint64_t>(b.data()), 0, b.backend()};
+}
+template <class T> KernelArg kernel_arg(T* p) {
+  return {KernelArg::Kind::Pointer, DType{dtype_of<std::remove_const_t<T>>.scalar, true}, reinterpret_cast<uint64_t>(p), 0, nullptr};
+}
+template <class T>
+  requires std::is_arithmetic_v<T>
+KernelArg kernel_arg(T v) {
+  if constexpr (std::is_floating_point_v<T>)
+    return {KernelArg::Kind::Floating, dtype_of<T>, 0, static_cast<double>(v), nullptr};
+  else
+    return {KernelArg::Kind::Integer, dtype_of<T>, static_cast<uint64_t>(static_cast<int64_t>(v)), 0, nullptr};
+}
+template <class T> KernelArg kernel_arg(const Const<T>& c) { return kernel_arg(c.value); }
+
+// What the tracer receives: for each parameter position either its IR node or its Const value.
+struct TraceInputs {
+  std::vector<NodeRef> values;
+  std::vector<KernelArg> consts;
+};
+
+template <class P> struct param_traits;
+template <class E> struct param_traits<Tile<E>> {
+  static ParamInfo info() { return {false, dtype_of<E>}; }
+  static Tile<E> make(const TraceInputs& in, size_t i) { return Tile<E>(in.values[i]); }
+};
+template <class T> struct param_traits<Const<T>> {
+  static ParamInfo info() { return {true, dtype_of<T>}; }
+  static Const<T> make(const TraceInputs& in, size_t i) {
+    const KernelArg& a = in.consts[i];
+    return Const<T>{a.kind == KernelArg::Kind::Floating ? static_cast<T>(a.number)
+                                                         : static_cast<T>(static_cast<int64_t>(a.bits))};
+  }
+};
+
+template <class F> struct callable_traits : callable_traits<decltype(&F::operator())> {};
+template <class C, class R, class... P> struct callable_traits<R (C::*)(P...) const> {
+  using params = std::tuple<std::remove_cv_t<std::remove_reference_t<P>>...>;
+};
+template <class C, class R, class... P> struct callable_traits<R (C::*)(P...)> : callable_traits<R (C::*)(P...) const> {};
+
+template <class F, class Tuple, size_t... I>
+void invoke_traced(F& fn, const TraceInputs& in, std::index_sequence<I...>) {
+  fn(param_traits<std::tuple_element_t<I, Tuple>>::make(in, I)...);
+}
+
+class KernelImpl;
+std::shared_ptr<KernelImpl> make_kernel(std::string name, std::vector<ParamInfo> params,
+                                        std::function<void(const TraceInputs&)> tracer, KernelOptions options,
+                                        SourceLoc loc);
+void launch_kernel(KernelImpl&, const Stream* stream, const Grid& grid, const std::vector<KernelArg>& args);
+std::string kernel_ir(KernelImpl&, const std::vector<KernelArg>& const_args, SourceLoc loc);
+
+}  // namespace detail
+
+class Kernel {
+ public:
+  template <class F>
+  Kernel(std::string name, F fn, KernelOptions options = {}, SourceLoc loc = SourceLoc::current()) {
+    using Params = typename detail::callable_traits<F>::params;
+    constexpr size_t n = std::tuple_size_v<Params>;
+    std::vector<detail::ParamInfo> infos;
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      (infos.push_back(detail::param_traits<std::tuple_element_t<I, Params>>::info()), ...);
+    }(std::make_index_sequence<n>{});
+    impl_ = detail::make_kernel(
+        std::move(name), std::move(infos),
+        [fn](const detail::TraceInputs& in) mutable {
+          detail::invoke_traced<F, Params>(fn, in, std::make_index_sequence<n>{});
+        },
+        options, loc);
+  }
+
+  // Launch on the current device's default stream (synchronous on the CPU backend).
+  template <class... A> void launch(const Grid& grid, const A&... args) const {
+    detail::launch_kernel(*impl_, nullptr, grid, {detail::kernel_arg(args)...});
+  }
+  // Launch on `stream`.
+  template <class... A> void launch(const Stream& stream, const Grid& grid, const A&... args) const {
+    detail::launch_kernel(*impl_, &stream, grid, {detail::kernel_arg(args)...});
+  }
+
+  // The traced IR, as text, for the given Const arguments (in the order of the Const parameters).
+  template <class... C> std::string ir(const C&... const_args) const {
+    return detail::kernel_ir(*impl_, {detail::kernel_arg(const_args)...}, SourceLoc::current());
+  }
+
+ private:
+  std::shared_ptr<detail::KernelImpl> impl_;
+};
+
+}  // namespace weft

@@ -1,0 +1,222 @@
+// weft — the operations of a kernel body, as free functions.
+//
+// Every function takes tiles or variables (read at the call) and records the caller's line. Naming
+// follows Triton where the concept is the same: `maximum`/`minimum` are elementwise, `max`/`min`/`sum`
+// reduce along an axis (so `max(x, 0)` can never silently mean a ReLU).
+#pragma once
+
+#include "weft/tile.h"
+
+namespace weft {
+
+namespace detail {
+template <class X> using tile_of = Tile<elem_of<X>>;
+template <class A, class B> using common_elem = std::conditional_t<TileLike<A>, elem_of<A>, elem_of<B>>;
+inline Attrs axis_attr(int axis) {
+  Attrs a;
+  a.ints = {axis};
+  return a;
+}
+}  // namespace detail
+
+// ---- grid ---------------------------------------------------------------------------------------------
+
+// Index of this program instance along `axis` (0, 1 or 2) of the launch grid.
+inline Int program_id(int axis = 0, SourceLoc loc = SourceLoc::current()) {
+  return Int(detail::emit(detail::Op::ProgramId, {}, detail::axis_attr(axis), loc));
+}
+// Number of program instances along `axis` of the launch grid.
+inline Int num_programs(int axis = 0, SourceLoc loc = SourceLoc::current()) {
+  return Int(detail::emit(detail::Op::NumPrograms, {}, detail::axis_attr(axis), loc));
+}
+
+// ---- creation -----------------------------------------------------------------------------------------
+
+// The i32 tile [start, start + 1, …, end - 1]; end - start must be a power of two.
+inline Int arange(int64_t start, int64_t end, SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {start, end};
+  return Int(detail::emit(detail::Op::Arange, {}, a, loc));
+}
+template <class E> Tile<E> full(Shape shape, double value, SourceLoc loc = SourceLoc::current()) {
+  return Tile<E>(detail::constant(dtype_of<E>, value, shape, loc));
+}
+template <class E> Tile<E> zeros(Shape shape, SourceLoc loc = SourceLoc::current()) {
+  return full<E>(std::move(shape), 0.0, loc);
+}
+// A rank-0 constant of type E.
+template <class E> Tile<E> scalar(double value, SourceLoc loc = SourceLoc::current()) {
+  return full<E>({}, value, loc);
+}
+
+// ---- conversions and selection --------------------------------------------------------------------------
+
+// Elementwise conversion to U (floats to integers truncate toward zero; to bool means != 0).
+template <class U, detail::TileLike X> Tile<U> cast(const X& x, SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.dtype = dtype_of<U>;
+  a.has_dtype = true;
+  return Tile<U>(detail::emit(detail::Op::Cast, {detail::node_of(x, loc)}, a, loc));
+}
+
+// cond ? a : b elementwise, with broadcasting; a and b must have one element type (a literal adapts).
+template <class C, class A, class B>
+  requires std::is_same_v<detail::elem_of<C>, bool> && (detail::TileLike<A> || detail::TileLike<B>) &&
+           detail::TileOrLiteral<A> && detail::TileOrLiteral<B>
+Tile<detail::common_elem<A, B>> where(const C& cond, const A& a, const B& b,
+                                                         SourceLoc loc = SourceLoc::current()) {
+  using E = detail::common_elem<A, B>;
+  return Tile<E>(detail::emit_elementwise(
+      detail::Op::Select,
+      {detail::node_of(cond, loc), detail::value_of<E>(a, loc), detail::value_of<E>(b, loc)}, loc));
+}
+
+// ---- math -----------------------------------------------------------------------------------------------
+
+#define WEFT_UNARY_MATH(fn, op)                                                                   \
+  template <detail::TileLike X>                                                                   \
+  detail::tile_of<X> fn(const X& x, SourceLoc loc = SourceLoc::current()) {                       \
+    return detail::tile_of<X>(detail::emit_elementwise(detail::Op::op, {detail::node_of(x, loc)}, loc)); \
+  }
+WEFT_UNARY_MATH(exp, Exp)
+WEFT_UNARY_MATH(exp2, Exp2)
+WEFT_UNARY_MATH(log, Log)
+WEFT_UNARY_MATH(log2, Log2)
+WEFT_UNARY_MATH(sqrt, Sqrt)
+WEFT_UNARY_MATH(rsqrt, Rsqrt)
+WEFT_UNARY_MATH(abs, Abs)
+WEFT_UNARY_MATH(sin, Sin)
+WEFT_UNARY_MATH(cos, Cos)
+WEFT_UNARY_MATH(floor, Floor)
+WEFT_UNARY_MATH(ceil, Ceil)
+#undef WEFT_UNARY_MATH
+
+#define WEFT_BINARY_MATH(fn, op)                                                                  \
+  template <class A, class B>                                                                     \
+    requires(detail::TileLike<A> || detail::TileLike<B>) && detail::TileOrLiteral<A> &&           \
+            detail::TileOrLiteral<B>                                                              \
+  Tile<detail::common_elem<A, B>> fn(const A& a, const B& b, SourceLoc loc = SourceLoc::current()) { \
+    using E = detail::common_elem<A, B>;                                                          \
+    return Tile<E>(detail::emit_elementwise(                                                      \
+        detail::Op::op, {detail::value_of<E>(a, loc), detail::value_of<E>(b, loc)}, loc));        \
+  }
+WEFT_BINARY_MATH(maximum, Max)
+WEFT_BINARY_MATH(minimum, Min)
+#undef WEFT_BINARY_MATH
+
+// a * b + c, elementwise, rounded once.
+template <class A, class B, class C>
+  requires detail::TileLike<A> && detail::TileOrLiteral<B> && detail::TileOrLiteral<C>
+detail::tile_of<A> fma(const A& a, const B& b, const C& c, SourceLoc loc = SourceLoc::current()) {
+  using E = detail::elem_of<A>;
+  return Tile<E>(detail::emit_elementwise(
+      detail::Op::Fma,
+      {detail::node_of(a, loc), detail::value_of<E>(b, loc), detail::value_of<E>(c, loc)}, loc));
+}
+
+// Integer ceiling division, for counting tiles: cdiv(n, 128).
+template <class A, class B>
+  requires(detail::TileLike<A> || detail::TileLike<B>) && detail::TileOrLiteral<A> && detail::TileOrLiteral<B>
+Tile<detail::common_elem<A, B>> cdiv(const A& a, const B& b, SourceLoc loc = SourceLoc::current()) {
+  using E = detail::common_elem<A, B>;
+  Operand<E> x(Tile<E>(detail::value_of<E>(a, loc)), loc), y(Tile<E>(detail::value_of<E>(b, loc)), loc);
+  Tile<E> sum = detail::elementwise<E>(detail::Op::Add, x, y);
+  Tile<E> numerator = detail::elementwise<E>(detail::Op::Sub, Operand<E>(sum, loc), Operand<E>(1, loc));
+  return detail::elementwise<E>(detail::Op::Div, Operand<E>(numerator, loc), y);
+}
+
+// ---- shape ----------------------------------------------------------------------------------------------
+
+template <detail::TileLike X> detail::tile_of<X> reshape(const X& x, Shape s, SourceLoc loc = SourceLoc::current()) {
+  return detail::tile_of<X>(detail::node_of(x, loc)).reshape(std::move(s), loc);
+}
+template <detail::TileLike X>
+detail::tile_of<X> broadcast_to(const X& x, Shape s, SourceLoc loc = SourceLoc::current()) {
+  return detail::tile_of<X>(detail::node_of(x, loc)).broadcast_to(std::move(s), loc);
+}
+template <detail::TileLike X>
+detail::tile_of<X> expand_dims(const X& x, int axis, SourceLoc loc = SourceLoc::current()) {
+  return detail::tile_of<X>(detail::node_of(x, loc)).expand_dims(axis, loc);
+}
+template <detail::TileLike X>
+detail::tile_of<X> permute(const X& x, std::vector<int64_t> perm, SourceLoc loc = SourceLoc::current()) {
+  return detail::tile_of<X>(detail::node_of(x, loc)).permute(std::move(perm), loc);
+}
+template <detail::TileLike X> detail::tile_of<X> trans(const X& x, SourceLoc loc = SourceLoc::current()) {
+  return permute(x, {1, 0}, loc);
+}
+
+// ---- memory ---------------------------------------------------------------------------------------------
+
+namespace detail {
+template <class P> struct pointee_t;
+template <class T> struct pointee_t<Pointer<T>> { using type = T; };
+template <class P> using pointee = typename pointee_t<elem_of<P>>::type;
+template <class P> concept PointerTile = TileLike<P> && is_pointer_elem<elem_of<P>>;
+}  // namespace detail
+
+// Read the elements that `ptrs` point to.
+template <detail::PointerTile P>
+Tile<detail::pointee<P>> load(const P& ptrs, SourceLoc loc = SourceLoc::current()) {
+  return Tile<detail::pointee<P>>(detail::emit(detail::Op::Load, {detail::node_of(ptrs, loc)}, {}, loc));
+}
+// Read where `mask` is true; elsewhere the result is `other` and memory is not touched.
+template <detail::PointerTile P, class M, class O>
+  requires std::is_same_v<detail::elem_of<M>, bool> && detail::TileOrLiteral<O>
+Tile<detail::pointee<P>> load(const P& ptrs, const M& mask, const O& other, SourceLoc loc = SourceLoc::current()) {
+  using T = detail::pointee<P>;
+  return Tile<T>(detail::emit(detail::Op::Load,
+                              {detail::node_of(ptrs, loc), detail::node_of(mask, loc), detail::value_of<T>(other, loc)},
+                              {}, loc));
+}
+template <detail::PointerTile P, class M>
+  requires std::is_same_v<detail::elem_of<M>, bool>
+Tile<detail::pointee<P>> load(const P& ptrs, const M& mask, SourceLoc loc = SourceLoc::current()) {
+  return load(ptrs, mask, 0, loc);
+}
+
+// Write `value` (broadcast to the shape of `ptrs`) where `ptrs` point. Its element type must be the
+// pointee type; a literal is converted to it.
+template <detail::PointerTile P, class V>
+  requires detail::TileOrLiteral<V>
+void store(const P& ptrs, const V& value, SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::Store, {detail::node_of(ptrs, loc), detail::value_of<detail::pointee<P>>(value, loc)}, {}, loc);
+}
+template <detail::PointerTile P, class V, class M>
+  requires detail::TileOrLiteral<V> && std::is_same_v<detail::elem_of<M>, bool>
+void store(const P& ptrs, const V& value, const M& mask, SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::Store,
+               {detail::node_of(ptrs, loc), detail::value_of<detail::pointee<P>>(value, loc), detail::node_of(mask, loc)},
+               {}, loc);
+}
+
+// ---- reductions -----------------------------------------------------------------------------------------
+
+#define WEFT_REDUCTION(fn, op, result)                                                              \
+  template <detail::TileLike X>                                                                     \
+  result fn(const X& x, int axis = 0, SourceLoc loc = SourceLoc::current()) {                      \
+    return result(detail::emit(detail::Op::op, {detail::node_of(x, loc)}, detail::axis_attr(axis), loc)); \
+  }
+// The reduced axis disappears from the shape; negative axes count from the end.
+WEFT_REDUCTION(sum, ReduceSum, detail::tile_of<X>)
+WEFT_REDUCTION(max, ReduceMax, detail::tile_of<X>)
+WEFT_REDUCTION(min, ReduceMin, detail::tile_of<X>)
+WEFT_REDUCTION(argmax, ArgMax, Int)  // index of the first maximum along the axis
+WEFT_REDUCTION(argmin, ArgMin, Int)
+#undef WEFT_REDUCTION
+
+// ---- contraction ----------------------------------------------------------------------------------------
+
+// a[M,K] @ b[K,N] accumulated in f32 (a and b: f16, bf16 or f32, one type); M, N, K powers of two.
+template <detail::TileLike A, detail::TileLike B>
+Float dot(const A& a, const B& b, SourceLoc loc = SourceLoc::current()) {
+  return Float(detail::emit(detail::Op::Dot, {detail::node_of(a, loc), detail::node_of(b, loc)}, {}, loc));
+}
+// acc + a @ b.
+template <detail::TileLike A, detail::TileLike B, detail::TileLike C>
+Float dot(const A& a, const B& b, const C& acc, SourceLoc loc = SourceLoc::current()) {
+  return Float(detail::emit(detail::Op::Dot,
+                            {detail::node_of(a, loc), detail::node_of(b, loc), detail::node_of(acc, loc)}, {}, loc));
+}
+
+}  // namespace weft

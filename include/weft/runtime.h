@@ -1,0 +1,119 @@
+// weft — devices, buffers and streams: the runtime API that every backend shares.
+//
+// `Device::best()` is the GPU when one is present and usable, else the CPU backend; the environment
+// variable WEFT_BACKEND=cpu|cuda|hip overrides the choice. Buffers are typed, sized allocations on a
+// device; copies between host and device are explicit.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/dtype.h"
+#include "weft/error.h"
+
+namespace weft {
+
+enum class BackendKind { cpu, cuda, hip };
+std::string to_string(BackendKind);
+
+namespace detail {
+class Backend;
+// One device allocation; freed when the last Buffer referring to it goes away.
+struct Allocation {
+  Backend* backend = nullptr;
+  void* address = nullptr;  // a device address (on the CPU backend, a host address)
+  size_t bytes = 0;
+  ~Allocation();
+};
+std::shared_ptr<Allocation> allocate(Backend&, size_t bytes, SourceLoc loc);
+void copy_to_device(const Allocation&, size_t offset, const void* src, size_t bytes, SourceLoc loc);
+void copy_to_host(const Allocation&, size_t offset, void* dst, size_t bytes, SourceLoc loc);
+}  // namespace detail
+
+template <class T> class Buffer;
+
+// A queue of work on a device. The CPU backend runs everything synchronously; GPU backends map a Stream
+// to a native stream (and accept the user's own, see Device::wrap_stream).
+class Stream {
+ public:
+  void* native() const { return native_; }
+  detail::Backend& backend() const { return *backend_; }
+  void synchronize() const;
+
+ private:
+  friend class Device;
+  Stream(detail::Backend* b, void* native) : backend_(b), native_(native) {}
+  detail::Backend* backend_;
+  void* native_;
+};
+
+class Device {
+ public:
+  // The device kernels launch on by default: chosen once per process (see the top of this file).
+  static Device current();
+  // Make `d` the default device of this process.
+  static void set_current(Device d);
+  // The GPU if one is present and usable, else the CPU; WEFT_BACKEND overrides.
+  static Device best();
+  // The CPU backend (always available).
+  static Device cpu();
+
+  BackendKind kind() const;
+  std::string name() const;
+
+  template <class T> Buffer<T> alloc(size_t count, SourceLoc loc = SourceLoc::current()) const;
+  template <class T> Buffer<T> upload(const std::vector<T>& host, SourceLoc loc = SourceLoc::current()) const;
+
+  Stream stream() const;                 // the device's default stream
+  Stream wrap_stream(void* native) const;  // a stream the caller created (a CUstream on CUDA)
+  void synchronize() const;
+
+  detail::Backend& backend() const { return *backend_; }
+  friend bool operator==(const Device& a, const Device& b) { return a.backend_ == b.backend_; }
+
+ private:
+  explicit Device(detail::Backend* b) : backend_(b) {}
+  detail::Backend* backend_;
+};
+
+// `count` elements of T on a device.
+template <class T> class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(std::shared_ptr<detail::Allocation> a, size_t count) : alloc_(std::move(a)), count_(count) {}
+
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+  void* data() const { return alloc_ ? alloc_->address : nullptr; }
+  detail::Backend* backend() const { return alloc_ ? alloc_->backend : nullptr; }
+
+  void upload(const std::vector<T>& host, SourceLoc loc = SourceLoc::current()) {
+    if (host.size() != count_)
+      throw Error("Buffer::upload: the host vector has " + std::to_string(host.size()) +
+                      " elements but the buffer holds " + std::to_string(count_),
+                  loc);
+    detail::copy_to_device(*alloc_, 0, host.data(), bytes(), loc);
+  }
+  std::vector<T> download(SourceLoc loc = SourceLoc::current()) const {
+    std::vector<T> host(count_);
+    detail::copy_to_host(*alloc_, 0, host.data(), bytes(), loc);
+    return host;
+  }
+
+ private:
+  std::shared_ptr<detail::Allocation> alloc_;
+  size_t count_ = 0;
+};
+
+template <class T> Buffer<T> Device::alloc(size_t count, SourceLoc loc) const {
+  return Buffer<T>(detail::allocate(*backend_, count * sizeof(T), loc), count);
+}
+template <class T> Buffer<T> Device::upload(const std::vector<T>& host, SourceLoc loc) const {
+  Buffer<T> b = alloc<T>(host.size(), loc);
+  b.upload(host, loc);
+  return b;
+}
+
+}  // namespace weft

@@ -1,0 +1,10 @@
+// weft — a C++ embedded DSL and JIT compiler for GPU kernels. Include this one header.
+#pragma once
+
+#include "weft/control.h"
+#include "weft/dtype.h"
+#include "weft/error.h"
+#include "weft/kernel.h"
+#include "weft/ops.h"
+#include "weft/runtime.h"
+#include "weft/tile.h"

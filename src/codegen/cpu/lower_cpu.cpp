@@ -1,0 +1,660 @@
+// IR -> LLVM IR for the host CPU. See lower_cpu.h for the model: one function per kernel, called once per
+// program instance; rank-0 values are SSA registers; tiles live in the instance's frame and every tile
+// operation is a loop over elements. Values whose elements are all equal (constants, broadcast scalars)
+// stay "splats" and take no memory.
+#include "codegen/cpu/lower_cpu.h"
+
+#include <fmt/format.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <functional>
+#include <unordered_map>
+
+#include "codegen/cpu/cpu_abi.h"
+
+namespace weft::codegen::cpu {
+namespace {
+
+using ir::NodeRef;
+using ir::Op;
+using llvm::Value;
+
+struct Val {
+  enum class Kind { Scalar, Splat, Memory } kind = Kind::Scalar;
+  Value* v = nullptr;  // Scalar/Splat: the element in its compute type; Memory: address of element 0
+};
+
+int64_t numel(const ir::Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+class Lowering {
+ public:
+  Lowering(const ir::Function& f, llvm::LLVMContext& c, const std::string& symbol) : f_(f), c_(c), b_(c) {
+    mod_ = std::make_unique<llvm::Module>(symbol, c);
+    ptr_ = llvm::PointerType::get(c, 0);
+    i8_ = b_.getInt8Ty();
+    i32_ = b_.getInt32Ty();
+    i64_ = b_.getInt64Ty();
+    auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr_, ptr_, ptr_}, false);
+    fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage, symbol, *mod_);
+    for (unsigned i = 0; i < 3; ++i) fn_->addParamAttr(i, llvm::Attribute::NoAlias);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    entry_ = llvm::BasicBlock::Create(c, "entry", fn_);
+    b_.SetInsertPoint(entry_);
+    args_ = fn_->getArg(0);
+    ctx_ = fn_->getArg(1);
+    frame_ = fn_->getArg(2);
+  }
+
+  CpuModule run() {
+    for (const NodeRef& p : f_.params) node(p);
+    region(f_.body);
+    b_.CreateRetVoid();
+    std::string problems;
+    llvm::raw_string_ostream os(problems);
+    if (llvm::verifyModule(*mod_, &os))
+      throw InternalError(fmt::format("CPU lowering of kernel '{}' produced invalid LLVM IR: {}", f_.name, problems));
+    CpuModule out;
+    out.symbol = fn_->getName().str();
+    out.module = std::move(mod_);
+    out.frame_bytes = std::max<int64_t>(frame_bytes_, kFrameAlign);
+    return out;
+  }
+
+ private:
+  // ---- types -------------------------------------------------------------------------------------------
+
+  llvm::Type* compute_type(DType d) {
+    if (d.pointer) return ptr_;
+    switch (d.scalar) {
+      case ScalarType::i1: return b_.getInt1Ty();
+      case ScalarType::i8: return i8_;
+      case ScalarType::i16: return b_.getInt16Ty();
+      case ScalarType::i32: return i32_;
+      case ScalarType::i64: return i64_;
+      case ScalarType::f16:
+      case ScalarType::bf16:
+      case ScalarType::f32: return b_.getFloatTy();
+      case ScalarType::f64: return b_.getDoubleTy();
+    }
+    return nullptr;
+  }
+  llvm::Type* memory_type(DType d) {
+    if (d.pointer) return ptr_;
+    switch (d.scalar) {
+      case ScalarType::i1: return i8_;
+      case ScalarType::f16: return b_.getHalfTy();
+      case ScalarType::bf16: return b_.getInt16Ty();
+      default: return compute_type(d);
+    }
+  }
+
+  Value* bf16_bits_to_float(Value* bits16) {
+    return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits16, i32_), 16), b_.getFloatTy());
+  }
+  // Round-to-nearest-even f32 -> bf16 bits, NaN kept quiet.
+  Value* float_to_bf16_bits(Value* f) {
+    Value* u = b_.CreateBitCast(f, i32_);
+    Value* lsb = b_.CreateAnd(b_.CreateLShr(u, 16), 1);
+    Value* rounded = b_.CreateAdd(b_.CreateAdd(u, b_.getInt32(0x7fff)), lsb);
+    Value* nan = b_.CreateOr(b_.CreateLShr(u, 16), 0x40);
+    Value* bits = b_.CreateSelect(b_.CreateFCmpUNO(f, f), nan, b_.CreateLShr(rounded, 16));
+    return b_.CreateTrunc(bits, b_.getInt16Ty());
+  }
+  Value* to_compute(DType d, Value* m) {
+    if (d.pointer) return m;
+    switch (d.scalar) {
+      case ScalarType::i1: return b_.CreateICmpNE(m, llvm::ConstantInt::get(i8_, 0));
+      case ScalarType::f16: return b_.CreateFPExt(m, b_.getFloatTy());
+      case ScalarType::bf16: return bf16_bits_to_float(m);
+      default: return m;
+    }
+  }
+  Value* to_memory(DType d, Value* v) {
+    if (d.pointer) return v;
+    switch (d.scalar) {
+      case ScalarType::i1: return b_.CreateZExt(v, i8_);
+      case ScalarType::f16: return b_.CreateFPTrunc(v, b_.getHalfTy());
+      case ScalarType::bf16: return float_to_bf16_bits(v);
+      default: return v;
+    }
+  }
+  // A computed f16/bf16 value carries only the precision of its type.
+  Value* round(DType d, Value* v) {
+    if (!d.pointer && (d.scalar == ScalarType::f16 || d.scalar == ScalarType::bf16)) return to_compute(d, to_memory(d, v));
+    return v;
+  }
+
+  // ---- storage -----------------------------------------------------------------------------------------
+
+  Value* frame_slot(int64_t bytes) {
+    int64_t offset = (frame_bytes_ + kFrameAlign - 1) / kFrameAlign * kFrameAlign;
+    frame_bytes_ = offset + std::max<int64_t>(bytes, 1);
+    return b_.CreateConstInBoundsGEP1_64(i8_, frame_, offset);
+  }
+  Value* tile_slot(DType d, const ir::Shape& s) { return frame_slot(numel(s) * d.bytes()); }
+  // A stack slot in the entry block (promoted to a register by LLVM).
+  Value* entry_alloca(llvm::Type* t) {
+    llvm::IRBuilder<> eb(entry_, entry_->begin());
+    return eb.CreateAlloca(t);
+  }
+  Value* scratch() {
+    if (!scratch_) {
+      llvm::IRBuilder<>::InsertPointGuard guard(b_);
+      b_.SetInsertPoint(entry_, entry_->begin());
+      scratch_ = frame_slot(16);
+    }
+    return scratch_;
+  }
+
+  Value* load_elem(DType d, Value* base, Value* i) {
+    return to_compute(d, b_.CreateLoad(memory_type(d), b_.CreateGEP(memory_type(d), base, i)));
+  }
+  void store_elem(DType d, Value* base, Value* i, Value* v) {
+    b_.CreateStore(to_memory(d, v), b_.CreateGEP(memory_type(d), base, i));
+  }
+
+  const Val& val(const NodeRef& n) { return vals_.at(n.get()); }
+  // Element i (an i64) of a value, in its compute type.
+  Value* elem(const NodeRef& n, Value* i) {
+    const Val& v = val(n);
+    if (v.kind != Val::Kind::Memory) return v.v;
+    return load_elem(n->type.dtype, v.v, i);
+  }
+  bool uniform(const NodeRef& n) { return val(n).kind != Val::Kind::Memory; }
+
+  // ---- loops -------------------------------------------------------------------------------------------
+
+  Value* i64c(int64_t v) { return llvm::ConstantInt::get(i64_, v); }
+
+  // for (i = begin; i < end; ++i) body(i), on i64 values.
+  void loop(Value* begin, Value* end, const std::function<void(Value*)>& body) {
+    auto* header = llvm::BasicBlock::Create(c_, "loop", fn_);
+    auto* inside = llvm::BasicBlock::Create(c_, "loop.body", fn_);
+    auto* exit = llvm::BasicBlock::Create(c_, "loop.exit", fn_);
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode* i = b_.CreatePHI(i64_, 2);
+    i->addIncoming(begin, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, end), inside, exit);
+    b_.SetInsertPoint(inside);
+    body(i);
+    i->addIncoming(b_.CreateAdd(i, i64c(1)), b_.GetInsertBlock());
+    b_.CreateBr(header);
+    b_.SetInsertPoint(exit);
+  }
+  void loop(int64_t count, const std::function<void(Value*)>& body) {
+    if (count == 1)
+      body(i64c(0));
+    else
+      loop(i64c(0), i64c(count), body);
+  }
+
+  // Defines n elementwise: a register for rank 0, a splat when every operand is uniform, else a tile.
+  void define_elementwise(const NodeRef& n, const std::function<Value*(Value*)>& element) {
+    DType d = n->type.dtype;
+    bool all_uniform = true;
+    for (const NodeRef& o : n->operands) all_uniform = all_uniform && uniform(o);
+    if (n->type.shape.empty() || all_uniform) {
+      Val v{n->type.shape.empty() ? Val::Kind::Scalar : Val::Kind::Splat, round(d, element(i64c(0)))};
+      vals_[n.get()] = v;
+      return;
+    }
+    Value* base = tile_slot(d, n->type.shape);
+    loop(numel(n->type.shape), [&](Value* i) { store_elem(d, base, i, element(i)); });
+    vals_[n.get()] = {Val::Kind::Memory, base};
+  }
+  // Defines n as a tile computed element by element, or a register when it has rank 0.
+  void define_tile(const NodeRef& n, const std::function<Value*(Value*)>& element) {
+    DType d = n->type.dtype;
+    if (n->type.shape.empty()) {
+      vals_[n.get()] = {Val::Kind::Scalar, round(d, element(i64c(0)))};
+      return;
+    }
+    Value* base = tile_slot(d, n->type.shape);
+    loop(numel(n->type.shape), [&](Value* i) { store_elem(d, base, i, element(i)); });
+    vals_[n.get()] = {Val::Kind::Memory, base};
+  }
+
+  // ---- scalar semantics --------------------------------------------------------------------------------
+
+  Value* constant(DType d, double v) {
+    llvm::Type* t = compute_type(d);
+    if (d.is_float()) {
+      if (d.scalar == ScalarType::f16) v = static_cast<float>(f16(static_cast<float>(v)));
+      if (d.scalar == ScalarType::bf16) v = static_cast<float>(bf16(static_cast<float>(v)));
+      return llvm::ConstantFP::get(t, v);
+    }
+    return llvm::ConstantInt::get(t, static_cast<uint64_t>(static_cast<int64_t>(v)), true);
+  }
+
+  Value* unary(Op op, DType d, Value* x) {
+    bool f = d.is_float();
+    switch (op) {
+      case Op::Neg: return f ? b_.CreateFNeg(x) : b_.CreateNeg(x);
+      case Op::Not: return b_.CreateNot(x);
+      case Op::Abs:
+        return f ? b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x)
+                 : b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, b_.getFalse());
+      case Op::Exp: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp, x);
+      case Op::Exp2: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x);
+      case Op::Log: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, x);
+      case Op::Log2: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log2, x);
+      case Op::Sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
+      case Op::Rsqrt:
+        return b_.CreateFDiv(llvm::ConstantFP::get(x->getType(), 1.0), b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x));
+      case Op::Sin: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sin, x);
+      case Op::Cos: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::cos, x);
+      case Op::Floor: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x);
+      case Op::Ceil: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x);
+      default: break;
+    }
+    throw InternalError(fmt::format("CPU lowering: '{}' is not a unary op", ir::op_name(op)));
+  }
+
+  Value* binary(Op op, DType d, Value* a, Value* b) {
+    bool f = d.is_float();
+    llvm::Type* t = a->getType();
+    switch (op) {
+      case Op::Add: return f ? b_.CreateFAdd(a, b) : b_.CreateAdd(a, b);
+      case Op::Sub: return f ? b_.CreateFSub(a, b) : b_.CreateSub(a, b);
+      case Op::Mul: return f ? b_.CreateFMul(a, b) : b_.CreateMul(a, b);
+      case Op::Div:
+      case Op::Rem: {
+        if (f) return op == Op::Div ? b_.CreateFDiv(a, b) : b_.CreateFRem(a, b);
+        // Integer division never traps: x / 0 = 0, x % 0 = 0, and MIN / -1 wraps.
+        Value* zero = llvm::ConstantInt::get(t, 0);
+        Value* minus_one = llvm::ConstantInt::getSigned(t, -1);
+        Value* is_zero = b_.CreateICmpEQ(b, zero);
+        Value* is_minus_one = b_.CreateICmpEQ(b, minus_one);
+        Value* safe = b_.CreateSelect(b_.CreateOr(is_zero, is_minus_one), llvm::ConstantInt::get(t, 1), b);
+        Value* q = op == Op::Div ? b_.CreateSDiv(a, safe) : b_.CreateSRem(a, safe);
+        Value* special = op == Op::Div ? b_.CreateSelect(is_zero, zero, b_.CreateNeg(a)) : zero;
+        return b_.CreateSelect(b_.CreateOr(is_zero, is_minus_one), special, q);
+      }
+      case Op::Min:
+        return b_.CreateBinaryIntrinsic(f ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, a, b);
+      case Op::Max:
+        return b_.CreateBinaryIntrinsic(f ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, a, b);
+      case Op::And: return b_.CreateAnd(a, b);
+      case Op::Or: return b_.CreateOr(a, b);
+      case Op::Xor: return b_.CreateXor(a, b);
+      case Op::Shl:
+      case Op::Shr: {
+        // Shifting by the width or more gives 0 (left) or the sign (right), never poison.
+        unsigned bits = t->getIntegerBitWidth();
+        Value* too_far = b_.CreateICmpUGE(b, llvm::ConstantInt::get(t, bits));
+        if (op == Op::Shl)
+          return b_.CreateSelect(too_far, llvm::ConstantInt::get(t, 0), b_.CreateShl(a, b));
+        return b_.CreateAShr(a, b_.CreateSelect(too_far, llvm::ConstantInt::get(t, bits - 1), b));
+      }
+      default: break;
+    }
+    throw InternalError(fmt::format("CPU lowering: '{}' is not a binary op", ir::op_name(op)));
+  }
+
+  Value* compare(Op op, DType d, Value* a, Value* b) {
+    if (d.is_float()) {
+      switch (op) {
+        case Op::Eq: return b_.CreateFCmpOEQ(a, b);
+        case Op::Ne: return b_.CreateFCmpUNE(a, b);
+        case Op::Lt: return b_.CreateFCmpOLT(a, b);
+        case Op::Le: return b_.CreateFCmpOLE(a, b);
+        case Op::Gt: return b_.CreateFCmpOGT(a, b);
+        default: return b_.CreateFCmpOGE(a, b);
+      }
+    }
+    bool u = d.is_bool();  // false < true
+    switch (op) {
+      case Op::Eq: return b_.CreateICmpEQ(a, b);
+      case Op::Ne: return b_.CreateICmpNE(a, b);
+      case Op::Lt: return u ? b_.CreateICmpULT(a, b) : b_.CreateICmpSLT(a, b);
+      case Op::Le: return u ? b_.CreateICmpULE(a, b) : b_.CreateICmpSLE(a, b);
+      case Op::Gt: return u ? b_.CreateICmpUGT(a, b) : b_.CreateICmpSGT(a, b);
+      default: return u ? b_.CreateICmpUGE(a, b) : b_.CreateICmpSGE(a, b);
+    }
+  }
+
+  // Conversion between compute types; floats to integers saturate (NaN gives 0).
+  Value* cast(DType from, DType to, Value* x) {
+    llvm::Type* t = compute_type(to);
+    Value* out;
+    if (from.is_float() && to.is_float()) {
+      out = b_.CreateFPCast(x, t);
+    } else if (from.is_float()) {
+      out = to.is_bool() ? b_.CreateFCmpUNE(x, llvm::ConstantFP::get(x->getType(), 0.0))
+                         : b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {t, x->getType()}, {x});
+    } else if (to.is_float()) {
+      out = from.is_bool() ? b_.CreateUIToFP(x, t) : b_.CreateSIToFP(x, t);
+    } else if (to.is_bool()) {
+      out = b_.CreateICmpNE(x, llvm::ConstantInt::get(x->getType(), 0));
+    } else {
+      out = from.is_bool() ? b_.CreateZExt(x, t) : b_.CreateSExtOrTrunc(x, t);
+    }
+    return round(to, out);
+  }
+
+  // ---- index arithmetic (all shapes are powers of two, so these become shifts and masks) ---------------
+
+  std::vector<int64_t> strides(const ir::Shape& s) {
+    std::vector<int64_t> st(s.size(), 1);
+    for (int i = static_cast<int>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
+    return st;
+  }
+  Value* coord(Value* i, int64_t stride, int64_t extent) {
+    return b_.CreateURem(b_.CreateUDiv(i, i64c(stride)), i64c(extent));
+  }
+
+  // Index into `from` of element i of its broadcast to `to`.
+  Value* broadcast_index(Value* i, const ir::Shape& to, const ir::Shape& from) {
+    std::vector<int64_t> to_st = strides(to), from_st = strides(from);
+    size_t offset = to.size() - from.size();
+    Value* j = i64c(0);
+    for (size_t d = offset; d < to.size(); ++d) {
+      if (from[d - offset] == 1) continue;
+      j = b_.CreateAdd(j, b_.CreateMul(coord(i, to_st[d], to[d]), i64c(from_st[d - offset])));
+    }
+    return j;
+  }
+
+  // ---- nodes -------------------------------------------------------------------------------------------
+
+  void region(const ir::Region& r) {
+    for (const NodeRef& n : r.body) node(n);
+  }
+
+  void node(const NodeRef& n) {
+    DType d = n->type.dtype;
+    const auto& ops = n->operands;
+    switch (ir::op_category(n->op)) {
+      case ir::OpCategory::Unary:
+        return define_elementwise(n, [&](Value* i) { return unary(n->op, d, elem(ops[0], i)); });
+      case ir::OpCategory::Binary:
+        return define_elementwise(n, [&](Value* i) { return binary(n->op, d, elem(ops[0], i), elem(ops[1], i)); });
+      case ir::OpCategory::Compare:
+        return define_elementwise(
+            n, [&](Value* i) { return compare(n->op, ops[0]->type.dtype, elem(ops[0], i), elem(ops[1], i)); });
+      default: break;
+    }
+
+    switch (n->op) {
+      case Op::Param: {
+        Value* slot = b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, args_, n->attrs.ints[0]));
+        vals_[n.get()] = {Val::Kind::Scalar, param_value(d, slot)};
+        return;
+      }
+      case Op::ProgramId:
+      case Op::NumPrograms: {
+        int64_t field = (n->op == Op::ProgramId ? 0 : 3) + n->axis();
+        Value* v = b_.CreateLoad(i32_, b_.CreateConstInBoundsGEP1_64(i32_, ctx_, field));
+        vals_[n.get()] = {Val::Kind::Scalar, v};
+        return;
+      }
+      case Op::Constant:
+        vals_[n.get()] = {n->type.shape.empty() ? Val::Kind::Scalar : Val::Kind::Splat, constant(d, n->attrs.number)};
+        return;
+      case Op::Arange: {
+        int64_t start = n->attrs.ints[0];
+        return define_tile(n, [&](Value* i) { return b_.CreateTrunc(b_.CreateAdd(i, i64c(start)), i32_); });
+      }
+      case Op::Fma:
+        return define_elementwise(n, [&](Value* i) {
+          return b_.CreateIntrinsic(llvm::Intrinsic::fma, {compute_type(d)},
+                                    {elem(ops[0], i), elem(ops[1], i), elem(ops[2], i)});
+        });
+      case Op::Select:
+        return define_elementwise(
+            n, [&](Value* i) { return b_.CreateSelect(elem(ops[0], i), elem(ops[1], i), elem(ops[2], i)); });
+      case Op::Cast:
+        return define_elementwise(n, [&](Value* i) { return cast(ops[0]->type.dtype, d, elem(ops[0], i)); });
+      case Op::PtrAdd: {
+        DType pointee{d.scalar, false};
+        return define_elementwise(n, [&](Value* i) {
+          Value* offset = b_.CreateSExt(elem(ops[1], i), i64_);
+          return b_.CreateGEP(memory_type(pointee), elem(ops[0], i), offset);
+        });
+      }
+      case Op::Broadcast: {
+        if (uniform(ops[0])) {
+          vals_[n.get()] = {Val::Kind::Splat, val(ops[0]).v};
+          return;
+        }
+        const ir::Shape& from = ops[0]->type.shape;
+        return define_tile(n, [&](Value* i) { return elem(ops[0], broadcast_index(i, n->type.shape, from)); });
+      }
+      case Op::Reshape: {
+        const Val& src = val(ops[0]);
+        if (src.kind == Val::Kind::Memory && !n->type.shape.empty()) {
+          vals_[n.get()] = src;  // same elements, same order
+        } else if (src.kind == Val::Kind::Memory) {
+          vals_[n.get()] = {Val::Kind::Scalar, elem(ops[0], i64c(0))};
+        } else {
+          vals_[n.get()] = {n->type.shape.empty() ? Val::Kind::Scalar : Val::Kind::Splat, src.v};
+        }
+        return;
+      }
+      case Op::Permute: {
+        if (uniform(ops[0])) {
+          vals_[n.get()] = val(ops[0]);
+          return;
+        }
+        std::vector<int64_t> src_st = strides(ops[0]->type.shape), dst_st = strides(n->type.shape);
+        return define_tile(n, [&](Value* i) {
+          Value* j = i64c(0);
+          for (size_t k = 0; k < n->type.shape.size(); ++k)
+            j = b_.CreateAdd(j, b_.CreateMul(coord(i, dst_st[k], n->type.shape[k]), i64c(src_st[n->attrs.ints[k]])));
+          return elem(ops[0], j);
+        });
+      }
+      case Op::Load:
+        return define_tile(n, [&](Value* i) {
+          Value* p = elem(ops[0], i);
+          if (ops.size() < 2) return load_elem(d, p, i64c(0));
+          Value* m = elem(ops[1], i);
+          Value* v = load_elem(d, b_.CreateSelect(m, p, scratch()), i64c(0));
+          Value* other = ops.size() == 3 ? elem(ops[2], i) : llvm::Constant::getNullValue(compute_type(d));
+          return b_.CreateSelect(m, v, other);
+        });
+      case Op::Store: {
+        DType elem_type = ops[1]->type.dtype;
+        loop(numel(ops[0]->type.shape), [&](Value* i) {
+          Value* p = elem(ops[0], i);
+          if (ops.size() == 3) p = b_.CreateSelect(elem(ops[2], i), p, scratch());
+          store_elem(elem_type, p, i64c(0), elem(ops[1], i));
+        });
+        return;
+      }
+      case Op::ReduceSum:
+      case Op::ReduceMax:
+      case Op::ReduceMin:
+      case Op::ArgMax:
+      case Op::ArgMin:
+        return reduce(n);
+      case Op::Dot:
+        return dot(n);
+      case Op::For:
+        return for_loop(n);
+      case Op::If:
+        return if_else(n);
+      case Op::VarDecl: {
+        const ir::Type& t = n->type;
+        if (t.shape.empty()) {
+          Value* slot = entry_alloca(compute_type(t.dtype));
+          b_.CreateStore(elem(ops[0], i64c(0)), slot);
+          vars_[n.get()] = slot;
+        } else {
+          Value* slot = tile_slot(t.dtype, t.shape);
+          copy_into(slot, ops[0]);
+          vars_[n.get()] = slot;
+        }
+        return;
+      }
+      case Op::VarGet: {
+        Value* slot = vars_.at(ops[0].get());
+        if (n->type.shape.empty()) {
+          vals_[n.get()] = {Val::Kind::Scalar, b_.CreateLoad(compute_type(d), slot)};
+          return;
+        }
+        Value* base = tile_slot(d, n->type.shape);
+        loop(numel(n->type.shape), [&](Value* i) {
+          llvm::Type* mt = memory_type(d);
+          b_.CreateStore(b_.CreateLoad(mt, b_.CreateGEP(mt, slot, i)), b_.CreateGEP(mt, base, i));
+        });
+        vals_[n.get()] = {Val::Kind::Memory, base};
+        return;
+      }
+      case Op::VarSet: {
+        Value* slot = vars_.at(ops[0].get());
+        if (ops[1]->type.shape.empty())
+          b_.CreateStore(elem(ops[1], i64c(0)), slot);
+        else
+          copy_into(slot, ops[1]);
+        return;
+      }
+      default: break;
+    }
+    throw InternalError(fmt::format("CPU lowering: no rule for op '{}'", ir::op_name(n->op)));
+  }
+
+  Value* param_value(DType d, Value* slot) {
+    if (d.pointer) return b_.CreateIntToPtr(slot, ptr_);
+    switch (d.scalar) {
+      case ScalarType::i1: return b_.CreateICmpNE(slot, i64c(0));
+      case ScalarType::f16: return to_compute(d, b_.CreateBitCast(b_.CreateTrunc(slot, b_.getInt16Ty()), b_.getHalfTy()));
+      case ScalarType::bf16: return bf16_bits_to_float(b_.CreateTrunc(slot, b_.getInt16Ty()));
+      case ScalarType::f32: return b_.CreateBitCast(b_.CreateTrunc(slot, i32_), b_.getFloatTy());
+      case ScalarType::f64: return b_.CreateBitCast(slot, b_.getDoubleTy());
+      default: return b_.CreateTrunc(slot, compute_type(d));
+    }
+  }
+
+  void copy_into(Value* slot, const NodeRef& value) {
+    DType d = value->type.dtype;
+    loop(numel(value->type.shape), [&](Value* i) { store_elem(d, slot, i, elem(value, i)); });
+  }
+
+  void reduce(const NodeRef& n) {
+    const NodeRef& x = n->operands[0];
+    DType d = x->type.dtype;
+    const ir::Shape& s = x->type.shape;
+    int axis = n->axis();
+    int64_t len = s[axis], inner = 1;
+    for (size_t k = axis + 1; k < s.size(); ++k) inner *= s[k];
+    bool is_arg = n->op == Op::ArgMax || n->op == Op::ArgMin;
+    Value* acc = entry_alloca(compute_type(d));
+    Value* best = entry_alloca(i32_);
+    define_tile(n, [&](Value* o) {
+      Value* base = b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(o, i64c(inner)), i64c(len * inner)),
+                                 b_.CreateURem(o, i64c(inner)));
+      b_.CreateStore(elem(x, base), acc);
+      b_.CreateStore(b_.getInt32(0), best);
+      loop(i64c(1), i64c(len), [&](Value* k) {
+        Value* v = elem(x, b_.CreateAdd(base, b_.CreateMul(k, i64c(inner))));
+        Value* a = b_.CreateLoad(compute_type(d), acc);
+        switch (n->op) {
+          case Op::ReduceSum: b_.CreateStore(binary(Op::Add, d, a, v), acc); break;
+          case Op::ReduceMax: b_.CreateStore(binary(Op::Max, d, a, v), acc); break;
+          case Op::ReduceMin: b_.CreateStore(binary(Op::Min, d, a, v), acc); break;
+          default: {  // first index of the extreme value: replace only on a strict improvement
+            Value* better = compare(n->op == Op::ArgMax ? Op::Gt : Op::Lt, d, v, a);
+            b_.CreateStore(b_.CreateSelect(better, v, a), acc);
+            b_.CreateStore(b_.CreateSelect(better, b_.CreateTrunc(k, i32_), b_.CreateLoad(i32_, best)), best);
+          }
+        }
+      });
+      return is_arg ? b_.CreateLoad(i32_, best) : b_.CreateLoad(compute_type(d), acc);
+    });
+  }
+
+  void dot(const NodeRef& n) {
+    const NodeRef& a = n->operands[0];
+    const NodeRef& bm = n->operands[1];
+    int64_t M = a->type.shape[0], K = a->type.shape[1], N = bm->type.shape[1];
+    DType f32{ScalarType::f32, false};
+    Value* c = tile_slot(f32, n->type.shape);
+    if (n->operands.size() == 3)
+      copy_into(c, n->operands[2]);
+    else
+      loop(M * N, [&](Value* i) { store_elem(f32, c, i, llvm::ConstantFP::get(b_.getFloatTy(), 0.0)); });
+    loop(M, [&](Value* m) {
+      loop(K, [&](Value* k) {
+        Value* a_mk = elem(a, b_.CreateAdd(b_.CreateMul(m, i64c(K)), k));
+        loop(N, [&](Value* j) {
+          Value* at = b_.CreateAdd(b_.CreateMul(m, i64c(N)), j);
+          Value* prod = b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {b_.getFloatTy()},
+                                           {a_mk, elem(bm, b_.CreateAdd(b_.CreateMul(k, i64c(N)), j)),
+                                            load_elem(f32, c, at)});
+          store_elem(f32, c, at, prod);
+        });
+      });
+    });
+    vals_[n.get()] = {Val::Kind::Memory, c};
+  }
+
+  void for_loop(const NodeRef& n) {
+    Value* lo = b_.CreateSExt(elem(n->operands[0], i64c(0)), i64_);
+    Value* hi = b_.CreateSExt(elem(n->operands[1], i64c(0)), i64_);
+    Value* step = b_.CreateSExt(elem(n->operands[2], i64c(0)), i64_);
+    auto* header = llvm::BasicBlock::Create(c_, "for", fn_);
+    auto* body = llvm::BasicBlock::Create(c_, "for.body", fn_);
+    auto* exit = llvm::BasicBlock::Create(c_, "for.exit", fn_);
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode* i = b_.CreatePHI(i64_, 2);
+    i->addIncoming(lo, pre);
+    // A non-positive step runs no iteration rather than forever.
+    Value* go = b_.CreateAnd(b_.CreateICmpSGT(step, i64c(0)), b_.CreateICmpSLT(i, hi));
+    b_.CreateCondBr(go, body, exit);
+    b_.SetInsertPoint(body);
+    vals_[n->regions[0].args[0].get()] = {Val::Kind::Scalar, b_.CreateTrunc(i, i32_)};
+    region(n->regions[0]);
+    i->addIncoming(b_.CreateAdd(i, step), b_.GetInsertBlock());
+    b_.CreateBr(header);
+    b_.SetInsertPoint(exit);
+  }
+
+  void if_else(const NodeRef& n) {
+    auto* then_block = llvm::BasicBlock::Create(c_, "then", fn_);
+    auto* else_block = llvm::BasicBlock::Create(c_, "else", fn_);
+    auto* merge = llvm::BasicBlock::Create(c_, "endif", fn_);
+    b_.CreateCondBr(elem(n->operands[0], i64c(0)), then_block, else_block);
+    b_.SetInsertPoint(then_block);
+    region(n->regions[0]);
+    b_.CreateBr(merge);
+    b_.SetInsertPoint(else_block);
+    if (n->regions.size() > 1) region(n->regions[1]);
+    b_.CreateBr(merge);
+    b_.SetInsertPoint(merge);
+  }
+
+  const ir::Function& f_;
+  llvm::LLVMContext& c_;
+  llvm::IRBuilder<> b_;
+  std::unique_ptr<llvm::Module> mod_;
+  llvm::Function* fn_ = nullptr;
+  llvm::BasicBlock* entry_ = nullptr;
+  llvm::PointerType* ptr_ = nullptr;
+  llvm::IntegerType *i8_ = nullptr, *i32_ = nullptr, *i64_ = nullptr;
+  Value *args_ = nullptr, *ctx_ = nullptr, *frame_ = nullptr, *scratch_ = nullptr;
+  int64_t frame_bytes_ = 0;
+  std::unordered_map<const ir::Node*, Val> vals_;
+  std::unordered_map<const ir::Node*, Value*> vars_;
+};
+
+}  // namespace
+
+CpuModule lower_to_cpu(const ir::Function& f, llvm::LLVMContext& context, const std::string& symbol) {
+  return Lowering(f, context, symbol).run();
+}
+
+}  // namespace weft::codegen::cpu

@@ -1,0 +1,49 @@
+// The interface every backend implements (CPU today; CUDA and HIP join it). Nothing here knows LLVM.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/node.h"
+#include "weft/kernel.h"
+#include "weft/runtime.h"
+
+namespace weft::detail {
+
+// A kernel compiled for one backend, ready to launch.
+struct CompiledKernel {
+  virtual ~CompiledKernel() = default;
+  std::string name;
+};
+
+struct LaunchDims {
+  int64_t x = 1, y = 1, z = 1;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  virtual std::string name() const = 0;
+
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* address) = 0;
+  virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+
+  // Compiles a verified kernel. Throws weft::Error for what the target cannot do.
+  virtual std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) = 0;
+  // Launches `k` over `grid`; `args` holds one 64-bit slot per Tile parameter, in order (pointers as
+  // addresses, numbers in the low bits of their own type).
+  virtual void launch(const CompiledKernel& k, const LaunchDims& grid, const std::vector<uint64_t>& args,
+                      void* stream) = 0;
+  virtual void* default_stream() { return nullptr; }
+  virtual void synchronize(void* stream) = 0;
+};
+
+// The process-wide CPU backend (always available).
+Backend& cpu_backend();
+
+}  // namespace weft::detail

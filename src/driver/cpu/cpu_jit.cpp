@@ -1,0 +1,108 @@
+#include "driver/cpu/cpu_jit.h"
+
+#include <fmt/format.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "codegen/cpu/lower_cpu.h"
+#include "support/env.h"
+
+namespace weft::driver::cpu {
+namespace {
+
+std::string to_string(llvm::Error e) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << e;
+  return s;
+}
+
+std::string print_module(const llvm::Module& m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os, nullptr);
+  return s;
+}
+
+class HostJit {
+ public:
+  HostJit() {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!builder) throw InternalError("CPU JIT: cannot describe the host: " + to_string(builder.takeError()));
+    builder->setCodeGenOptLevel(llvm::CodeGenOptLevel::Default);
+    auto tm = builder->createTargetMachine();
+    if (!tm) throw InternalError("CPU JIT: no target machine for the host: " + to_string(tm.takeError()));
+    target_machine_ = std::move(*tm);
+    auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*builder)).create();
+    if (!jit) throw InternalError("CPU JIT: cannot create LLJIT: " + to_string(jit.takeError()));
+    jit_ = std::move(*jit);
+    // Math functions (expf, sinf, fmodf …) come from the C library already in the process.
+    auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(jit_->getDataLayout().getGlobalPrefix());
+    if (!process) throw InternalError("CPU JIT: cannot search the process's symbols: " + to_string(process.takeError()));
+    jit_->getMainJITDylib().addGenerator(std::move(*process));
+  }
+
+  JitKernel compile(const ir::Function& f) {
+    std::string symbol = fmt::format("weft_{}_{}", f.name, counter_++);
+    auto context = std::make_unique<llvm::LLVMContext>();
+    codegen::cpu::CpuModule lowered = codegen::cpu::lower_to_cpu(f, *context, symbol);
+    llvm::Module& m = *lowered.module;
+    m.setDataLayout(jit_->getDataLayout());
+    m.setTargetTriple(target_machine_->getTargetTriple());
+    support::dump("llvm", f.name, "ll", print_module(m));
+    optimize(m);
+    support::dump("llvm-opt", f.name, "opt.ll", print_module(m));
+
+    if (auto err = jit_->addIRModule(llvm::orc::ThreadSafeModule(std::move(lowered.module), std::move(context))))
+      throw InternalError(fmt::format("CPU JIT: adding kernel '{}' failed: {}", f.name, to_string(std::move(err))));
+    auto address = jit_->lookup(symbol);
+    if (!address)
+      throw InternalError(fmt::format("CPU JIT: compiling kernel '{}' failed: {}", f.name, to_string(address.takeError())));
+    return {address->toPtr<codegen::cpu::KernelFn>(), lowered.frame_bytes};
+  }
+
+ private:
+  void optimize(llvm::Module& m) {
+    std::lock_guard<std::mutex> lock(optimize_mutex_);  // the target machine is shared
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder pb(target_machine_.get());
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(m, mam);
+  }
+
+  std::unique_ptr<llvm::TargetMachine> target_machine_;
+  std::unique_ptr<llvm::orc::LLJIT> jit_;
+  std::mutex optimize_mutex_;
+  std::atomic<uint64_t> counter_{0};
+};
+
+HostJit& host_jit() {
+  static HostJit jit;
+  return jit;
+}
+
+}  // namespace
+
+JitKernel jit_compile(const ir::Function& f) { return host_jit().compile(f); }
+
+}  // namespace weft::driver::cpu

@@ -1,0 +1,100 @@
+// Devices, buffers and streams on top of the backends.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "driver/backend.h"
+#include "support/env.h"
+
+namespace weft {
+
+std::string to_string(BackendKind k) {
+  switch (k) {
+    case BackendKind::cpu: return "cpu";
+    case BackendKind::cuda: return "cuda";
+    case BackendKind::hip: return "hip";
+  }
+  return "?";
+}
+
+namespace {
+
+detail::Backend* backend_named(const std::string& name) {
+  if (name == "cpu") return &detail::cpu_backend();
+  if (name == "cuda" || name == "hip")
+    throw Error(fmt::format("WEFT_BACKEND={}: this build of weft has no {} backend yet; use WEFT_BACKEND=cpu", name, name));
+  throw Error(fmt::format("WEFT_BACKEND={} is not a backend; use cpu, cuda or hip", name));
+}
+
+std::atomic<detail::Backend*> current_backend{nullptr};
+
+}  // namespace
+
+Device Device::best() {
+  const std::string& requested = support::knobs().backend;
+  if (!requested.empty()) return Device(backend_named(requested));
+  return Device(&detail::cpu_backend());
+}
+
+Device Device::cpu() { return Device(&detail::cpu_backend()); }
+
+Device Device::current() {
+  detail::Backend* b = current_backend.load();
+  if (!b) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      detail::Backend* expected = nullptr;
+      current_backend.compare_exchange_strong(expected, &best().backend());
+    });
+    b = current_backend.load();
+  }
+  return Device(b);
+}
+
+void Device::set_current(Device d) { current_backend.store(d.backend_); }
+
+BackendKind Device::kind() const { return backend_->kind(); }
+std::string Device::name() const { return backend_->name(); }
+Stream Device::stream() const { return Stream(backend_, backend_->default_stream()); }
+Stream Device::wrap_stream(void* native) const { return Stream(backend_, native); }
+void Device::synchronize() const { backend_->synchronize(backend_->default_stream()); }
+void Stream::synchronize() const { backend_->synchronize(native_); }
+
+namespace detail {
+
+Allocation::~Allocation() {
+  if (backend && address) backend->release(address);
+}
+
+std::shared_ptr<Allocation> allocate(Backend& b, size_t bytes, SourceLoc loc) {
+  auto a = std::make_shared<Allocation>();
+  a->backend = &b;
+  a->bytes = bytes;
+  if (bytes == 0) return a;
+  try {
+    a->address = b.allocate(bytes);
+  } catch (const Error& e) {
+    throw Error(fmt::format("allocating {} bytes on {} failed: {}", bytes, b.name(), e.what()), loc);
+  }
+  return a;
+}
+
+static void check_range(const Allocation& a, size_t offset, size_t bytes, const char* what, SourceLoc loc) {
+  if (offset + bytes > a.bytes || offset + bytes < offset)
+    throw Error(fmt::format("{}: {} bytes at offset {} do not fit in a buffer of {} bytes", what, bytes, offset, a.bytes),
+                loc);
+}
+
+void copy_to_device(const Allocation& a, size_t offset, const void* src, size_t bytes, SourceLoc loc) {
+  check_range(a, offset, bytes, "copy to device", loc);
+  if (bytes) a.backend->copy_to_device(static_cast<char*>(a.address) + offset, src, bytes);
+}
+
+void copy_to_host(const Allocation& a, size_t offset, void* dst, size_t bytes, SourceLoc loc) {
+  check_range(a, offset, bytes, "copy to host", loc);
+  if (bytes) a.backend->copy_to_host(dst, static_cast<const char*>(a.address) + offset, bytes);
+}
+
+}  // namespace detail
+}  // namespace weft

@@ -1,0 +1,213 @@
+// Kernels: argument checking, specialization on Const values, tracing, compiling (memoized per backend)
+// and launching.
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "driver/backend.h"
+#include "dsl/trace.h"
+#include "ir/printer.h"
+#include "support/env.h"
+
+namespace weft::detail {
+
+class KernelImpl {
+ public:
+  std::string name;
+  std::vector<ParamInfo> params;
+  std::function<void(const TraceInputs&)> tracer;
+  KernelOptions options;
+  SourceLoc loc;
+
+  struct Specialization {
+    std::shared_ptr<const ir::Function> function;
+    std::unordered_map<Backend*, std::shared_ptr<CompiledKernel>> compiled;
+  };
+  std::mutex mutex;
+  std::map<std::string, Specialization> specializations;  // keyed on the Const values
+
+  Specialization& specialization(const std::vector<KernelArg>& consts, SourceLoc at);
+};
+
+namespace {
+
+std::string describe(const ParamInfo& p) {
+  if (p.is_const) return fmt::format("Const<{}>", p.dtype.str());
+  return p.dtype.pointer ? fmt::format("Ptr<{}>", DType{p.dtype.scalar, false}.str())
+                         : fmt::format("Scalar<{}>", p.dtype.str());
+}
+
+std::string describe(const KernelArg& a) {
+  switch (a.kind) {
+    case KernelArg::Kind::Pointer: return fmt::format("a pointer to {}", DType{a.dtype.scalar, false}.str());
+    case KernelArg::Kind::Integer: return fmt::format("an integer ({})", a.dtype.str());
+    case KernelArg::Kind::Floating: return fmt::format("a floating-point number ({})", a.dtype.str());
+  }
+  return "?";
+}
+
+std::string signature(const KernelImpl& k) {
+  std::string s;
+  for (const ParamInfo& p : k.params) s += (s.empty() ? "" : ", ") + describe(p);
+  return fmt::format("{}({})", k.name, s);
+}
+
+[[noreturn]] void bad_argument(const KernelImpl& k, size_t i, const KernelArg& a, const std::string& why, SourceLoc loc) {
+  throw Error(fmt::format("argument {} of kernel {} is {}, but the parameter is {}{}", i, signature(k), describe(a),
+                          describe(k.params[i]), why.empty() ? "" : "; " + why),
+              loc);
+}
+
+// The 64-bit slot a number occupies for a parameter of type `d`.
+uint64_t number_slot(const KernelImpl& k, size_t i, const KernelArg& a, SourceLoc loc) {
+  DType d = k.params[i].dtype;
+  if (a.kind == KernelArg::Kind::Pointer) bad_argument(k, i, a, "pass a number", loc);
+  if (d.is_float()) {
+    double v = a.kind == KernelArg::Kind::Floating ? a.number : static_cast<double>(static_cast<int64_t>(a.bits));
+    switch (d.scalar) {
+      case ScalarType::f16: return f16(static_cast<float>(v)).bits;
+      case ScalarType::bf16: return bf16(static_cast<float>(v)).bits;
+      case ScalarType::f32: {
+        float f = static_cast<float>(v);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        return u;
+      }
+      default: {
+        uint64_t u;
+        std::memcpy(&u, &v, 8);
+        return u;
+      }
+    }
+  }
+  if (a.kind == KernelArg::Kind::Floating)
+    bad_argument(k, i, a, "convert it to an integer explicitly if that is what you mean", loc);
+  int64_t v = static_cast<int64_t>(a.bits);
+  int bits = d.bits();
+  if (bits < 64) {
+    int64_t lo = d.is_bool() ? 0 : -(int64_t(1) << (bits - 1));
+    int64_t hi = d.is_bool() ? 1 : (int64_t(1) << (bits - 1)) - 1;
+    if (v < lo || v > hi)
+      throw Error(fmt::format("argument {} of kernel {} is {}, which does not fit in the parameter's type {}", i,
+                              signature(k), v, d.str()),
+                  loc);
+  }
+  return static_cast<uint64_t>(v);
+}
+
+std::string const_key(const std::vector<KernelArg>& consts) {
+  std::string key;
+  for (const KernelArg& c : consts) {
+    if (c.kind == KernelArg::Kind::Floating)
+      key += fmt::format("f{};", c.number);
+    else
+      key += fmt::format("i{};", static_cast<int64_t>(c.bits));
+  }
+  return key;
+}
+
+void check_grid(const Grid& g, const KernelImpl& k) {
+  if (g.x < 1 || g.y < 1 || g.z < 1 || g.x > INT32_MAX || g.y > 65535 || g.z > 65535)
+    throw Error(fmt::format("kernel '{}' launched on grid ({}, {}, {}): each dimension must be at least 1, x at most "
+                            "2^31 - 1 and y, z at most 65535",
+                            k.name, g.x, g.y, g.z),
+                g.loc);
+}
+
+}  // namespace
+
+KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelArg>& consts, SourceLoc at) {
+  std::string key = const_key(consts);
+  auto it = specializations.find(key);
+  if (it != specializations.end()) return it->second;
+  (void)at;
+  Specialization s;
+  s.function = dsl::trace_kernel(name, params, tracer, consts, loc);
+  support::dump("ir", name, "ir", ir::print(*s.function, {.locations = true}));
+  return specializations.emplace(key, std::move(s)).first->second;
+}
+
+std::shared_ptr<KernelImpl> make_kernel(std::string name, std::vector<ParamInfo> params,
+                                        std::function<void(const TraceInputs&)> tracer, KernelOptions options,
+                                        SourceLoc loc) {
+  if (name.empty()) throw Error("a kernel needs a name", loc);
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_')
+      throw Error(fmt::format("kernel name '{}' may contain only letters, digits and '_'", name), loc);
+  auto k = std::make_shared<KernelImpl>();
+  k->name = std::move(name);
+  k->params = std::move(params);
+  k->tracer = std::move(tracer);
+  k->options = options;
+  k->loc = loc;
+  return k;
+}
+
+void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const std::vector<KernelArg>& args) {
+  if (args.size() != k.params.size())
+    throw Error(fmt::format("kernel {} takes {} arguments but the launch passes {}", signature(k), k.params.size(),
+                            args.size()),
+                grid.loc);
+  check_grid(grid, k);
+  Backend& backend = stream ? stream->backend() : Device::current().backend();
+
+  std::vector<KernelArg> consts(args.size());
+  std::vector<uint64_t> slots;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ParamInfo& p = k.params[i];
+    const KernelArg& a = args[i];
+    if (p.is_const) {
+      if (a.kind == KernelArg::Kind::Pointer) bad_argument(k, i, a, "pass a number", grid.loc);
+      if (a.kind == KernelArg::Kind::Floating && !p.dtype.is_float()) bad_argument(k, i, a, "", grid.loc);
+      consts[i] = a;
+      continue;
+    }
+    if (p.dtype.pointer) {
+      if (a.kind != KernelArg::Kind::Pointer || a.dtype.scalar != p.dtype.scalar) bad_argument(k, i, a, "", grid.loc);
+      if (a.backend && a.backend != &backend)
+        throw Error(fmt::format("argument {} of kernel '{}' is a buffer on {} but the kernel is launched on {}; allocate "
+                                "it on the launching device",
+                                i, k.name, a.backend->name(), backend.name()),
+                    grid.loc);
+      slots.push_back(a.bits);
+    } else {
+      slots.push_back(number_slot(k, i, a, grid.loc));
+    }
+  }
+
+  std::shared_ptr<CompiledKernel> compiled;
+  {
+    std::lock_guard<std::mutex> lock(k.mutex);
+    KernelImpl::Specialization& s = k.specialization(consts, grid.loc);
+    auto& slot = s.compiled[&backend];
+    if (!slot) slot = backend.compile(*s.function, k.options);
+    compiled = slot;
+  }
+  backend.launch(*compiled, LaunchDims{grid.x, grid.y, grid.z}, slots, stream ? stream->native() : backend.default_stream());
+}
+
+std::string kernel_ir(KernelImpl& k, const std::vector<KernelArg>& const_args, SourceLoc loc) {
+  std::vector<KernelArg> consts(k.params.size());
+  size_t next = 0;
+  for (size_t i = 0; i < k.params.size(); ++i) {
+    if (!k.params[i].is_const) continue;
+    if (next >= const_args.size())
+      throw Error(fmt::format("kernel {} has more Const parameters than the {} values given", signature(k),
+                              const_args.size()),
+                  loc);
+    consts[i] = const_args[next++];
+  }
+  if (next != const_args.size())
+    throw Error(fmt::format("kernel {} has {} Const parameters but {} values were given", signature(k), next,
+                            const_args.size()),
+                loc);
+  std::lock_guard<std::mutex> lock(k.mutex);
+  return ir::print(*k.specialization(consts, loc).function);
+}
+
+}  // namespace weft::detail

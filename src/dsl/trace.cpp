@@ -1,0 +1,218 @@
+#include "dsl/trace.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+#include "ir/verifier.h"
+
+namespace weft {
+namespace {
+
+using ir::Function;
+using ir::Node;
+using ir::Region;
+using ir::Type;
+
+// The state of one kernel being traced on this thread.
+struct TraceContext {
+  Function* function = nullptr;
+  std::vector<Region*> open_regions;     // innermost last
+  std::vector<int> open_serials;         // parallel to open_regions
+  std::unordered_map<const Node*, int> defined_in;  // node -> serial of the region that defines it
+  int next_serial = 0;
+  uint32_t next_id = 0;
+
+  bool visible(const Node* n) const {
+    auto it = defined_in.find(n);
+    if (it == defined_in.end()) return false;
+    for (int s : open_serials)
+      if (s == it->second) return true;
+    return false;
+  }
+};
+
+thread_local TraceContext* current = nullptr;
+
+TraceContext& context(SourceLoc loc) {
+  if (!current)
+    throw Error("this DSL operation is outside a kernel body; weft operations can only be used while a weft::Kernel "
+                "traces its callable",
+                loc);
+  return *current;
+}
+
+// Opens a region for the duration of a body's tracing.
+class RegionScope {
+ public:
+  RegionScope(TraceContext& ctx, Region& r) : ctx_(ctx) {
+    ctx.open_regions.push_back(&r);
+    ctx.open_serials.push_back(ctx.next_serial++);
+  }
+  ~RegionScope() {
+    ctx_.open_regions.pop_back();
+    ctx_.open_serials.pop_back();
+  }
+  int serial() const { return ctx_.open_serials.back(); }
+
+ private:
+  TraceContext& ctx_;
+};
+
+std::shared_ptr<Node> make_node(TraceContext& ctx, detail::Op op, std::vector<detail::NodeRef> operands, detail::Attrs attrs,
+                                std::vector<Region> regions, SourceLoc loc) {
+  for (const detail::NodeRef& o : operands) {
+    if (o && !ctx.visible(o.get()))
+      throw Error(fmt::format("{} uses a value made at {} inside a for_range or if_ body that has already ended; "
+                              "values do not leave their body: declare a Var before it and assign the value to the Var",
+                              ir::op_name(op), o->loc.str()),
+                  loc);
+  }
+  Type type = ir::infer_type(op, operands, attrs, loc);
+  auto node = std::make_shared<Node>();
+  node->op = op;
+  node->type = std::move(type);
+  node->operands = std::move(operands);
+  node->attrs = std::move(attrs);
+  node->regions = std::move(regions);
+  node->loc = loc;
+  node->id = ctx.next_id++;
+  return node;
+}
+
+detail::NodeRef append(TraceContext& ctx, std::shared_ptr<Node> node) {
+  ctx.open_regions.back()->body.push_back(node);
+  ctx.defined_in[node.get()] = ctx.open_serials.back();
+  return node;
+}
+
+detail::NodeRef broadcast_to(const detail::NodeRef& x, const ir::Shape& shape, SourceLoc loc) {
+  if (x->type.shape == shape || !x->type.is_value()) return x;
+  detail::Attrs a;
+  a.shape = shape;
+  return detail::emit(detail::Op::Broadcast, {x}, a, loc);
+}
+
+}  // namespace
+
+namespace detail {
+
+void require_tracing(SourceLoc loc) { context(loc); }
+
+NodeRef emit(Op op, std::vector<NodeRef> operands, Attrs attrs, SourceLoc loc) {
+  TraceContext& ctx = context(loc);
+  for (const NodeRef& o : operands)
+    if (!o) throw Error(fmt::format("{}: an operand is an empty Tile handle; give it a value first", ir::op_name(op)), loc);
+  // Masks, fill values and stored values take the shape of the pointers; a scalar assigned to a Var
+  // takes the Var's shape.
+  if ((op == Op::Load || op == Op::Store) && !operands.empty() && operands[0]->type.is_value()) {
+    for (size_t i = 1; i < operands.size(); ++i) {
+      ir::Shape target = operands[0]->type.shape;
+      if (operands[i]->type.is_value() && operands[i]->type.shape != target)
+        ir::broadcast_shapes(operands[i]->type.shape, target, ir::op_name(op), loc);
+      operands[i] = broadcast_to(operands[i], target, loc);
+    }
+  }
+  if (op == Op::VarSet && operands.size() == 2 && operands[1]->type.is_scalar())
+    operands[1] = broadcast_to(operands[1], operands[0]->type.shape, loc);
+  return append(ctx, make_node(ctx, op, std::move(operands), std::move(attrs), {}, loc));
+}
+
+NodeRef emit_elementwise(Op op, std::vector<NodeRef> operands, SourceLoc loc) {
+  context(loc);
+  ir::Shape shape;
+  for (const NodeRef& o : operands) {
+    if (!o) throw Error(fmt::format("{}: an operand is an empty Tile handle; give it a value first", ir::op_name(op)), loc);
+    shape = ir::broadcast_shapes(shape, o->type.shape, ir::op_name(op), loc);
+  }
+  for (NodeRef& o : operands) o = broadcast_to(o, shape, loc);
+  return emit(op, std::move(operands), {}, loc);
+}
+
+NodeRef constant(DType dtype, double value, const Shape& shape, SourceLoc loc) {
+  Attrs a;
+  a.dtype = dtype;
+  a.has_dtype = true;
+  a.number = value;
+  a.shape = shape;
+  return emit(Op::Constant, {}, a, loc);
+}
+
+DType node_dtype(const NodeRef& n) { return n->type.dtype; }
+const Shape& node_shape(const NodeRef& n) { return n->type.shape; }
+bool is_var(const NodeRef& n) { return n->type.kind == Type::Kind::Var; }
+
+void trace_for(NodeRef lo, NodeRef hi, NodeRef step, const std::function<void(NodeRef)>& body, SourceLoc loc) {
+  TraceContext& ctx = context(loc);
+  std::vector<Region> regions(1);
+  {
+    RegionScope scope(ctx, regions[0]);
+    auto index = make_node(ctx, Op::LoopIndex, {}, {}, {}, loc);
+    regions[0].args.push_back(index);
+    ctx.defined_in[index.get()] = scope.serial();
+    body(index);
+  }
+  append(ctx, make_node(ctx, Op::For, {std::move(lo), std::move(hi), std::move(step)}, {}, std::move(regions), loc));
+}
+
+void trace_if(NodeRef cond, const std::function<void()>& then_body, const std::function<void()>* else_body, SourceLoc loc) {
+  TraceContext& ctx = context(loc);
+  std::vector<Region> regions(2);
+  {
+    RegionScope scope(ctx, regions[0]);
+    then_body();
+  }
+  if (else_body) {
+    RegionScope scope(ctx, regions[1]);
+    (*else_body)();
+  }
+  append(ctx, make_node(ctx, Op::If, {std::move(cond)}, {}, std::move(regions), loc));
+}
+
+}  // namespace detail
+
+namespace dsl {
+
+std::shared_ptr<const ir::Function> trace_kernel(const std::string& name, const std::vector<detail::ParamInfo>& params,
+                                                 const std::function<void(const detail::TraceInputs&)>& tracer,
+                                                 const std::vector<detail::KernelArg>& consts, SourceLoc loc) {
+  if (current)
+    throw Error(fmt::format("kernel '{}' is being traced inside the body of another kernel; trace kernels one at a time",
+                            name),
+                loc);
+  auto function = std::make_shared<Function>();
+  function->name = name;
+  function->loc = loc;
+  TraceContext ctx;
+  ctx.function = function.get();
+  current = &ctx;
+  struct Reset {
+    ~Reset() { current = nullptr; }
+  } reset;
+  RegionScope scope(ctx, function->body);
+
+  detail::TraceInputs inputs;
+  inputs.values.resize(params.size());
+  inputs.consts.resize(params.size());
+  int64_t value_index = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].is_const) {
+      inputs.consts[i] = consts.at(i);
+      continue;
+    }
+    detail::Attrs a;
+    a.ints = {value_index++};
+    a.dtype = params[i].dtype;
+    a.has_dtype = true;
+    auto p = make_node(ctx, detail::Op::Param, {}, a, {}, loc);
+    ctx.defined_in[p.get()] = scope.serial();
+    function->params.push_back(p);
+    inputs.values[i] = p;
+  }
+  tracer(inputs);
+  ir::verify(*function);
+  return function;
+}
+
+}  // namespace dsl
+}  // namespace weft

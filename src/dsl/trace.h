@@ -1,0 +1,20 @@
+// Tracing a kernel: running the user's C++ callable once with parameter handles, recording each DSL call
+// as an IR node of the kernel's Function.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "ir/node.h"
+#include "weft/kernel.h"
+
+namespace weft::dsl {
+
+// Traces `tracer` into a verified Function. `consts` holds, per parameter position, the Const value given
+// at launch (ignored for Tile parameters).
+std::shared_ptr<const ir::Function> trace_kernel(const std::string& name,
+                                                 const std::vector<detail::ParamInfo>& params,
+                                                 const std::function<void(const detail::TraceInputs&)>& tracer,
+                                                 const std::vector<detail::KernelArg>& consts, SourceLoc loc);
+
+}  // namespace weft::dsl

@@ -1,0 +1,72 @@
+// The tile IR: immutable, typed nodes in ordered regions.
+//
+// A node is one operation. Values are nodes; a node's operands are the nodes whose values it uses.
+// Statements with regions (for, if) own their bodies. Nodes are built only through the tracing context
+// (src/dsl/trace.cpp), which asks the verifier for the type of each new node, so malformed IR fails where
+// it is made, with the user's line.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/detail/trace.h"
+
+namespace weft::ir {
+
+using detail::Attrs;
+using detail::NodeRef;
+using detail::Op;
+using detail::Shape;
+
+enum class OpCategory { Leaf, Unary, Binary, Compare, Special };
+
+std::string_view op_name(Op);
+OpCategory op_category(Op);
+
+// What a node produces: nothing (a statement), a value, or a variable slot holding values.
+struct Type {
+  enum class Kind : uint8_t { None, Value, Var } kind = Kind::None;
+  DType dtype{};
+  Shape shape;  // empty: rank 0
+
+  static Type none() { return {}; }
+  static Type value(DType d, Shape s) { return {Kind::Value, d, std::move(s)}; }
+  static Type var(DType d, Shape s) { return {Kind::Var, d, std::move(s)}; }
+
+  bool is_value() const { return kind == Kind::Value; }
+  bool is_scalar() const { return kind == Kind::Value && shape.empty(); }
+  int rank() const { return static_cast<int>(shape.size()); }
+  int64_t numel() const;
+  bool same_value_type(const Type& o) const { return dtype == o.dtype && shape == o.shape; }
+  std::string str() const;  // "f32", "i32[128]", "ptr<bf16>[64x64]", "var f32[16x16]"
+};
+
+std::string shape_str(const Shape&);  // "[64x32]", "[]"
+
+struct Region {
+  std::vector<NodeRef> args;  // values defined by the region's owner (a loop index)
+  std::vector<NodeRef> body;
+};
+
+struct Node {
+  Op op;
+  Type type;
+  std::vector<NodeRef> operands;
+  Attrs attrs;
+  std::vector<Region> regions;
+  SourceLoc loc;
+  uint32_t id = 0;  // unique within a kernel, in creation order
+
+  int axis() const { return static_cast<int>(attrs.ints.at(0)); }
+};
+
+struct Function {
+  std::string name;
+  std::vector<NodeRef> params;  // Param nodes, in order (Const parameters are not here)
+  Region body;
+  SourceLoc loc;  // where the Kernel was declared
+};
+
+}  // namespace weft::ir

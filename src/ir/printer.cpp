@@ -1,0 +1,111 @@
+#include "ir/printer.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+namespace weft::ir {
+namespace {
+
+class Printer {
+ public:
+  explicit Printer(PrintOptions o) : options_(o) {}
+
+  std::string function(const Function& f) {
+    std::string params;
+    for (const NodeRef& p : f.params) {
+      if (!params.empty()) params += ", ";
+      params += fmt::format("{}: {}", def(p), p->type.str());
+    }
+    out_ += fmt::format("kernel @{}({}) {{\n", f.name, params);
+    region(f.body, 1);
+    out_ += "}\n";
+    return std::move(out_);
+  }
+
+ private:
+  std::string def(const NodeRef& n) {
+    auto [it, added] = names_.emplace(n.get(), next_);
+    if (added) ++next_;
+    return fmt::format("%{}", it->second);
+  }
+  std::string use(const NodeRef& n) {
+    auto it = names_.find(n.get());
+    return it == names_.end() ? "%?" : fmt::format("%{}", it->second);
+  }
+
+  std::string attrs(const Node& n) {
+    const Attrs& a = n.attrs;
+    switch (n.op) {
+      case Op::Param:
+        return fmt::format(" {}", a.ints.at(0));
+      case Op::Constant:
+        return fmt::format(" {}", a.number);
+      case Op::Broadcast:
+      case Op::Reshape:
+        return " " + shape_str(a.shape);
+      case Op::Cast:
+        return " to " + a.dtype.str();
+      default:
+        break;
+    }
+    std::string s;
+    for (size_t i = 0; i < a.ints.size(); ++i) s += (i ? ", " : " ") + std::to_string(a.ints[i]);
+    return s;
+  }
+
+  void line(int depth, const std::string& text, const Node& n) {
+    out_ += std::string(2 * depth, ' ') + text;
+    if (options_.locations && n.loc.known()) {
+      std::string_view file = n.loc.file;
+      size_t slash = file.rfind('/');
+      out_ += fmt::format("  // {}:{}", slash == std::string_view::npos ? file : file.substr(slash + 1), n.loc.line);
+    }
+    out_ += "\n";
+  }
+
+  void region(const Region& r, int depth) {
+    for (const NodeRef& n : r.body) node(n, depth);
+  }
+
+  void node(const NodeRef& n, int depth) {
+    std::string operands;
+    for (size_t i = 0; i < n->operands.size(); ++i) operands += (i ? ", " : " ") + use(n->operands[i]);
+    if (n->op == Op::For) {
+      const NodeRef& index = n->regions.at(0).args.at(0);
+      line(depth,
+           fmt::format("for {} = {} to {} step {} {{", def(index), use(n->operands[0]), use(n->operands[1]),
+                       use(n->operands[2])),
+           *n);
+      region(n->regions[0], depth + 1);
+      out_ += std::string(2 * depth, ' ') + "}\n";
+      return;
+    }
+    if (n->op == Op::If) {
+      line(depth, fmt::format("if {} {{", use(n->operands[0])), *n);
+      region(n->regions.at(0), depth + 1);
+      if (n->regions.size() > 1 && !n->regions[1].body.empty()) {
+        out_ += std::string(2 * depth, ' ') + "} else {\n";
+        region(n->regions[1], depth + 1);
+      }
+      out_ += std::string(2 * depth, ' ') + "}\n";
+      return;
+    }
+    std::string body = fmt::format("{}{}{}", op_name(n->op), operands, attrs(*n));
+    if (n->type.kind == Type::Kind::None)
+      line(depth, body, *n);
+    else
+      line(depth, fmt::format("{} = {} : {}", def(n), body, n->type.str()), *n);
+  }
+
+  PrintOptions options_;
+  std::unordered_map<const Node*, int> names_;
+  int next_ = 0;
+  std::string out_;
+};
+
+}  // namespace
+
+std::string print(const Function& f, PrintOptions options) { return Printer(options).function(f); }
+
+}  // namespace weft::ir

@@ -1,0 +1,29 @@
+// All of weft's environment knobs, read in one place.
+//   WEFT_DUMP=ir,llvm[,ptx,sass,asm]  print each compiled kernel at these stages (stderr, or files)
+//   WEFT_DUMP_DIR=dir                 write dumps as files under dir instead of stderr
+//   WEFT_BACKEND=cpu|cuda|hip         choose the backend instead of the best available one
+//   WEFT_CPU_THREADS=n                host threads the CPU backend spreads a grid over (default: all cores)
+//   WEFT_DEBUG=1                      extra run-time checks (later: barrier timeouts, poison reports)
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace weft::support {
+
+struct Knobs {
+  std::string dump;  // comma-separated stages
+  std::string dump_dir;
+  std::string backend;
+  int cpu_threads = 0;  // 0: hardware concurrency
+  bool debug = false;
+
+  bool dumps(std::string_view stage) const;
+};
+
+const Knobs& knobs();
+
+// Emit one dump of `text` for `kernel` at `stage` (file suffix `ext`), when WEFT_DUMP names the stage.
+void dump(std::string_view stage, std::string_view kernel, std::string_view ext, std::string_view text);
+
+}  // namespace weft::support
