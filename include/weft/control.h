@@ -11,13 +11,17 @@
 
 namespace weft {
 
-// for (i = lo; i < hi; i += step) body(i), with i an Int; step must be positive.
+// for (i = lo; i < hi; i += step) body(i), with i an Int; a step that is not positive runs no iteration.
 template <class Lo, class Hi, class St, class Body>
   requires detail::TileOrLiteral<Lo> && detail::TileOrLiteral<Hi> && detail::TileOrLiteral<St>
 void for_range(const Lo& lo, const Hi& hi, const St& step, Body&& body, SourceLoc loc = SourceLoc::current()) {
   detail::require_tracing(loc);
-  detail::trace_for(detail::value_of<int32_t>(lo, loc), detail::value_of<int32_t>(hi, loc),
-                    detail::value_of<int32_t>(step, loc), [&](detail::NodeRef i) { body(Int(std::move(i))); }, loc);
+  // One statement each: the order of function arguments is unspecified, and the IR must not depend on
+  // the compiler.
+  detail::NodeRef l = detail::value_of<int32_t>(lo, loc);
+  detail::NodeRef h = detail::value_of<int32_t>(hi, loc);
+  detail::NodeRef s = detail::value_of<int32_t>(step, loc);
+  detail::trace_for(std::move(l), std::move(h), std::move(s), [&](detail::NodeRef i) { body(Int(std::move(i))); }, loc);
 }
 template <class Lo, class Hi, class Body>
   requires detail::TileOrLiteral<Lo> && detail::TileOrLiteral<Hi> && std::is_invocable_v<Body, Int>

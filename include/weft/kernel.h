@@ -102,7 +102,9 @@ std::shared_ptr<KernelImpl> make_kernel(std::string name, std::vector<ParamInfo>
                                         std::function<void(const TraceInputs&)> tracer, KernelOptions options,
                                         SourceLoc loc);
 void launch_kernel(KernelImpl&, const Stream* stream, const Grid& grid, const std::vector<KernelArg>& args);
-std::string kernel_ir(KernelImpl&, const std::vector<KernelArg>& const_args, SourceLoc loc);
+std::string kernel_ir(KernelImpl&, const std::vector<KernelArg>& const_args);
+struct CompiledKernel;
+std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl&, Backend&, const std::vector<KernelArg>& const_args);
 
 }  // namespace detail
 
@@ -133,9 +135,17 @@ class Kernel {
     detail::launch_kernel(*impl_, &stream, grid, {detail::kernel_arg(args)...});
   }
 
-  // The traced IR, as text, for the given Const arguments (in the order of the Const parameters).
+  // Compiles the specialization for these Const arguments on `device` now, instead of at its first launch;
+  // the result is what launches then use (its content is backend-specific).
+  template <class... C>
+  std::shared_ptr<const detail::CompiledKernel> compile(const Device& device, const C&... const_args) const {
+    return detail::compile_kernel(*impl_, device.backend(), {detail::kernel_arg(const_args)...});
+  }
+
+  // The traced IR, as text, for the given Const arguments (in the order of the Const parameters). Errors
+  // in the arguments name the line where the kernel was declared.
   template <class... C> std::string ir(const C&... const_args) const {
-    return detail::kernel_ir(*impl_, {detail::kernel_arg(const_args)...}, SourceLoc::current());
+    return detail::kernel_ir(*impl_, {detail::kernel_arg(const_args)...});
   }
 
  private:

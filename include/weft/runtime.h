@@ -71,6 +71,7 @@ class Device {
   void synchronize() const;
 
   detail::Backend& backend() const { return *backend_; }
+  static Device from_backend(detail::Backend& b) { return Device(&b); }  // for weft's own backends
   friend bool operator==(const Device& a, const Device& b) { return a.backend_ == b.backend_; }
 
  private:

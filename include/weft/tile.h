@@ -251,7 +251,9 @@ template <class E> class Var : public detail::Ops<E> {
     detail::emit(detail::Op::VarSet, {slot_, value.node}, {}, value.loc);
     return *this;
   }
-  Var& operator=(const Var& other) { return *this = Operand<E>(other); }
+  // Takes a non-const Var so that a Tile on the right never converts to a temporary Var (which would make
+  // `acc = tile` ambiguous); const Vars go through Operand<E> like any other value.
+  Var& operator=(Var& other) { return *this = Operand<E>(other); }
   template <class Other> Var& operator+=(const Other& o) requires is_numeric_elem<E> { return *this = *this + o; }
   template <class Other> Var& operator-=(const Other& o) requires is_numeric_elem<E> { return *this = *this - o; }
   template <class Other> Var& operator*=(const Other& o) requires is_numeric_elem<E> { return *this = *this * o; }

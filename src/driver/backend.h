@@ -45,5 +45,12 @@ class Backend {
 
 // The process-wide CPU backend (always available).
 Backend& cpu_backend();
+// The process-wide CUDA backend (the device WEFT_CUDA_DEVICE names, default 0), or null with the reason in
+// `why_not` when there is no usable driver or device. Created on first call.
+Backend* cuda_backend_or_null(std::string* why_not);
+
+// A backend that compiles kernels for the GPU architecture `arch` (e.g. "sm_90a") but cannot run them
+// (WEFT_TARGET on a machine without that GPU); `why_no_device` ends up in the launch error.
+Backend& compile_only_backend(const std::string& arch, const std::string& why_no_device);
 
 }  // namespace weft::detail

@@ -22,18 +22,35 @@ namespace {
 
 detail::Backend* backend_named(const std::string& name) {
   if (name == "cpu") return &detail::cpu_backend();
-  if (name == "cuda" || name == "hip")
+  if (name == "cuda") {
+    std::string why_not;
+    if (detail::Backend* cuda = detail::cuda_backend_or_null(&why_not)) return cuda;
+    throw Error(fmt::format("WEFT_BACKEND=cuda, but the CUDA backend is unavailable: {}", why_not));
+  }
+  if (name == "hip")
     throw Error(fmt::format("WEFT_BACKEND={}: this build of weft has no {} backend yet; use WEFT_BACKEND=cpu", name, name));
   throw Error(fmt::format("WEFT_BACKEND={} is not a backend; use cpu, cuda or hip", name));
 }
 
 std::atomic<detail::Backend*> current_backend{nullptr};
 
+// WEFT_TARGET=sm_XX on a machine without a GPU: compile for it, launch nothing.
+detail::Backend* target_without_device(const std::string& target) {
+  if (!target.starts_with("sm_"))
+    throw Error(fmt::format("WEFT_TARGET={} is not a target; use an NVIDIA architecture such as sm_90a", target));
+  std::string why_not;
+  if (detail::Backend* cuda = detail::cuda_backend_or_null(&why_not)) return cuda;
+  return &detail::compile_only_backend(target, why_not);
+}
+
 }  // namespace
 
 Device Device::best() {
-  const std::string& requested = support::knobs().backend;
-  if (!requested.empty()) return Device(backend_named(requested));
+  const support::Knobs& k = support::knobs();
+  if (!k.target.empty() && (k.backend.empty() || k.backend == "cuda")) return Device(target_without_device(k.target));
+  if (!k.backend.empty()) return Device(backend_named(k.backend));
+  // Unasked, a GPU is used when one works; otherwise the CPU, quietly (WEFT_BACKEND=cuda says why not).
+  if (detail::Backend* cuda = detail::cuda_backend_or_null(nullptr)) return Device(cuda);
   return Device(&detail::cpu_backend());
 }
 

@@ -32,6 +32,12 @@ class KernelImpl {
   std::map<std::string, Specialization> specializations;  // keyed on the Const values
 
   Specialization& specialization(const std::vector<KernelArg>& consts, SourceLoc at);
+  // The specialization compiled for `backend` (compiled now if it was not yet). Call with `mutex` held.
+  std::shared_ptr<CompiledKernel> compiled(const std::vector<KernelArg>& consts, Backend& backend, SourceLoc at) {
+    std::shared_ptr<CompiledKernel>& slot = specialization(consts, at).compiled[&backend];
+    if (!slot) slot = backend.compile(*specialization(consts, at).function, options);
+    return slot;
+  }
 };
 
 namespace {
@@ -63,6 +69,26 @@ std::string signature(const KernelImpl& k) {
               loc);
 }
 
+// The value of an integer argument for the integer parameter `i`: floats are refused, and the value must
+// fit the parameter's type.
+int64_t integer_value(const KernelImpl& k, size_t i, const KernelArg& a, SourceLoc loc) {
+  DType d = k.params[i].dtype;
+  if (a.kind == KernelArg::Kind::Floating)
+    bad_argument(k, i, a, "convert it to an integer explicitly if that is what you mean", loc);
+  int64_t v = static_cast<int64_t>(a.bits);
+  int bits = d.bits();
+  if (bits < 64) {
+    int64_t lo = d.is_bool() ? 0 : -(int64_t(1) << (bits - 1));
+    int64_t hi = d.is_bool() ? 1 : (int64_t(1) << (bits - 1)) - 1;
+    if (v < lo || v > hi)
+      throw Error(fmt::format("argument {} of kernel {} is {}, which does not fit in the parameter's type {} (range {} "
+                              "to {})",
+                              i, signature(k), v, d.str(), lo, hi),
+                  loc);
+  }
+  return v;
+}
+
 // The 64-bit slot a number occupies for a parameter of type `d`.
 uint64_t number_slot(const KernelImpl& k, size_t i, const KernelArg& a, SourceLoc loc) {
   DType d = k.params[i].dtype;
@@ -85,19 +111,23 @@ uint64_t number_slot(const KernelImpl& k, size_t i, const KernelArg& a, SourceLo
       }
     }
   }
-  if (a.kind == KernelArg::Kind::Floating)
-    bad_argument(k, i, a, "convert it to an integer explicitly if that is what you mean", loc);
-  int64_t v = static_cast<int64_t>(a.bits);
-  int bits = d.bits();
-  if (bits < 64) {
-    int64_t lo = d.is_bool() ? 0 : -(int64_t(1) << (bits - 1));
-    int64_t hi = d.is_bool() ? 1 : (int64_t(1) << (bits - 1)) - 1;
-    if (v < lo || v > hi)
-      throw Error(fmt::format("argument {} of kernel {} is {}, which does not fit in the parameter's type {}", i,
-                              signature(k), v, d.str()),
-                  loc);
+  return static_cast<uint64_t>(integer_value(k, i, a, loc));
+}
+
+// A Const argument, checked like a number for a Scalar parameter of the same type and converted to that
+// type, so that equal values give one specialization however they were spelled (2, 2.0, 2.0f).
+KernelArg const_value(const KernelImpl& k, size_t i, const KernelArg& a, SourceLoc loc) {
+  if (a.kind == KernelArg::Kind::Pointer) bad_argument(k, i, a, "pass a number", loc);
+  DType d = k.params[i].dtype;
+  if (!d.is_float()) {
+    integer_value(k, i, a, loc);
+    return a;
   }
-  return static_cast<uint64_t>(v);
+  KernelArg f = a;
+  f.kind = KernelArg::Kind::Floating;
+  f.number = a.kind == KernelArg::Kind::Floating ? a.number : static_cast<double>(static_cast<int64_t>(a.bits));
+  if (d.scalar == ScalarType::f32) f.number = static_cast<float>(f.number);
+  return f;
 }
 
 std::string const_key(const std::vector<KernelArg>& consts) {
@@ -162,9 +192,7 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
     const ParamInfo& p = k.params[i];
     const KernelArg& a = args[i];
     if (p.is_const) {
-      if (a.kind == KernelArg::Kind::Pointer) bad_argument(k, i, a, "pass a number", grid.loc);
-      if (a.kind == KernelArg::Kind::Floating && !p.dtype.is_float()) bad_argument(k, i, a, "", grid.loc);
-      consts[i] = a;
+      consts[i] = const_value(k, i, a, grid.loc);
       continue;
     }
     if (p.dtype.pointer) {
@@ -183,31 +211,45 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
   std::shared_ptr<CompiledKernel> compiled;
   {
     std::lock_guard<std::mutex> lock(k.mutex);
-    KernelImpl::Specialization& s = k.specialization(consts, grid.loc);
-    auto& slot = s.compiled[&backend];
-    if (!slot) slot = backend.compile(*s.function, k.options);
-    compiled = slot;
+    compiled = k.compiled(consts, backend, grid.loc);
   }
   backend.launch(*compiled, LaunchDims{grid.x, grid.y, grid.z}, slots, stream ? stream->native() : backend.default_stream());
 }
 
-std::string kernel_ir(KernelImpl& k, const std::vector<KernelArg>& const_args, SourceLoc loc) {
+namespace {
+
+// The Const values given to Kernel::ir / Kernel::compile (one per Const parameter, in order), spread over
+// the parameter positions. Those calls cannot record their caller's line (their arguments are a pack), so
+// errors name the line where the kernel was declared.
+std::vector<KernelArg> consts_by_position(const KernelImpl& k, const std::vector<KernelArg>& const_args,
+                                          const char* call) {
+  size_t wanted = 0;
+  for (const ParamInfo& p : k.params) wanted += p.is_const;
+  if (wanted != const_args.size())
+    throw Error(fmt::format("kernel {} has {} Const parameters but Kernel::{} was given {} values; pass one value "
+                            "per Const parameter, in order",
+                            signature(k), wanted, call, const_args.size()),
+                k.loc);
   std::vector<KernelArg> consts(k.params.size());
   size_t next = 0;
-  for (size_t i = 0; i < k.params.size(); ++i) {
-    if (!k.params[i].is_const) continue;
-    if (next >= const_args.size())
-      throw Error(fmt::format("kernel {} has more Const parameters than the {} values given", signature(k),
-                              const_args.size()),
-                  loc);
-    consts[i] = const_args[next++];
-  }
-  if (next != const_args.size())
-    throw Error(fmt::format("kernel {} has {} Const parameters but {} values were given", signature(k), next,
-                            const_args.size()),
-                loc);
+  for (size_t i = 0; i < k.params.size(); ++i)
+    if (k.params[i].is_const) consts[i] = const_value(k, i, const_args[next++], k.loc);
+  return consts;
+}
+
+}  // namespace
+
+std::string kernel_ir(KernelImpl& k, const std::vector<KernelArg>& const_args) {
+  std::vector<KernelArg> consts = consts_by_position(k, const_args, "ir");
   std::lock_guard<std::mutex> lock(k.mutex);
-  return ir::print(*k.specialization(consts, loc).function);
+  return ir::print(*k.specialization(consts, k.loc).function);
+}
+
+std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl& k, Backend& backend,
+                                                     const std::vector<KernelArg>& const_args) {
+  std::vector<KernelArg> consts = consts_by_position(k, const_args, "compile");
+  std::lock_guard<std::mutex> lock(k.mutex);
+  return k.compiled(consts, backend, k.loc);
 }
 
 }  // namespace weft::detail

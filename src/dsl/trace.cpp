@@ -86,6 +86,16 @@ detail::NodeRef append(TraceContext& ctx, std::shared_ptr<Node> node) {
   return node;
 }
 
+// Whether a tile of shape `from` grows to `to` by broadcasting (size-1 or missing leading dimensions).
+bool broadcasts_to(const ir::Shape& from, const ir::Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 0; i < from.size(); ++i) {
+    int64_t f = from[from.size() - 1 - i];
+    if (f != 1 && f != to[to.size() - 1 - i]) return false;
+  }
+  return true;
+}
+
 detail::NodeRef broadcast_to(const detail::NodeRef& x, const ir::Shape& shape, SourceLoc loc) {
   if (x->type.shape == shape || !x->type.is_value()) return x;
   detail::Attrs a;
@@ -106,10 +116,18 @@ NodeRef emit(Op op, std::vector<NodeRef> operands, Attrs attrs, SourceLoc loc) {
   // Masks, fill values and stored values take the shape of the pointers; a scalar assigned to a Var
   // takes the Var's shape.
   if ((op == Op::Load || op == Op::Store) && !operands.empty() && operands[0]->type.is_value()) {
+    const ir::Shape& target = operands[0]->type.shape;
     for (size_t i = 1; i < operands.size(); ++i) {
-      ir::Shape target = operands[0]->type.shape;
-      if (operands[i]->type.is_value() && operands[i]->type.shape != target)
-        ir::broadcast_shapes(operands[i]->type.shape, target, ir::op_name(op), loc);
+      const ir::Type& t = operands[i]->type;
+      if (t.is_value() && !broadcasts_to(t.shape, target)) {
+        const char* role = op == Op::Load ? (i == 1 ? "mask" : "fill value") : (i == 1 ? "value" : "mask");
+        throw Error(fmt::format("{}: the {} has shape {} but the pointers have shape {}; it must have the pointers' "
+                                "shape or broadcast to it (to {} a tile, offset the pointers by a tile of offsets, "
+                                "e.g. p + arange(0, n))",
+                                ir::op_name(op), role, ir::shape_str(t.shape), ir::shape_str(target),
+                                ir::op_name(op)),
+                    loc);
+      }
       operands[i] = broadcast_to(operands[i], target, loc);
     }
   }

@@ -1,8 +1,11 @@
 #include "ir/verifier.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <unordered_set>
 
 namespace weft::ir {
@@ -67,16 +70,18 @@ int64_t axis_attr(Op op, Attrs& attrs, int rank, SourceLoc loc) {
 void check_constant_value(DType d, double v, SourceLoc loc) {
   if (d.pointer) fail(loc, "a constant cannot be a pointer; pass pointers as kernel parameters");
   if (d.is_float()) return;
-  if (v != static_cast<double>(static_cast<int64_t>(v)))
-    fail(loc, fmt::format("the constant {} is not a whole number but its type is {}", v, d.str()));
-  int64_t i = static_cast<int64_t>(v);
-  int64_t lo = 0, hi = 1;
-  if (d.scalar != ScalarType::i1) {
-    hi = (int64_t(1) << (d.bits() - 1)) - 1;
-    lo = -hi - 1;
-    if (d.bits() == 64) return;
+  if (!std::isfinite(v) || v != std::trunc(v))
+    fail(loc, fmt::format("the constant {} is not a whole number but its type is {}; use a floating-point tile or "
+                          "round the value",
+                          v, d.str()));
+  // Compared as doubles: converting an out-of-range double to int64_t is undefined.
+  const bool is_bool = d.scalar == ScalarType::i1;
+  const double limit = is_bool ? 2.0 : std::ldexp(1.0, d.bits() - 1);  // the first value past the top
+  if (v < (is_bool ? 0.0 : -limit) || v >= limit) {
+    int64_t lo = is_bool ? 0 : std::numeric_limits<int64_t>::min() >> (64 - d.bits());
+    int64_t hi = is_bool ? 1 : std::numeric_limits<int64_t>::max() >> (64 - d.bits());
+    fail(loc, fmt::format("the constant {} does not fit in {} (range {} to {})", v, d.str(), lo, hi));
   }
-  if (i < lo || i > hi) fail(loc, fmt::format("the constant {} does not fit in {} (range {} to {})", i, d.str(), lo, hi));
 }
 
 Type infer_reduce(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, SourceLoc loc) {
@@ -103,7 +108,8 @@ Type infer_dot(const std::vector<NodeRef>& operands, SourceLoc loc) {
                           a.dtype.str(), b.dtype.str()));
   ScalarType s = a.dtype.scalar;
   if (a.dtype.pointer || (s != ScalarType::f16 && s != ScalarType::bf16 && s != ScalarType::f32))
-    fail(loc, fmt::format("dot takes f16, bf16 or f32 operands, got {}", a.dtype.str()));
+    fail(loc, fmt::format("dot takes f16, bf16 or f32 operands, got {}; convert them with cast<float>(...)",
+                          a.dtype.str()));
   Type result = Type::value(DType{ScalarType::f32, false}, {a.shape[0], b.shape[1]});
   if (operands.size() == 3) {
     const Type& acc = value_operand(Op::Dot, operands, 2, loc);
@@ -275,8 +281,8 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       bool ok = static_cast<int>(sorted.size()) == x.rank();
       for (size_t i = 0; ok && i < sorted.size(); ++i) ok = sorted[i] == static_cast<int64_t>(i);
       if (!ok)
-        fail(loc, fmt::format("permute: the permutation must list each axis 0..{} of the {} tile once", x.rank() - 1,
-                              x.str()));
+        fail(loc, fmt::format("permute: the permutation [{}] must list each axis 0..{} of the {} tile once",
+                              fmt::join(attrs.ints, ", "), x.rank() - 1, x.str()));
       Shape s(x.rank());
       for (int i = 0; i < x.rank(); ++i) s[i] = x.shape[attrs.ints[i]];
       return Type::value(x.dtype, s);
@@ -330,7 +336,9 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
     case Op::For: {
       for (size_t i = 0; i < 3; ++i) {
         const Type& t = require_scalar(op, operands, i, i == 0 ? "the start" : i == 1 ? "the end" : "the step", loc);
-        if (t.dtype != i32) fail(loc, fmt::format("for_range: bounds and step must be i32, got {}", t.str()));
+        if (t.dtype != i32)
+          fail(loc, fmt::format("for_range: bounds and step must be i32, got {}; convert it with cast<int32_t>(...)",
+                                t.str()));
       }
       return Type::none();
     }

@@ -21,7 +21,9 @@ const Knobs& knobs() {
     k.dump = env_or("WEFT_DUMP", "");
     k.dump_dir = env_or("WEFT_DUMP_DIR", "");
     k.backend = env_or("WEFT_BACKEND", "");
+    k.target = env_or("WEFT_TARGET", "");
     k.cpu_threads = std::atoi(env_or("WEFT_CPU_THREADS", "0").c_str());
+    k.cuda_device = std::atoi(env_or("WEFT_CUDA_DEVICE", "0").c_str());
     k.debug = env_or("WEFT_DEBUG", "0") != "0";
     return k;
   }();

@@ -2,6 +2,9 @@
 //   WEFT_DUMP=ir,llvm[,ptx,sass,asm]  print each compiled kernel at these stages (stderr, or files)
 //   WEFT_DUMP_DIR=dir                 write dumps as files under dir instead of stderr
 //   WEFT_BACKEND=cpu|cuda|hip         choose the backend instead of the best available one
+//   WEFT_CUDA_DEVICE=n                the CUDA device the cuda backend uses (default 0)
+//   WEFT_TARGET=sm_90a                with no such GPU present: compile for it anyway (dumps work, launches
+//                                     fail with an Error)
 //   WEFT_CPU_THREADS=n                host threads the CPU backend spreads a grid over (default: all cores)
 //   WEFT_DEBUG=1                      extra run-time checks (later: barrier timeouts, poison reports)
 #pragma once
@@ -15,7 +18,9 @@ struct Knobs {
   std::string dump;  // comma-separated stages
   std::string dump_dir;
   std::string backend;
+  std::string target;
   int cpu_threads = 0;  // 0: hardware concurrency
+  int cuda_device = 0;  // device ordinal
   bool debug = false;
 
   bool dumps(std::string_view stage) const;

@@ -12,6 +12,8 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <cmath>
+#include <cstring>
 #include <functional>
 #include <unordered_map>
 
@@ -28,6 +30,18 @@ struct Val {
   enum class Kind { Scalar, Splat, Memory } kind = Kind::Scalar;
   Value* v = nullptr;  // Scalar/Splat: the element in its compute type; Memory: address of element 0
 };
+
+// The host-side twin of Lowering::f32_round_to_odd, for constants.
+float host_f32_round_to_odd(double v) {
+  float f = static_cast<float>(v);
+  if (std::isnan(v) || static_cast<double>(f) == v) return f;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) --u;
+  u |= 1;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 int64_t numel(const ir::Shape& s) {
   int64_t n = 1;
@@ -230,8 +244,8 @@ class Lowering {
   Value* constant(DType d, double v) {
     llvm::Type* t = compute_type(d);
     if (d.is_float()) {
-      if (d.scalar == ScalarType::f16) v = static_cast<float>(f16(static_cast<float>(v)));
-      if (d.scalar == ScalarType::bf16) v = static_cast<float>(bf16(static_cast<float>(v)));
+      if (d.scalar == ScalarType::f16) v = static_cast<float>(f16(host_f32_round_to_odd(v)));
+      if (d.scalar == ScalarType::bf16) v = static_cast<float>(bf16(host_f32_round_to_odd(v)));
       return llvm::ConstantFP::get(t, v);
     }
     return llvm::ConstantInt::get(t, static_cast<uint64_t>(static_cast<int64_t>(v)), true);
@@ -324,11 +338,40 @@ class Lowering {
     }
   }
 
+  // x, an f64 or an integer, as an f32 rounded to odd (toward zero, then the last bit set if inexact).
+  // Rounding that to f16/bf16 rounds x once; rounding x to the nearest f32 first can land on a halfway
+  // point of the narrower type and round it the wrong way.
+  Value* f32_round_to_odd(DType from, Value* x) {
+    llvm::Type* f32 = b_.getFloatTy();
+    Value* f = from.is_float() ? b_.CreateFPTrunc(x, f32) : b_.CreateSIToFP(x, f32);
+    Value *exact, *away;  // f == x; |f| > |x|
+    if (from.is_float()) {
+      Value* back = b_.CreateFPExt(f, x->getType());
+      exact = b_.CreateFCmpOEQ(back, x);
+      away = b_.CreateFCmpOGT(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, back),
+                              b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x));
+    } else {
+      // Saturation only bites at 2^31 / 2^63, where f is the right answer either way.
+      Value* back = b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {x->getType(), f32}, {f});
+      exact = b_.CreateICmpEQ(back, x);
+      away = b_.CreateSelect(b_.CreateICmpSLT(x, llvm::ConstantInt::get(x->getType(), 0)), b_.CreateICmpSLT(back, x),
+                             b_.CreateICmpSGT(back, x));
+    }
+    Value* bits = b_.CreateBitCast(f, i32_);
+    bits = b_.CreateSelect(away, b_.CreateSub(bits, b_.getInt32(1)), bits);
+    bits = b_.CreateSelect(exact, bits, b_.CreateOr(bits, 1));
+    return b_.CreateBitCast(bits, f32);
+  }
+
   // Conversion between compute types; floats to integers saturate (NaN gives 0).
   Value* cast(DType from, DType to, Value* x) {
     llvm::Type* t = compute_type(to);
+    bool to_16bit = to.scalar == ScalarType::f16 || to.scalar == ScalarType::bf16;
+    bool wide_from = from.scalar == ScalarType::f64 || from.scalar == ScalarType::i32 || from.scalar == ScalarType::i64;
     Value* out;
-    if (from.is_float() && to.is_float()) {
+    if (to_16bit && wide_from) {
+      out = f32_round_to_odd(from, x);
+    } else if (from.is_float() && to.is_float()) {
       out = b_.CreateFPCast(x, t);
     } else if (from.is_float()) {
       out = to.is_bool() ? b_.CreateFCmpUNE(x, llvm::ConstantFP::get(x->getType(), 0.0))

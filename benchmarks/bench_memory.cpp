@@ -1,0 +1,105 @@
+// bench_memory: memory-bound weft kernels against the device's own copy (cuMemcpyDtoD) in the same run.
+// Sizes are several GB, far past the 60 MB L2, so every run streams from HBM. Bandwidth counts bytes
+// read + written; the copy's figure is the ceiling (about 4.3 TB/s on an H200).
+//   bench_memory [--json]
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "../examples/norms.h"
+#include "gpu_timing.h"
+
+using namespace weft;
+
+namespace {
+
+struct Row {
+  const char* name;
+  double bytes;
+  double ms;
+};
+
+template <class T> Buffer<T> random_buffer(Device& dev, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-2.f, 2.f);
+  std::vector<T> host(n);
+  for (T& v : host) v = T(dist(rng));
+  return dev.upload(host);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
+  Device dev = Device::current();
+  if (dev.kind() != BackendKind::cuda) {
+    std::printf("bench_memory needs a CUDA device (current device: %s)\n", dev.name().c_str());
+    return 1;
+  }
+  using namespace weft::driver::cuda;
+  const CudaDriver& cu = cuda_driver();
+  std::vector<Row> rows;
+
+  // The ceiling: a device-to-device copy of 2 GiB.
+  const size_t copy_bytes = size_t(2) << 30;
+  Buffer<uint8_t> src = dev.alloc<uint8_t>(copy_bytes), dst = dev.alloc<uint8_t>(copy_bytes);
+  double copy_ms = bench::gpu_median_ms([&] {
+    check(cu.cuMemcpyDtoD(reinterpret_cast<CUdeviceptr>(dst.data()), reinterpret_cast<CUdeviceptr>(src.data()), copy_bytes),
+          "cuMemcpyDtoD", "copy");
+  });
+  rows.push_back({"cuMemcpyDtoD 2 GiB", 2.0 * copy_bytes, copy_ms});
+  src = {};
+  dst = {};
+
+  {  // vector add, f32: 3 x 1 GiB
+    const int n = 1 << 28, block = 2048;
+    Kernel add("vector_add", [](Ptr<float> x, Ptr<float> y, Ptr<float> out, Int n, Const<int> block) {
+      Long offsets = cast<int64_t>(program_id(0)) * block + cast<int64_t>(arange(0, block));
+      Bool valid = offsets < cast<int64_t>(n);
+      store(out + offsets, load(x + offsets, valid) + load(y + offsets, valid), valid);
+    });
+    auto x = random_buffer<float>(dev, n, 1), y = random_buffer<float>(dev, n, 2);
+    auto out = dev.alloc<float>(n);
+    double ms = bench::gpu_median_ms([&] { add.launch(Grid(n / block), x, y, out, n, block); });
+    rows.push_back({"vector_add f32 2^28", 3.0 * 4 * n, ms});
+  }
+  {  // softmax f32: 2^18 rows x 1024
+    const int r = 1 << 18, c = 1024;
+    Kernel softmax("softmax", [](Ptr<float> in, Ptr<float> out, Int n_cols, Const<int> block) {
+      Long row = cast<int64_t>(program_id(0)) * cast<int64_t>(n_cols);
+      Int cols = arange(0, block);
+      Bool valid = cols < n_cols;
+      Float x = load(in + row + cols, valid, -INFINITY);
+      Float e = exp(x - max(x, 0));
+      store(out + row + cols, e / sum(e, 0), valid);
+    });
+    auto in = random_buffer<float>(dev, size_t(r) * c, 3);
+    auto out = dev.alloc<float>(size_t(r) * c);
+    double ms = bench::gpu_median_ms([&] { softmax.launch(Grid(r), in, out, c, c); });
+    rows.push_back({"softmax f32 2^18 x 1024", 2.0 * 4 * r * c, ms});
+  }
+  {  // layernorm / rmsnorm bf16: 2^19 rows x 2048
+    const int r = 1 << 19, c = 2048;
+    Kernel ln = make_layernorm(), rms = make_rmsnorm();
+    auto x = random_buffer<bf16>(dev, size_t(r) * c, 4), w = random_buffer<bf16>(dev, c, 5), b = random_buffer<bf16>(dev, c, 6);
+    auto y = dev.alloc<bf16>(size_t(r) * c);
+    double ln_ms = bench::gpu_median_ms([&] { ln.launch(Grid(r), x, w, b, y, c, 1e-5f, c); });
+    rows.push_back({"layernorm bf16 2^19 x 2048", 2.0 * 2 * r * c, ln_ms});
+    double rms_ms = bench::gpu_median_ms([&] { rms.launch(Grid(r), x, w, y, c, 1e-5f, c); });
+    rows.push_back({"rmsnorm bf16 2^19 x 2048", 2.0 * 2 * r * c, rms_ms});
+  }
+
+  double copy_gbs = rows[0].bytes / rows[0].ms / 1e6;
+  if (json) std::printf("[\n");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    double gbs = rows[i].bytes / rows[i].ms / 1e6;
+    if (json)
+      std::printf("  {\"kernel\": \"%s\", \"ms\": %.4f, \"GBps\": %.1f, \"of_copy\": %.3f}%s\n", rows[i].name, rows[i].ms,
+                  gbs, gbs / copy_gbs, i + 1 < rows.size() ? "," : "");
+    else
+      std::printf("%-30s %9.3f ms %9.1f GB/s  %5.1f%% of copy\n", rows[i].name, rows[i].ms, gbs, 100 * gbs / copy_gbs);
+  }
+  if (json) std::printf("]\n");
+  return 0;
+}

@@ -1,0 +1,141 @@
+# LLVM 22, linked statically into libweft.
+#
+# Defines the imported INTERFACE target weft_llvm: LLVM's include dirs (SYSTEM,
+# as for every imported target), its definitions, the static archives of
+# WEFT_LLVM_COMPONENTS in dependency order, and the system libraries they need.
+# Sets WEFT_NEEDS_POLLY_STUB when an archive that references Debian's static
+# Polly extension is on the link line (then cmake/polly_stub.cpp is compiled in)
+# and WEFT_LLVM_EXTRA_SOURCES (generated sources for libweft, see `lld` below).
+#
+# We ask llvm-config rather than use LLVM's exported CMake targets: those
+# reference libz3.so and libxml2 (absent on the GPU machine) and, with Debian's
+# LLVM_LINK_LLVM_DYLIB, invite linking libLLVM.so by accident.
+#
+# No version in find_package(): LLVMConfigVersion.cmake only accepts an exact
+# major.minor ("22" is read as 22.0 and 22.1.8 is rejected), so check the major
+# version by hand. Point LLVM_DIR elsewhere to use another LLVM 22 install.
+find_package(LLVM CONFIG REQUIRED
+  PATHS /usr/lib/llvm-22/lib/cmake/llvm
+  NO_DEFAULT_PATH)
+if(NOT LLVM_VERSION_MAJOR EQUAL 22)
+  message(FATAL_ERROR "weft needs LLVM 22, found ${LLVM_PACKAGE_VERSION} in ${LLVM_DIR}")
+endif()
+message(STATUS "weft: LLVM ${LLVM_PACKAGE_VERSION} from ${LLVM_DIR}")
+
+find_program(WEFT_LLVM_CONFIG NAMES llvm-config
+  HINTS "${LLVM_TOOLS_BINARY_DIR}" NO_DEFAULT_PATH)
+if(NOT WEFT_LLVM_CONFIG)
+  find_program(WEFT_LLVM_CONFIG NAMES llvm-config-22 REQUIRED)
+endif()
+
+# `lld` is not an llvm-config component: it stands for lld's ELF driver
+# (liblldELF.a + liblldCommon.a from liblld-22-dev, for linking AMDGPU code
+# objects in-process) plus the LLVM components it needs.
+set(_weft_components ${WEFT_LLVM_COMPONENTS})
+set(_weft_lld_libfiles "")
+if("lld" IN_LIST _weft_components)
+  list(REMOVE_ITEM _weft_components lld)
+  list(APPEND _weft_components lto option dtlto)
+  foreach(_lib lldELF lldCommon)
+    set(_file "${LLVM_LIBRARY_DIR}/lib${_lib}.a")
+    if(NOT EXISTS "${_file}")
+      message(FATAL_ERROR "weft: ${_file} is missing (install liblld-22-dev)")
+    endif()
+    list(APPEND _weft_lld_libfiles "${_file}")
+  endforeach()
+endif()
+
+execute_process(
+  COMMAND "${WEFT_LLVM_CONFIG}" --link-static --libfiles ${_weft_components}
+  OUTPUT_VARIABLE _weft_llvm_libfiles
+  OUTPUT_STRIP_TRAILING_WHITESPACE
+  COMMAND_ERROR_IS_FATAL ANY)
+execute_process(
+  COMMAND "${WEFT_LLVM_CONFIG}" --link-static --system-libs
+  OUTPUT_VARIABLE _weft_llvm_syslibs
+  OUTPUT_STRIP_TRAILING_WHITESPACE
+  COMMAND_ERROR_IS_FATAL ANY)
+separate_arguments(_weft_llvm_libfiles UNIX_COMMAND "${_weft_llvm_libfiles}")
+separate_arguments(_weft_llvm_syslibs UNIX_COMMAND "${_weft_llvm_syslibs}")
+
+# Debian lists Polly as a static extension but ships no libPolly*.a.
+list(FILTER _weft_llvm_libfiles EXCLUDE REGEX "Polly")
+foreach(_lib IN LISTS _weft_llvm_libfiles)
+  if(NOT EXISTS "${_lib}")
+    message(FATAL_ERROR "weft: LLVM archive ${_lib} is missing (is llvm-22-dev installed?)")
+  endif()
+endforeach()
+
+# System libraries: z3 and libxml2 are only used by LLVM code we never pull in
+# (the Z3 solver, Windows manifests), and the GPU machine lacks them; keep the
+# rest when present. -Wl,--no-undefined on libweft catches a wrong guess.
+set(_weft_llvm_system_libs "")
+foreach(_item IN LISTS _weft_llvm_syslibs)
+  if(_item MATCHES "z3|xml2")
+    continue()
+  endif()
+  string(REGEX REPLACE "^-l" "" _name "${_item}")
+  if(IS_ABSOLUTE "${_name}")
+    if(EXISTS "${_name}")
+      list(APPEND _weft_llvm_system_libs "${_name}")
+    endif()
+    continue()
+  endif()
+  find_library(_weft_found_${_name} NAMES ${_name})
+  if(_weft_found_${_name})
+    list(APPEND _weft_llvm_system_libs ${_name})
+  else()
+    message(STATUS "weft: dropping LLVM system lib ${_item} (not found)")
+  endif()
+endforeach()
+
+separate_arguments(_weft_llvm_defs UNIX_COMMAND "${LLVM_DEFINITIONS}")
+list(TRANSFORM _weft_llvm_defs REPLACE "^-D" "")
+
+add_library(weft_llvm INTERFACE IMPORTED)
+set_target_properties(weft_llvm PROPERTIES
+  INTERFACE_INCLUDE_DIRECTORIES "${LLVM_INCLUDE_DIRS}"
+  INTERFACE_COMPILE_DEFINITIONS "${_weft_llvm_defs}"
+  INTERFACE_LINK_LIBRARIES "${_weft_lld_libfiles};${_weft_llvm_libfiles};${_weft_llvm_system_libs}")
+
+# lld's driver calls InitializeAllTargets() & co., which would pull in every
+# target Debian's LLVM was built with (~126 MB). Weak no-op initialisers for
+# the targets we do not link keep those out. WEFT_LLVM_EXTRA_SOURCES lists the
+# generated file; it is compiled into libweft.
+set(WEFT_LLVM_EXTRA_SOURCES "")
+if(_weft_lld_libfiles)
+  execute_process(
+    COMMAND "${WEFT_LLVM_CONFIG}" --targets-built
+    OUTPUT_VARIABLE _weft_targets_built
+    OUTPUT_STRIP_TRAILING_WHITESPACE
+    COMMAND_ERROR_IS_FATAL ANY)
+  separate_arguments(_weft_targets_built UNIX_COMMAND "${_weft_targets_built}")
+  string(TOLOWER "${_weft_components}" _weft_components_lower)
+  set(_stubs "// Generated by cmake/WeftLLVM.cmake: weak no-op initialisers for the LLVM\n")
+  string(APPEND _stubs "// targets not linked into libweft (see the comment there).\n")
+  foreach(_target IN LISTS _weft_targets_built)
+    string(TOLOWER "${_target}" _lower)
+    if(_lower IN_LIST _weft_components_lower)
+      continue()
+    endif()
+    foreach(_part TargetInfo Target TargetMC AsmPrinter AsmParser Disassembler TargetMCA)
+      string(APPEND _stubs "extern \"C\" __attribute__((weak)) void LLVMInitialize${_target}${_part}() {}\n")
+    endforeach()
+  endforeach()
+  set(_stub_file "${CMAKE_BINARY_DIR}/weft_llvm_target_stubs.cpp")
+  file(CONFIGURE OUTPUT "${_stub_file}" CONTENT "${_stubs}" @ONLY)
+  list(APPEND WEFT_LLVM_EXTRA_SOURCES "${_stub_file}")
+endif()
+
+# LLVM_STATIC_EXTENSIONS lives in a file LLVMConfig.cmake does not include.
+include("${LLVM_CMAKE_DIR}/LLVMConfigExtensions.cmake" OPTIONAL)
+set(WEFT_NEEDS_POLLY_STUB OFF)
+if("Polly" IN_LIST LLVM_STATIC_EXTENSIONS AND
+   _weft_llvm_libfiles MATCHES "LLVMExtensions|LLVMLTO|LLVMOptDriver")
+  set(WEFT_NEEDS_POLLY_STUB ON)
+endif()
+
+list(LENGTH _weft_llvm_libfiles _n)
+message(STATUS "weft: LLVM components '${WEFT_LLVM_COMPONENTS}' -> ${_n} static archives; "
+               "system libs: ${_weft_llvm_system_libs}; Polly stub: ${WEFT_NEEDS_POLLY_STUB}")
+unset(_n)

@@ -1,0 +1,231 @@
+#include "codegen/element_ops.h"
+
+#include <fmt/format.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+#include <numbers>
+
+namespace weft::codegen {
+
+using ir::Op;
+using llvm::Value;
+
+llvm::Type* ElementOps::compute_type(DType d) {
+  if (d.pointer) return llvm::PointerType::get(b_.getContext(), global_as_);
+  switch (d.scalar) {
+    case ScalarType::i1: return b_.getInt1Ty();
+    case ScalarType::i8: return b_.getInt8Ty();
+    case ScalarType::i16: return b_.getInt16Ty();
+    case ScalarType::i32: return b_.getInt32Ty();
+    case ScalarType::i64: return b_.getInt64Ty();
+    case ScalarType::f16:
+    case ScalarType::bf16:
+    case ScalarType::f32: return b_.getFloatTy();
+    case ScalarType::f64: return b_.getDoubleTy();
+  }
+  return nullptr;
+}
+
+llvm::Type* ElementOps::memory_type(DType d) {
+  if (d.pointer) return compute_type(d);
+  switch (d.scalar) {
+    case ScalarType::i1: return b_.getInt8Ty();
+    case ScalarType::f16: return b_.getHalfTy();
+    case ScalarType::bf16: return b_.getInt16Ty();
+    default: return compute_type(d);
+  }
+}
+
+Value* ElementOps::bf16_bits_to_float(Value* bits16) {
+  return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits16, b_.getInt32Ty()), 16), b_.getFloatTy());
+}
+
+// Round-to-nearest-even f32 -> bf16 bits, NaN kept quiet.
+Value* ElementOps::float_to_bf16_bits(Value* f) {
+  Value* u = b_.CreateBitCast(f, b_.getInt32Ty());
+  Value* lsb = b_.CreateAnd(b_.CreateLShr(u, 16), 1);
+  Value* rounded = b_.CreateAdd(b_.CreateAdd(u, b_.getInt32(0x7fff)), lsb);
+  Value* nan = b_.CreateOr(b_.CreateLShr(u, 16), 0x40);
+  Value* bits = b_.CreateSelect(b_.CreateFCmpUNO(f, f), nan, b_.CreateLShr(rounded, 16));
+  return b_.CreateTrunc(bits, b_.getInt16Ty());
+}
+
+Value* ElementOps::to_compute(DType d, Value* m) {
+  if (d.pointer) return m;
+  switch (d.scalar) {
+    case ScalarType::i1: return b_.CreateICmpNE(m, b_.getInt8(0));
+    case ScalarType::f16: return b_.CreateFPExt(m, b_.getFloatTy());
+    case ScalarType::bf16: return bf16_bits_to_float(m);
+    default: return m;
+  }
+}
+
+Value* ElementOps::to_memory(DType d, Value* v) {
+  if (d.pointer) return v;
+  switch (d.scalar) {
+    case ScalarType::i1: return b_.CreateZExt(v, b_.getInt8Ty());
+    case ScalarType::f16: return b_.CreateFPTrunc(v, b_.getHalfTy());
+    case ScalarType::bf16: return float_to_bf16_bits(v);
+    default: return v;
+  }
+}
+
+Value* ElementOps::round(DType d, Value* v) {
+  if (!d.pointer && (d.scalar == ScalarType::f16 || d.scalar == ScalarType::bf16)) return to_compute(d, to_memory(d, v));
+  return v;
+}
+
+Value* ElementOps::constant(DType d, double v) {
+  llvm::Type* t = compute_type(d);
+  if (d.is_float()) {
+    if (d.scalar == ScalarType::f16) v = static_cast<float>(f16(static_cast<float>(v)));
+    if (d.scalar == ScalarType::bf16) v = static_cast<float>(bf16(static_cast<float>(v)));
+    return llvm::ConstantFP::get(t, v);
+  }
+  return llvm::ConstantInt::get(t, static_cast<uint64_t>(static_cast<int64_t>(v)), true);
+}
+
+Value* ElementOps::from_slot(DType d, Value* slot) {
+  if (d.pointer) return b_.CreateIntToPtr(slot, compute_type(d));
+  switch (d.scalar) {
+    case ScalarType::i1: return b_.CreateICmpNE(slot, b_.getInt64(0));
+    case ScalarType::f16: return to_compute(d, b_.CreateBitCast(b_.CreateTrunc(slot, b_.getInt16Ty()), b_.getHalfTy()));
+    case ScalarType::bf16: return bf16_bits_to_float(b_.CreateTrunc(slot, b_.getInt16Ty()));
+    case ScalarType::f32: return b_.CreateBitCast(b_.CreateTrunc(slot, b_.getInt32Ty()), b_.getFloatTy());
+    case ScalarType::f64: return b_.CreateBitCast(slot, b_.getDoubleTy());
+    default: return b_.CreateTrunc(slot, compute_type(d));
+  }
+}
+
+// The GPU's special-function unit: fast approximations (about 2 ulp), as CUDA's fast-math intrinsics.
+Value* ElementOps::gpu_math(Op op, DType d, Value* x, SourceLoc loc) {
+  if (d.scalar == ScalarType::f64)
+    throw Error(fmt::format("{} on f64 is not supported by the GPU backend yet; compute it in f32 (cast<float>(x))",
+                            ir::op_name(op)),
+                loc);
+  auto approx = [&](llvm::Intrinsic::ID id, Value* arg) { return b_.CreateIntrinsic(id, {}, {arg}); };
+  auto f = [&](double c) { return llvm::ConstantFP::get(b_.getFloatTy(), c); };
+  switch (op) {
+    case Op::Exp:
+      return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx, {b_.getFloatTy()}, {b_.CreateFMul(x, f(std::numbers::log2e))});
+    case Op::Exp2: return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx, {b_.getFloatTy()}, {x});
+    case Op::Log: return b_.CreateFMul(approx(llvm::Intrinsic::nvvm_lg2_approx_f, x), f(std::numbers::ln2));
+    case Op::Log2: return approx(llvm::Intrinsic::nvvm_lg2_approx_f, x);
+    case Op::Sin: return approx(llvm::Intrinsic::nvvm_sin_approx_f, x);
+    case Op::Cos: return approx(llvm::Intrinsic::nvvm_cos_approx_f, x);
+    case Op::Rsqrt: return approx(llvm::Intrinsic::nvvm_rsqrt_approx_f, x);
+    default: break;
+  }
+  return nullptr;
+}
+
+Value* ElementOps::unary(Op op, DType d, Value* x, SourceLoc loc) {
+  bool f = d.is_float();
+  if (f && target_ == MathTarget::Nvptx)
+    if (Value* v = gpu_math(op, d, x, loc)) return v;
+  switch (op) {
+    case Op::Neg: return f ? b_.CreateFNeg(x) : b_.CreateNeg(x);
+    case Op::Not: return b_.CreateNot(x);
+    case Op::Abs:
+      return f ? b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x)
+               : b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, b_.getFalse());
+    case Op::Exp: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp, x);
+    case Op::Exp2: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x);
+    case Op::Log: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, x);
+    case Op::Log2: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log2, x);
+    case Op::Sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
+    case Op::Rsqrt:
+      return b_.CreateFDiv(llvm::ConstantFP::get(x->getType(), 1.0), b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x));
+    case Op::Sin: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sin, x);
+    case Op::Cos: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::cos, x);
+    case Op::Floor: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x);
+    case Op::Ceil: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x);
+    default: break;
+  }
+  throw InternalError(fmt::format("element ops: '{}' is not a unary op", ir::op_name(op)));
+}
+
+Value* ElementOps::binary(Op op, DType d, Value* a, Value* b) {
+  bool f = d.is_float();
+  llvm::Type* t = a->getType();
+  switch (op) {
+    case Op::Add: return f ? b_.CreateFAdd(a, b) : b_.CreateAdd(a, b);
+    case Op::Sub: return f ? b_.CreateFSub(a, b) : b_.CreateSub(a, b);
+    case Op::Mul: return f ? b_.CreateFMul(a, b) : b_.CreateMul(a, b);
+    case Op::Div:
+    case Op::Rem: {
+      if (f) return op == Op::Div ? b_.CreateFDiv(a, b) : b_.CreateFRem(a, b);
+      // Integer division never traps: x / 0 = 0, x % 0 = 0, and MIN / -1 wraps.
+      Value* zero = llvm::ConstantInt::get(t, 0);
+      Value* is_zero = b_.CreateICmpEQ(b, zero);
+      Value* is_minus_one = b_.CreateICmpEQ(b, llvm::ConstantInt::getSigned(t, -1));
+      Value* special_divisor = b_.CreateOr(is_zero, is_minus_one);
+      Value* safe = b_.CreateSelect(special_divisor, llvm::ConstantInt::get(t, 1), b);
+      Value* q = op == Op::Div ? b_.CreateSDiv(a, safe) : b_.CreateSRem(a, safe);
+      Value* special = op == Op::Div ? b_.CreateSelect(is_zero, zero, b_.CreateNeg(a)) : zero;
+      return b_.CreateSelect(special_divisor, special, q);
+    }
+    case Op::Min: return b_.CreateBinaryIntrinsic(f ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, a, b);
+    case Op::Max: return b_.CreateBinaryIntrinsic(f ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, a, b);
+    case Op::And: return b_.CreateAnd(a, b);
+    case Op::Or: return b_.CreateOr(a, b);
+    case Op::Xor: return b_.CreateXor(a, b);
+    case Op::Shl:
+    case Op::Shr: {
+      // Shifting by the width or more gives 0 (left) or the sign (right), never poison.
+      unsigned bits = t->getIntegerBitWidth();
+      Value* too_far = b_.CreateICmpUGE(b, llvm::ConstantInt::get(t, bits));
+      if (op == Op::Shl) return b_.CreateSelect(too_far, llvm::ConstantInt::get(t, 0), b_.CreateShl(a, b));
+      return b_.CreateAShr(a, b_.CreateSelect(too_far, llvm::ConstantInt::get(t, bits - 1), b));
+    }
+    default: break;
+  }
+  throw InternalError(fmt::format("element ops: '{}' is not a binary op", ir::op_name(op)));
+}
+
+Value* ElementOps::compare(Op op, DType d, Value* a, Value* b) {
+  if (d.is_float()) {
+    switch (op) {
+      case Op::Eq: return b_.CreateFCmpOEQ(a, b);
+      case Op::Ne: return b_.CreateFCmpUNE(a, b);
+      case Op::Lt: return b_.CreateFCmpOLT(a, b);
+      case Op::Le: return b_.CreateFCmpOLE(a, b);
+      case Op::Gt: return b_.CreateFCmpOGT(a, b);
+      default: return b_.CreateFCmpOGE(a, b);
+    }
+  }
+  bool u = d.is_bool();  // false < true
+  switch (op) {
+    case Op::Eq: return b_.CreateICmpEQ(a, b);
+    case Op::Ne: return b_.CreateICmpNE(a, b);
+    case Op::Lt: return u ? b_.CreateICmpULT(a, b) : b_.CreateICmpSLT(a, b);
+    case Op::Le: return u ? b_.CreateICmpULE(a, b) : b_.CreateICmpSLE(a, b);
+    case Op::Gt: return u ? b_.CreateICmpUGT(a, b) : b_.CreateICmpSGT(a, b);
+    default: return u ? b_.CreateICmpUGE(a, b) : b_.CreateICmpSGE(a, b);
+  }
+}
+
+Value* ElementOps::cast(DType from, DType to, Value* x) {
+  llvm::Type* t = compute_type(to);
+  Value* out;
+  if (from.is_float() && to.is_float()) {
+    out = b_.CreateFPCast(x, t);
+  } else if (from.is_float()) {
+    out = to.is_bool() ? b_.CreateFCmpUNE(x, llvm::ConstantFP::get(x->getType(), 0.0))
+                       : b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {t, x->getType()}, {x});
+  } else if (to.is_float()) {
+    out = from.is_bool() ? b_.CreateUIToFP(x, t) : b_.CreateSIToFP(x, t);
+  } else if (to.is_bool()) {
+    out = b_.CreateICmpNE(x, llvm::ConstantInt::get(x->getType(), 0));
+  } else {
+    out = from.is_bool() ? b_.CreateZExt(x, t) : b_.CreateSExtOrTrunc(x, t);
+  }
+  return round(to, out);
+}
+
+Value* ElementOps::fma(Value* a, Value* b, Value* c) {
+  return b_.CreateIntrinsic(llvm::Intrinsic::fma, {a->getType()}, {a, b, c});
+}
+
+}  // namespace weft::codegen

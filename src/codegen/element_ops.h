@@ -1,0 +1,49 @@
+// The semantics of one element: types, conversions and arithmetic as LLVM IR, shared by every backend so
+// that the CPU reference and the GPUs compute the same thing. Only transcendental math differs by target
+// (libm on the host, the GPU's approximate instructions on NVPTX).
+//
+// Element semantics, in short: f16/bf16 compute in f32 and round to their type after every operation;
+// integer x / 0 == 0 and x % 0 == 0, MIN / -1 wraps; shifts by >= the width give 0 (<<) or the sign (>>);
+// float -> int saturates (NaN -> 0); to bool means != 0; min/max of floats ignore a NaN operand.
+#pragma once
+
+#include <llvm/IR/IRBuilder.h>
+
+#include "ir/node.h"
+
+namespace weft::codegen {
+
+enum class MathTarget { Host, Nvptx };
+
+class ElementOps {
+ public:
+  ElementOps(llvm::IRBuilder<>& b, MathTarget target, unsigned global_address_space = 0)
+      : b_(b), target_(target), global_as_(global_address_space) {}
+
+  llvm::Type* compute_type(DType d);  // what arithmetic runs on (f16/bf16: float; i1: i1)
+  llvm::Type* memory_type(DType d);   // what memory holds (i1: i8; f16: half; bf16: i16)
+  llvm::Value* to_compute(DType d, llvm::Value* in_memory);
+  llvm::Value* to_memory(DType d, llvm::Value* computed);
+  llvm::Value* round(DType d, llvm::Value* computed);  // f16/bf16 keep only their precision
+  llvm::Value* constant(DType d, double value);
+  // A kernel argument from its 64-bit slot (pointers as addresses, numbers in their low bits).
+  llvm::Value* from_slot(DType d, llvm::Value* slot64);
+
+  // `loc` names the user's line when the target cannot do the operation.
+  llvm::Value* unary(ir::Op op, DType d, llvm::Value* x, SourceLoc loc);
+  llvm::Value* binary(ir::Op op, DType d, llvm::Value* a, llvm::Value* b);
+  llvm::Value* compare(ir::Op op, DType d, llvm::Value* a, llvm::Value* b);
+  llvm::Value* cast(DType from, DType to, llvm::Value* x);
+  llvm::Value* fma(llvm::Value* a, llvm::Value* b, llvm::Value* c);
+
+ private:
+  llvm::Value* bf16_bits_to_float(llvm::Value* bits16);
+  llvm::Value* float_to_bf16_bits(llvm::Value* f);
+  llvm::Value* gpu_math(ir::Op op, DType d, llvm::Value* x, SourceLoc loc);
+
+  llvm::IRBuilder<>& b_;
+  MathTarget target_;
+  unsigned global_as_;
+};
+
+}  // namespace weft::codegen

@@ -1,0 +1,102 @@
+#include "codegen/nvptx/compile_ptx.h"
+
+#include <fmt/format.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Target/TargetOptions.h>
+#include <llvm/TargetParser/Triple.h>
+
+#include <mutex>
+
+#include "codegen/nvptx/lower_nvptx.h"
+#include "support/env.h"
+
+extern "C" void LLVMInitializeNVPTXTargetInfo();
+extern "C" void LLVMInitializeNVPTXTarget();
+extern "C" void LLVMInitializeNVPTXTargetMC();
+extern "C" void LLVMInitializeNVPTXAsmPrinter();
+
+namespace weft::codegen::nvptx {
+namespace {
+
+const char* kTriple = "nvptx64-nvidia-cuda";
+
+std::unique_ptr<llvm::TargetMachine> make_target_machine(const PtxTarget& target) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+  });
+  llvm::Triple triple(kTriple);
+  std::string error;
+  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!t) throw InternalError("NVPTX target unavailable: " + error);
+  llvm::TargetOptions options;
+  options.AllowFPOpFusion = llvm::FPOpFusion::Fast;  // a * b + c may become one fma, as nvcc does by default
+  return std::unique_ptr<llvm::TargetMachine>(
+      t->createTargetMachine(triple, target.arch, target.features, options, std::nullopt));
+}
+
+std::string print_module(const llvm::Module& m) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  m.print(os, nullptr);
+  return s;
+}
+
+void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(&tm);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+}
+
+}  // namespace
+
+std::string code_generator_version() { return "LLVM " LLVM_VERSION_STRING; }
+
+PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, const PtxTarget& target) {
+  if (options.num_warps < 1 || options.num_warps > 32 || (options.num_warps & (options.num_warps - 1)))
+    throw Error(fmt::format("kernel '{}': num_warps = {} must be a power of two from 1 to 32", f.name, options.num_warps),
+                f.loc);
+  auto tm = make_target_machine(target);
+  llvm::LLVMContext context;
+  int threads = options.num_warps * 32;
+  LoweredKernel lowered = lower_to_nvptx(f, context, threads, f.name);
+  llvm::Module& m = *lowered.module;
+  m.setTargetTriple(llvm::Triple(kTriple));
+  m.setDataLayout(tm->createDataLayout());
+  support::dump("llvm", f.name, "nvptx.ll", print_module(m));
+  optimize(m, *tm);
+
+  llvm::SmallString<0> ptx;
+  llvm::raw_svector_ostream os(ptx);
+  llvm::legacy::PassManager pm;
+  if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile))
+    throw InternalError("NVPTX: the target machine cannot emit PTX");
+  pm.run(m);
+  PtxKernel out;
+  out.ptx = std::string(ptx.str());
+  out.entry = lowered.symbol;
+  out.threads = threads;
+  out.shared_bytes = lowered.shared_bytes;
+  support::dump("ptx", f.name, "ptx", out.ptx);
+  return out;
+}
+
+}  // namespace weft::codegen::nvptx

@@ -1,0 +1,30 @@
+// NVPTX code generation: a verified kernel -> PTX text for one GPU architecture (no GPU or CUDA needed).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ir/node.h"
+#include "weft/kernel.h"
+
+namespace weft::codegen::nvptx {
+
+struct PtxTarget {
+  std::string arch = "sm_90a";    // LLVM NVPTX CPU name
+  std::string features = "+ptx85";
+};
+
+struct PtxKernel {
+  std::string ptx;            // a whole PTX module
+  std::string entry;          // the kernel's symbol in it
+  int threads = 128;          // threads per block (num_warps * 32)
+  int64_t shared_bytes = 0;   // dynamic shared memory the launch must provide
+};
+
+// "LLVM 22.1.8": the code generator's version, for cache keys.
+std::string code_generator_version();
+
+// Lowers `f` to PTX. Throws weft::Error for what the target cannot do (naming the user's line).
+PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, const PtxTarget& target);
+
+}  // namespace weft::codegen::nvptx

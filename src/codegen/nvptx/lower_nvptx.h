@@ -1,0 +1,24 @@
+// Lowering a verified kernel to per-thread LLVM IR for NVPTX (see lower_nvptx.cpp for the layout).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ir/node.h"
+
+namespace llvm {
+class LLVMContext;
+class Module;
+}  // namespace llvm
+
+namespace weft::codegen::nvptx {
+
+struct LoweredKernel {
+  std::unique_ptr<llvm::Module> module;
+  std::string symbol;
+  int64_t shared_bytes = 0;  // dynamic shared memory the kernel uses
+};
+
+LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int threads, const std::string& symbol);
+
+}  // namespace weft::codegen::nvptx

@@ -1,0 +1,164 @@
+// Our own declarations of the small part of the CUDA driver API weft uses, so that building weft needs no
+// CUDA toolkit: libcuda.so.1 is opened at run time (cuda_driver.cpp) and its functions are looked up by
+// the names in WEFT_CUDA_DRIVER_SYMBOLS below.
+//
+// Numeric values were checked against cuda.h of CUDA 13.0; the driver API keeps them stable across
+// releases. Declare only what weft calls. Everything lives in weft::driver::cuda, so these names never
+// collide with a real cuda.h that a user's program includes.
+#pragma once
+
+#include <cstddef>
+
+namespace weft::driver::cuda {
+
+// ---- handles -------------------------------------------------------------------------------------------
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;  // 64-bit builds only (weft supports no other)
+using CUcontext = struct CUctx_st*;
+using CUmodule = struct CUmod_st*;
+using CUfunction = struct CUfunc_st*;
+using CUstream = struct CUstream_st*;
+using CUevent = struct CUevent_st*;
+using CUlinkState = struct CUlinkState_st*;
+using CUgraph = struct CUgraph_st*;
+using CUgraphExec = struct CUgraphExec_st*;
+
+// ---- enums ---------------------------------------------------------------------------------------------
+// Unscoped with a fixed underlying type: every value the driver returns is representable, named or not.
+enum CUresult : int {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_INVALID_VALUE = 1,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ERROR_NOT_INITIALIZED = 3,
+  CUDA_ERROR_DEINITIALIZED = 4,
+  CUDA_ERROR_STUB_LIBRARY = 34,
+  CUDA_ERROR_NO_DEVICE = 100,
+  CUDA_ERROR_INVALID_PTX = 218,
+  CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222,
+  CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+  CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701,
+  CUDA_ERROR_ASSERT = 710,
+  CUDA_ERROR_HARDWARE_STACK_ERROR = 714,
+  CUDA_ERROR_ILLEGAL_INSTRUCTION = 715,
+  CUDA_ERROR_MISALIGNED_ADDRESS = 716,
+  CUDA_ERROR_INVALID_ADDRESS_SPACE = 717,
+  CUDA_ERROR_INVALID_PC = 718,
+  CUDA_ERROR_LAUNCH_FAILED = 719,
+};
+
+enum CUdevice_attribute : int {
+  CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK = 8,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+  CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+  CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+};
+
+enum CUfunction_attribute : int {
+  CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,
+  CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1,  // static shared memory
+  CU_FUNC_ATTRIBUTE_NUM_REGS = 4,
+  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+};
+
+enum CUjit_option : int {
+  CU_JIT_INFO_LOG_BUFFER = 3,
+  CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
+  CU_JIT_ERROR_LOG_BUFFER = 5,
+  CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+  CU_JIT_LOG_VERBOSE = 12,
+};
+
+enum CUjitInputType : int {
+  CU_JIT_INPUT_CUBIN = 0,
+  CU_JIT_INPUT_PTX = 1,
+};
+
+enum CUstreamCaptureMode : int {
+  CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+  CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+  CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+};
+
+// Flags of cuStreamCreate and cuEventCreate.
+inline constexpr unsigned CU_STREAM_DEFAULT = 0x0;
+inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
+inline constexpr unsigned CU_EVENT_DEFAULT = 0x0;
+
+// ---- the symbol table ----------------------------------------------------------------------------------
+// X(required, member, symbol, fallback_symbol, parameters)
+//   required:        false when weft works without it (the loader leaves the member null if absent)
+//   member:          the CudaDriver member; also names the function-pointer type `member_fn`
+//   symbol:          the exported name, versioned where the driver has versions (what cuda.h's #defines
+//                    map the plain names to)
+//   fallback_symbol: an older name tried when `symbol` is absent, or nullptr
+//   parameters:      the parameter list; every function returns CUresult
+#define WEFT_CUDA_DRIVER_SYMBOLS(X)                                                                           \
+  X(true, cuGetErrorName, "cuGetErrorName", nullptr, (CUresult error, const char** name))                      \
+  X(true, cuGetErrorString, "cuGetErrorString", nullptr, (CUresult error, const char** text))                  \
+  X(true, cuInit, "cuInit", nullptr, (unsigned flags))                                                         \
+  X(true, cuDriverGetVersion, "cuDriverGetVersion", nullptr, (int* version))                                   \
+  X(true, cuDeviceGetCount, "cuDeviceGetCount", nullptr, (int* count))                                         \
+  X(true, cuDeviceGet, "cuDeviceGet", nullptr, (CUdevice * device, int ordinal))                               \
+  X(true, cuDeviceGetName, "cuDeviceGetName", nullptr, (char* name, int length, CUdevice device))              \
+  X(true, cuDeviceGetAttribute, "cuDeviceGetAttribute", nullptr,                                               \
+    (int* value, CUdevice_attribute attribute, CUdevice device))                                               \
+  X(true, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", nullptr, (CUcontext * context, CUdevice device)) \
+  X(true, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", nullptr, (CUdevice device))               \
+  X(true, cuCtxGetCurrent, "cuCtxGetCurrent", nullptr, (CUcontext * context))                                  \
+  X(true, cuCtxSetCurrent, "cuCtxSetCurrent", nullptr, (CUcontext context))                                    \
+  X(true, cuCtxSynchronize, "cuCtxSynchronize", nullptr, ())                                                   \
+  X(true, cuMemAlloc, "cuMemAlloc_v2", nullptr, (CUdeviceptr * address, size_t bytes))                         \
+  X(true, cuMemFree, "cuMemFree_v2", nullptr, (CUdeviceptr address))                                           \
+  X(true, cuMemcpyHtoD, "cuMemcpyHtoD_v2", nullptr, (CUdeviceptr dst, const void* src, size_t bytes))          \
+  X(true, cuMemcpyDtoH, "cuMemcpyDtoH_v2", nullptr, (void* dst, CUdeviceptr src, size_t bytes))                \
+  X(true, cuMemcpyDtoD, "cuMemcpyDtoD_v2", nullptr, (CUdeviceptr dst, CUdeviceptr src, size_t bytes))          \
+  X(true, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", nullptr,                                                  \
+    (CUdeviceptr dst, const void* src, size_t bytes, CUstream stream))                                         \
+  X(true, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", nullptr,                                                  \
+    (void* dst, CUdeviceptr src, size_t bytes, CUstream stream))                                               \
+  X(true, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", nullptr,                                                  \
+    (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream))                                         \
+  X(true, cuLinkCreate, "cuLinkCreate_v2", nullptr,                                                            \
+    (unsigned num_options, CUjit_option* options, void** option_values, CUlinkState* state))                   \
+  X(true, cuLinkAddData, "cuLinkAddData_v2", nullptr,                                                          \
+    (CUlinkState state, CUjitInputType type, void* data, size_t bytes, const char* name, unsigned num_options, \
+     CUjit_option* options, void** option_values))                                                             \
+  X(true, cuLinkComplete, "cuLinkComplete", nullptr, (CUlinkState state, void** cubin, size_t* bytes))         \
+  X(true, cuLinkDestroy, "cuLinkDestroy", nullptr, (CUlinkState state))                                        \
+  X(true, cuModuleLoadData, "cuModuleLoadData", nullptr, (CUmodule * module, const void* image))               \
+  X(true, cuModuleUnload, "cuModuleUnload", nullptr, (CUmodule module))                                        \
+  X(true, cuModuleGetFunction, "cuModuleGetFunction", nullptr,                                                 \
+    (CUfunction * function, CUmodule module, const char* name))                                                \
+  X(true, cuFuncGetAttribute, "cuFuncGetAttribute", nullptr,                                                   \
+    (int* value, CUfunction_attribute attribute, CUfunction function))                                         \
+  X(true, cuFuncSetAttribute, "cuFuncSetAttribute", nullptr,                                                   \
+    (CUfunction function, CUfunction_attribute attribute, int value))                                          \
+  X(true, cuLaunchKernel, "cuLaunchKernel", nullptr,                                                           \
+    (CUfunction function, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,                 \
+     unsigned block_y, unsigned block_z, unsigned shared_bytes, CUstream stream, void** params, void** extra)) \
+  X(true, cuStreamCreate, "cuStreamCreate", nullptr, (CUstream * stream, unsigned flags))                      \
+  X(true, cuStreamDestroy, "cuStreamDestroy_v2", nullptr, (CUstream stream))                                   \
+  X(true, cuStreamSynchronize, "cuStreamSynchronize", nullptr, (CUstream stream))                              \
+  X(true, cuEventCreate, "cuEventCreate", nullptr, (CUevent * event, unsigned flags))                          \
+  X(true, cuEventDestroy, "cuEventDestroy_v2", nullptr, (CUevent event))                                       \
+  X(true, cuEventRecord, "cuEventRecord", nullptr, (CUevent event, CUstream stream))                           \
+  X(true, cuEventSynchronize, "cuEventSynchronize", nullptr, (CUevent event))                                  \
+  X(true, cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime",                                   \
+    (float* milliseconds, CUevent start, CUevent end))                                                         \
+  /* CUDA graphs: weft's own launches only need to be capturable; these serve tests and benchmarks. */        \
+  X(false, cuStreamBeginCapture, "cuStreamBeginCapture_v2", nullptr,                                           \
+    (CUstream stream, CUstreamCaptureMode mode))                                                               \
+  X(false, cuStreamEndCapture, "cuStreamEndCapture", nullptr, (CUstream stream, CUgraph * graph))              \
+  X(false, cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", nullptr,                                \
+    (CUgraphExec * exec, CUgraph graph, unsigned long long flags))                                             \
+  X(false, cuGraphLaunch, "cuGraphLaunch", nullptr, (CUgraphExec exec, CUstream stream))                       \
+  X(false, cuGraphExecDestroy, "cuGraphExecDestroy", nullptr, (CUgraphExec exec))                              \
+  X(false, cuGraphDestroy, "cuGraphDestroy", nullptr, (CUgraph graph))
+
+// Function-pointer types: cuInit_fn, cuMemAlloc_fn, …
+#define WEFT_CUDA_DECLARE_FN_TYPE(required, member, symbol, fallback, parameters) \
+  using member##_fn = CUresult(*) parameters;
+WEFT_CUDA_DRIVER_SYMBOLS(WEFT_CUDA_DECLARE_FN_TYPE)
+#undef WEFT_CUDA_DECLARE_FN_TYPE
+
+}  // namespace weft::driver::cuda

@@ -1,0 +1,187 @@
+// The CUDA backend: device memory through the driver API, kernels compiled to PTX by the NVPTX code
+// generator and to a cubin by the driver, launched with cuLaunchKernel on the caller's stream.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <limits>
+#include <string_view>
+
+#include "cache/disk_cache.h"
+#include "driver/backend.h"
+#include "driver/cuda/cuda_driver.h"
+#include "ir/printer.h"
+#include "support/build_id.h"
+#include "support/env.h"
+
+namespace weft::detail {
+namespace {
+
+using namespace driver::cuda;
+
+// The oldest PTX ISA that knows the architecture (8.6 brought sm_100a/sm_101a, 8.7 sm_120a, 8.8 sm_103a and
+// sm_121a); null keeps the code generator's default.
+const char* minimum_ptx_features(int major, int minor) {
+  if (major < 10) return nullptr;
+  if (major == 10 && minor <= 1) return "+ptx86";
+  if (major == 12 && minor == 0) return "+ptx87";
+  return "+ptx88";
+}
+
+// Compiled for exactly the device's architecture; on sm_90 and later the "a" variant, which unlocks the
+// architecture-specific instructions (wgmma, setmaxnreg, ...): fine for code JIT-compiled where it runs.
+codegen::nvptx::PtxTarget ptx_target_for(const CudaDevice& device) {
+  codegen::nvptx::PtxTarget target;
+  int major = device.cc_major(), minor = device.cc_minor();
+  target.arch = fmt::format("sm_{}{}{}", major, minor, major >= 9 ? "a" : "");
+  if (const char* features = minimum_ptx_features(major, minor)) target.features = features;
+  return target;
+}
+
+// weft::Error's what() starts with "weft::Error: "; a reason quoted inside another message drops it.
+std::string reason_of(const Error& e) {
+  std::string_view text = e.what(), prefix = "weft::Error: ";
+  if (text.starts_with(prefix)) text.remove_prefix(prefix.size());
+  return std::string(text);
+}
+
+CUdeviceptr device_address(const void* address) { return reinterpret_cast<CUdeviceptr>(address); }
+
+unsigned grid_dimension(int64_t n, const CudaKernel& k) {
+  if (n < 1 || n > std::numeric_limits<unsigned>::max())
+    throw Error(fmt::format("{} launched with a grid dimension of {}, outside 1..{}", k.label, n,
+                            std::numeric_limits<unsigned>::max()));
+  return static_cast<unsigned>(n);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int ordinal) : device_(ordinal), name_(device_.label()) {}
+
+  BackendKind kind() const override { return BackendKind::cuda; }
+  std::string name() const override { return name_; }
+
+  void* allocate(size_t bytes) override {
+    device_.make_current();
+    CUdeviceptr address = 0;
+    check(driver().cuMemAlloc(&address, bytes), "cuMemAlloc", name_);
+    return reinterpret_cast<void*>(address);
+  }
+
+  // Runs in destructors (Allocation's), so it reports instead of throwing.
+  void release(void* address) override {
+    CUresult result = device_.try_make_current();
+    if (result == CUDA_SUCCESS) result = driver().cuMemFree(device_address(address));
+    if (result != CUDA_SUCCESS && result != CUDA_ERROR_DEINITIALIZED) {  // DEINITIALIZED: at process exit
+      try {
+        check(result, "cuMemFree", name_);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "weft: warning: %s\n", e.what());
+      }
+    }
+  }
+
+  // Synchronous copies on the legacy default stream: they wait for the work queued there (and on blocking
+  // streams) before them, not for a user's non-blocking stream, which the user synchronizes first.
+  // The copy from pageable memory may return before its DMA lands; waiting for it means a kernel launched
+  // next on any stream, even a non-blocking one, sees the data.
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    device_.make_current();
+    check(driver().cuMemcpyHtoD(device_address(dst), src, bytes), "cuMemcpyHtoD", name_);
+    check(driver().cuStreamSynchronize(nullptr), "cuStreamSynchronize after cuMemcpyHtoD", name_);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    device_.make_current();
+    check(driver().cuMemcpyDtoH(dst, device_address(src), bytes), "cuMemcpyDtoH", name_);
+  }
+
+  // Through the compile cache: a hit loads the cubin an earlier process (or thread) linked, skipping LLVM
+  // and the driver's compiler.
+  std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) override {
+    codegen::nvptx::PtxTarget target = ptx_target_for(device_);
+    std::string key = cache::KeyBuilder()
+                          .add("cuda cubin 1")
+                          .add(ir::print(f))
+                          .add(options.num_warps)
+                          .add(target.arch)
+                          .add(target.features)
+                          .add(support::weft_identity())
+                          .add(codegen::nvptx::code_generator_version())
+                          .add(driver().version)
+                          .finish();
+    if (std::optional<std::string> hit = cache::load(key))
+      if (auto k = from_cache_entry(f, *hit)) return k;
+    codegen::nvptx::PtxKernel ptx = codegen::nvptx::compile_to_ptx(f, options, target);
+    std::shared_ptr<CudaKernel> k = load_cuda_kernel(f.name, ptx, device_, f.loc);
+    cache::store(key, fmt::format("{}\n{}\n{}\n", ptx.entry, k->threads, k->shared_bytes) +
+                          std::string(k->cubin.begin(), k->cubin.end()));
+    return k;
+  }
+
+  // Nothing here may synchronize or allocate: launches must be capturable into a CUDA graph.
+  void launch(const CompiledKernel& compiled, const LaunchDims& grid, const std::vector<uint64_t>& args,
+              void* stream) override {
+    const auto& k = static_cast<const CudaKernel&>(compiled);
+    device_.make_current();
+    // Every kernel parameter is a .u64: the driver reads each value through a pointer to its slot.
+    std::vector<void*> params(args.size());
+    for (size_t i = 0; i < args.size(); ++i) params[i] = const_cast<uint64_t*>(&args[i]);
+    check(driver().cuLaunchKernel(k.function, grid_dimension(grid.x, k), grid_dimension(grid.y, k),
+                                  grid_dimension(grid.z, k), static_cast<unsigned>(k.threads), 1, 1, k.shared_bytes,
+                                  static_cast<CUstream>(stream), params.empty() ? nullptr : params.data(), nullptr),
+          "cuLaunchKernel", k.label);
+  }
+
+  // nullptr (Device::synchronize, and the default Stream) waits for all work on the device, whichever
+  // stream it went to; a user's stream waits for that stream only.
+  void synchronize(void* stream) override {
+    device_.make_current();
+    if (stream)
+      check(driver().cuStreamSynchronize(static_cast<CUstream>(stream)), "cuStreamSynchronize", name_);
+    else
+      check(driver().cuCtxSynchronize(), "cuCtxSynchronize", name_);
+  }
+
+ private:
+  static const CudaDriver& driver() { return cuda_driver(); }
+
+  // A cache entry is "entry\nthreads\nshared bytes\n" followed by the cubin; null if it does not parse.
+  std::shared_ptr<CudaKernel> from_cache_entry(const ir::Function& f, const std::string& entry) {
+    size_t a = entry.find('\n'), b = entry.find('\n', a + 1), c = entry.find('\n', b + 1);
+    if (c == std::string::npos) return nullptr;
+    int threads = std::atoi(entry.substr(a + 1, b - a - 1).c_str());
+    int64_t shared = std::atoll(entry.substr(b + 1, c - b - 1).c_str());
+    std::vector<char> cubin(entry.begin() + static_cast<std::ptrdiff_t>(c + 1), entry.end());
+    return load_cuda_kernel(f.name, std::move(cubin), entry.substr(0, a), threads, shared, device_, f.loc);
+  }
+
+  CudaDevice device_;
+  std::string name_;  // "cuda:0 (NVIDIA H200)"
+};
+
+struct Creation {
+  Backend* backend = nullptr;
+  std::string why_not;
+};
+
+Creation create_cuda_backend() {
+  Creation created;
+  if (!cuda_available(&created.why_not)) return created;
+  try {
+    // Never deleted: Buffers and Kernels in static storage are destroyed after any static backend would
+    // be, and must still find the primary context retained when they free their memory and modules.
+    created.backend = new CudaBackend(support::knobs().cuda_device);
+  } catch (const Error& e) {
+    created.why_not = reason_of(e);
+  }
+  return created;
+}
+
+}  // namespace
+
+Backend* cuda_backend_or_null(std::string* why_not) {
+  static const Creation created = create_cuda_backend();  // once per process, thread-safe
+  if (!created.backend && why_not) *why_not = created.why_not;
+  return created.backend;
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,127 @@
+// The CUDA driver, opened at run time: loading libcuda.so.1, turning CUresults into weft::Errors, a
+// device's primary context, and PTX -> cubin -> loaded kernel. The CUDA backend (cuda_backend.cpp) is
+// built on this; tests use it directly to run hand-written PTX.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "codegen/nvptx/compile_ptx.h"
+#include "driver/backend.h"
+#include "driver/cuda/cuda_api.h"
+#include "weft/error.h"
+
+namespace weft::driver::cuda {
+
+// The driver's entry points, one member per line of WEFT_CUDA_DRIVER_SYMBOLS (null: an optional symbol
+// this driver lacks).
+struct CudaDriver {
+  void* library = nullptr;  // the dlopen handle
+  int version = 0;          // cuDriverGetVersion: 12080 for CUDA 12.8
+#define WEFT_CUDA_DECLARE_MEMBER(required, member, symbol, fallback, parameters) member##_fn member = nullptr;
+  WEFT_CUDA_DRIVER_SYMBOLS(WEFT_CUDA_DECLARE_MEMBER)
+#undef WEFT_CUDA_DECLARE_MEMBER
+};
+
+// The process's driver: libcuda.so.1 opened, its symbols resolved and cuInit done, once and thread-safely.
+// Throws weft::Error saying why not (no driver installed, too old, or cuInit failed).
+const CudaDriver& cuda_driver();
+
+// Whether the driver works and sees at least one device; if not, the reason goes to `why_not`.
+bool cuda_available(std::string* why_not = nullptr);
+
+// Opens `library` and resolves the symbol table without initialising or caching anything; null with the
+// reason in `why_not` on failure. cuda_driver() uses it; tests call it to exercise the failure paths.
+std::unique_ptr<CudaDriver> open_cuda_driver(const char* library, std::string* why_not);
+
+// "CUDA 12.8" for a cuDriverGetVersion value.
+std::string cuda_version_string(int version);
+
+// Throws weft::Error unless `result` is CUDA_SUCCESS, naming the call, the driver's name and text for the
+// error, and what it concerned (e.g. "kernel 'softmax'").
+[[noreturn]] void throw_cuda_error(CUresult result, const char* call, std::string_view what);
+inline void check(CUresult result, const char* call, std::string_view what) {
+  if (result != CUDA_SUCCESS) throw_cuda_error(result, call, what);
+}
+
+// One device and its primary context (retained while this object lives).
+class CudaDevice {
+ public:
+  // Throws weft::Error if the driver is unavailable or `ordinal` names no device.
+  explicit CudaDevice(int ordinal);
+  ~CudaDevice();
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  // Makes the primary context current on the calling thread, as every driver call needs; cheap when it
+  // already is. try_make_current() reports instead of throwing, for destructors.
+  void make_current() const;
+  CUresult try_make_current() const;
+
+  int ordinal() const { return ordinal_; }
+  CUdevice handle() const { return device_; }
+  CUcontext context() const { return context_; }
+  const std::string& name() const { return name_; }  // "NVIDIA H200"
+  std::string label() const;                          // "cuda:0 (NVIDIA H200)"
+  int cc_major() const { return cc_major_; }
+  int cc_minor() const { return cc_minor_; }
+  int shared_bytes_per_block() const { return shared_per_block_; }              // without opt-in (48 KiB)
+  int shared_bytes_per_block_optin() const { return shared_per_block_optin_; }  // the most a kernel can ask for
+
+ private:
+  int ordinal_;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  std::string name_;
+  int cc_major_ = 0, cc_minor_ = 0;
+  int shared_per_block_ = 0, shared_per_block_optin_ = 0;
+};
+
+// PTX -> cubin with the driver's own compiler (cuLinkCreate/AddData/Complete) for the device of the
+// current context. On failure, a weft::Error carrying the compiler's error and info logs.
+struct LinkedCubin {
+  std::vector<char> cubin;
+  std::string info_log;  // ptxas's verbose report: registers, spills, shared memory
+};
+LinkedCubin link_ptx(std::string_view ptx, std::string_view what);
+
+// A loaded module; unloaded when this goes away (errors then are ignored: it may be at process exit).
+class CudaModule {
+ public:
+  CudaModule(const std::vector<char>& image, const CudaDevice& device, std::string_view what);
+  ~CudaModule();
+  CudaModule(const CudaModule&) = delete;
+  CudaModule& operator=(const CudaModule&) = delete;
+
+  CUfunction function(const std::string& entry, std::string_view what) const;
+
+ private:
+  const CudaDevice& device_;
+  CUmodule module_ = nullptr;
+};
+
+// A kernel ready to launch with cuLaunchKernel.
+struct CudaKernel : detail::CompiledKernel {
+  std::string label;  // "kernel 'softmax'", for error messages
+  std::unique_ptr<CudaModule> module;
+  CUfunction function = nullptr;
+  int threads = 0;                // per block
+  unsigned shared_bytes = 0;      // dynamic shared memory per block
+  std::vector<char> cubin;        // what a compile cache stores
+  std::string link_log;           // ptxas's report when the cubin was linked here
+};
+
+// Loads `cubin` on `device` (making its context current) and prepares `entry` for launches of `threads`
+// threads with `shared_bytes` of dynamic shared memory: raises the function's shared-memory limit past
+// 48 KiB when needed. Throws weft::Error (located at `where`) when the device cannot run it so.
+std::shared_ptr<CudaKernel> load_cuda_kernel(const std::string& name, std::vector<char> cubin,
+                                             const std::string& entry, int threads, int64_t shared_bytes,
+                                             const CudaDevice& device, SourceLoc where = {});
+// link_ptx() followed by load_cuda_kernel().
+std::shared_ptr<CudaKernel> load_cuda_kernel(const std::string& name, const codegen::nvptx::PtxKernel& ptx,
+                                             const CudaDevice& device, SourceLoc where = {});
+
+}  // namespace weft::driver::cuda

@@ -1,0 +1,23 @@
+// The unit tests' main. The same binary also runs the op suite on the GPU (ctest label gpu, with
+// WEFT_BACKEND=cuda): there, without a usable CUDA device, it prints why and exits with 77, which ctest
+// reports as skipped.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "driver/cuda/cuda_driver.h"
+
+int main(int argc, char** argv) {
+  const char* backend = std::getenv("WEFT_BACKEND");
+  if (backend && std::string(backend) == "cuda") {
+    std::string why;
+    if (!weft::driver::cuda::cuda_available(&why)) {
+      std::printf("SKIPPED: WEFT_BACKEND=cuda but there is no usable CUDA GPU: %s\n", why.c_str());
+      return 77;
+    }
+  }
+  return Catch::Session().run(argc, argv);
+}
