@@ -8,7 +8,7 @@
 
 using namespace weft;
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   int M = argc > 3 ? std::atoi(argv[1]) : 317, N = argc > 3 ? std::atoi(argv[2]) : 205,
       K = argc > 3 ? std::atoi(argv[3]) : 131;
   const int BM = 32, BN = 32, BK = 32;
@@ -42,4 +42,7 @@ int main(int argc, char** argv) {
   std::printf("matmul %d x %d x %d on %s: max abs error %.2e, %d mismatches: %s\n", M, N, K, dev.name().c_str(), worst,
               bad, bad ? "FAIL" : "PASS");
   return bad ? 1 : 0;
+} catch (const weft::Error& e) {  // e.g. WEFT_TARGET=sm_90a without that GPU: compiled, cannot run
+  std::fprintf(stderr, "%s\n", e.what());
+  return 1;
 }

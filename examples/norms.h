@@ -6,7 +6,7 @@
 #include <weft/weft.h>
 
 // y = (x - mean) / sqrt(var + eps) * w + b
-inline weft::Kernel make_layernorm() {
+inline weft::Kernel make_layernorm(weft::KernelOptions options = {}) {
   using namespace weft;
   return Kernel("layernorm", [](Ptr<bf16> x, Ptr<bf16> w, Ptr<bf16> b, Ptr<bf16> y, Int n, Float eps,
                                 Const<int> block) {
@@ -20,11 +20,11 @@ inline weft::Kernel make_layernorm() {
     Float rstd = rsqrt(sum(centered * centered, 0) / n_f + eps);
     Float out = centered * rstd * cast<float>(load(w + cols, valid, 0)) + cast<float>(load(b + cols, valid, 0));
     store(y + row + cols, cast<bf16>(out), valid);
-  });
+  }, options);
 }
 
 // y = x / sqrt(mean(x^2) + eps) * w
-inline weft::Kernel make_rmsnorm() {
+inline weft::Kernel make_rmsnorm(weft::KernelOptions options = {}) {
   using namespace weft;
   return Kernel("rmsnorm", [](Ptr<bf16> x, Ptr<bf16> w, Ptr<bf16> y, Int n, Float eps, Const<int> block) {
     Long row = cast<int64_t>(program_id(0)) * cast<int64_t>(n);
@@ -33,5 +33,5 @@ inline weft::Kernel make_rmsnorm() {
     Float v = cast<float>(load(x + row + cols, valid, 0));
     Float rms = rsqrt(sum(v * v, 0) / cast<float>(n) + eps);
     store(y + row + cols, cast<bf16>(v * rms * cast<float>(load(w + cols, valid, 0))), valid);
-  });
+  }, options);
 }

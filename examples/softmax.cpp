@@ -26,7 +26,7 @@ static int next_pow2(int v) {
   return p;
 }
 
-int main() {
+int main() try {
   Kernel softmax = make_softmax();
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<float> dist(-8.f, 8.f);
@@ -55,4 +55,7 @@ int main() {
   }
   std::printf("softmax on %s: %s\n", dev.name().c_str(), failures ? "FAIL" : "PASS");
   return failures ? 1 : 0;
+} catch (const weft::Error& e) {  // e.g. WEFT_TARGET=sm_90a without that GPU: compiled, cannot run
+  std::fprintf(stderr, "%s\n", e.what());
+  return 1;
 }

@@ -7,7 +7,7 @@
 
 using namespace weft;
 
-int main() {
+int main() try {
   Kernel vector_add("vector_add", [](Ptr<float> x, Ptr<float> y, Ptr<float> out, Int n, Const<int> block) {
     Int offsets = program_id(0) * block + arange(0, block);
     Bool in_range = offsets < n;
@@ -32,4 +32,7 @@ int main() {
     if (out[i] != x[i] + y[i]) ++bad;
   std::printf("vector_add on %s: n = %d, %d mismatches: %s\n", dev.name().c_str(), n, bad, bad ? "FAIL" : "PASS");
   return bad ? 1 : 0;
+} catch (const weft::Error& e) {  // e.g. WEFT_TARGET=sm_90a without that GPU: compiled, cannot run
+  std::fprintf(stderr, "%s\n", e.what());
+  return 1;
 }

@@ -11,6 +11,8 @@
 // each distinct set of Const values is traced and compiled once, then memoized.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -101,7 +103,8 @@ class KernelImpl;
 std::shared_ptr<KernelImpl> make_kernel(std::string name, std::vector<ParamInfo> params,
                                         std::function<void(const TraceInputs&)> tracer, KernelOptions options,
                                         SourceLoc loc);
-void launch_kernel(KernelImpl&, const Stream* stream, const Grid& grid, const std::vector<KernelArg>& args);
+// `args`: the launch's `count` arguments, in order (a stack array of Kernel::launch).
+void launch_kernel(KernelImpl&, const Stream* stream, const Grid& grid, const KernelArg* args, size_t count);
 std::string kernel_ir(KernelImpl&, const std::vector<KernelArg>& const_args);
 struct CompiledKernel;
 std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl&, Backend&, const std::vector<KernelArg>& const_args);
@@ -127,12 +130,15 @@ class Kernel {
   }
 
   // Launch on the current device's default stream (synchronous on the CPU backend).
+  // The arguments go to the library as an array on the stack: a warm launch allocates nothing.
   template <class... A> void launch(const Grid& grid, const A&... args) const {
-    detail::launch_kernel(*impl_, nullptr, grid, {detail::kernel_arg(args)...});
+    const std::array<detail::KernelArg, sizeof...(A)> a{detail::kernel_arg(args)...};
+    detail::launch_kernel(*impl_, nullptr, grid, a.data(), a.size());
   }
   // Launch on `stream`.
   template <class... A> void launch(const Stream& stream, const Grid& grid, const A&... args) const {
-    detail::launch_kernel(*impl_, &stream, grid, {detail::kernel_arg(args)...});
+    const std::array<detail::KernelArg, sizeof...(A)> a{detail::kernel_arg(args)...};
+    detail::launch_kernel(*impl_, &stream, grid, a.data(), a.size());
   }
 
   // Compiles the specialization for these Const arguments on `device` now, instead of at its first launch;

@@ -4,7 +4,10 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
-#include <numbers>
+#include <cmath>
+#include <cstring>
+
+#include "codegen/portable_math.h"
 
 namespace weft::codegen {
 
@@ -76,11 +79,25 @@ Value* ElementOps::round(DType d, Value* v) {
   return v;
 }
 
+namespace {
+// The host-side twin of ElementOps::f32_round_to_odd, for constants.
+float host_f32_round_to_odd(double v) {
+  float f = static_cast<float>(v);
+  if (std::isnan(v) || static_cast<double>(f) == v) return f;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) --u;
+  u |= 1;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+}  // namespace
+
 Value* ElementOps::constant(DType d, double v) {
   llvm::Type* t = compute_type(d);
   if (d.is_float()) {
-    if (d.scalar == ScalarType::f16) v = static_cast<float>(f16(static_cast<float>(v)));
-    if (d.scalar == ScalarType::bf16) v = static_cast<float>(bf16(static_cast<float>(v)));
+    if (d.scalar == ScalarType::f16) v = static_cast<float>(f16(host_f32_round_to_odd(v)));
+    if (d.scalar == ScalarType::bf16) v = static_cast<float>(bf16(host_f32_round_to_odd(v)));
     return llvm::ConstantFP::get(t, v);
   }
   return llvm::ConstantInt::get(t, static_cast<uint64_t>(static_cast<int64_t>(v)), true);
@@ -98,32 +115,49 @@ Value* ElementOps::from_slot(DType d, Value* slot) {
   }
 }
 
-// The GPU's special-function unit: fast approximations (about 2 ulp), as CUDA's fast-math intrinsics.
-Value* ElementOps::gpu_math(Op op, DType d, Value* x, SourceLoc loc) {
-  if (d.scalar == ScalarType::f64)
-    throw Error(fmt::format("{} on f64 is not supported by the GPU backend yet; compute it in f32 (cast<float>(x))",
-                            ir::op_name(op)),
-                loc);
-  auto approx = [&](llvm::Intrinsic::ID id, Value* arg) { return b_.CreateIntrinsic(id, {}, {arg}); };
-  auto f = [&](double c) { return llvm::ConstantFP::get(b_.getFloatTy(), c); };
+// Transcendentals on the GPU: portable range reduction + polynomials (see portable_math.h); rsqrt uses
+// the special-function unit's rsqrt.approx.f32 (within 1 ulp after rounding).
+Value* ElementOps::gpu_math(Op op, Value* x) {
   switch (op) {
-    case Op::Exp:
-      return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx, {b_.getFloatTy()}, {b_.CreateFMul(x, f(std::numbers::log2e))});
-    case Op::Exp2: return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx, {b_.getFloatTy()}, {x});
-    case Op::Log: return b_.CreateFMul(approx(llvm::Intrinsic::nvvm_lg2_approx_f, x), f(std::numbers::ln2));
-    case Op::Log2: return approx(llvm::Intrinsic::nvvm_lg2_approx_f, x);
-    case Op::Sin: return approx(llvm::Intrinsic::nvvm_sin_approx_f, x);
-    case Op::Cos: return approx(llvm::Intrinsic::nvvm_cos_approx_f, x);
-    case Op::Rsqrt: return approx(llvm::Intrinsic::nvvm_rsqrt_approx_f, x);
-    default: break;
+    case Op::Exp: return portable_math::exp(b_, x);
+    case Op::Exp2: return portable_math::exp2(b_, x);
+    case Op::Log: return portable_math::log(b_, x);
+    case Op::Log2: return portable_math::log2(b_, x);
+    case Op::Sin: return portable_math::sin(b_, x);
+    case Op::Cos: return portable_math::cos(b_, x);
+    case Op::Rsqrt:
+      if (x->getType()->isFloatTy()) return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_rsqrt_approx_f, {}, {x});
+      return nullptr;
+    default: return nullptr;
   }
-  return nullptr;
+}
+
+// fmod for f32 (and narrower) on the GPU, whose own lowering of frem is inexact: a - trunc(a / b) * b in
+// f64 is exact while the quotient is below 2^29, once a quotient rounded across an integer is undone.
+Value* ElementOps::gpu_fmod(Value* a, Value* b) {
+  llvm::Type* f64 = b_.getDoubleTy();
+  Value* x = b_.CreateFPExt(a, f64);
+  Value* y = b_.CreateFPExt(b, f64);
+  Value* q = b_.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, b_.CreateFDiv(x, y));
+  Value* r = fma(b_.CreateFNeg(q), y, x);
+  Value* overshot = b_.CreateFCmpOLT(b_.CreateFMul(r, x), llvm::ConstantFP::get(f64, 0.0));  // sign flipped
+  Value* abs_y = b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, y);
+  Value* back = b_.CreateSelect(b_.CreateFCmpOLT(x, llvm::ConstantFP::get(f64, 0.0)), b_.CreateFNeg(abs_y), abs_y);
+  r = b_.CreateSelect(overshot, b_.CreateFAdd(r, back), r);
+  Value* undershot = b_.CreateFCmpOGE(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, r), abs_y);  // a whole y left
+  r = b_.CreateSelect(undershot, b_.CreateFSub(r, back), r);
+  // Keep fmod's signed zero, and its NaN for b == 0 or an infinite a (which the arithmetic gives already).
+  r = b_.CreateSelect(b_.CreateFCmpOEQ(r, llvm::ConstantFP::get(f64, 0.0)), b_.CreateFMul(x, llvm::ConstantFP::get(f64, 0.0)), r);
+  // fmod(a, inf) is a.
+  r = b_.CreateSelect(b_.CreateFCmpOEQ(abs_y, llvm::ConstantFP::get(f64, INFINITY)), x, r);
+  return b_.CreateFPTrunc(r, a->getType());
 }
 
 Value* ElementOps::unary(Op op, DType d, Value* x, SourceLoc loc) {
+  (void)loc;
   bool f = d.is_float();
   if (f && target_ == MathTarget::Nvptx)
-    if (Value* v = gpu_math(op, d, x, loc)) return v;
+    if (Value* v = gpu_math(op, x)) return v;
   switch (op) {
     case Op::Neg: return f ? b_.CreateFNeg(x) : b_.CreateNeg(x);
     case Op::Not: return b_.CreateNot(x);
@@ -155,6 +189,7 @@ Value* ElementOps::binary(Op op, DType d, Value* a, Value* b) {
     case Op::Mul: return f ? b_.CreateFMul(a, b) : b_.CreateMul(a, b);
     case Op::Div:
     case Op::Rem: {
+      if (f && op == Op::Rem && target_ == MathTarget::Nvptx && t->isFloatTy()) return gpu_fmod(a, b);
       if (f) return op == Op::Div ? b_.CreateFDiv(a, b) : b_.CreateFRem(a, b);
       // Integer division never traps: x / 0 = 0, x % 0 = 0, and MIN / -1 wraps.
       Value* zero = llvm::ConstantInt::get(t, 0);
@@ -206,10 +241,39 @@ Value* ElementOps::compare(Op op, DType d, Value* a, Value* b) {
   }
 }
 
+// x, an f64 or an integer, as an f32 rounded to odd (toward zero, then the last bit set if inexact).
+// Rounding that to f16/bf16 rounds x once; rounding x to the nearest f32 first can land on a halfway
+// point of the narrower type and round it the wrong way.
+Value* ElementOps::f32_round_to_odd(DType from, Value* x) {
+  llvm::Type* f32 = b_.getFloatTy();
+  Value* f = from.is_float() ? b_.CreateFPTrunc(x, f32) : b_.CreateSIToFP(x, f32);
+  Value *exact, *away;  // f == x; |f| > |x|
+  if (from.is_float()) {
+    Value* back = b_.CreateFPExt(f, x->getType());
+    exact = b_.CreateFCmpOEQ(back, x);
+    away = b_.CreateFCmpOGT(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, back),
+                            b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x));
+  } else {
+    // Saturation only bites at 2^31 / 2^63, where f is the right answer either way.
+    Value* back = b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {x->getType(), f32}, {f});
+    exact = b_.CreateICmpEQ(back, x);
+    away = b_.CreateSelect(b_.CreateICmpSLT(x, llvm::ConstantInt::get(x->getType(), 0)), b_.CreateICmpSLT(back, x),
+                           b_.CreateICmpSGT(back, x));
+  }
+  Value* bits = b_.CreateBitCast(f, b_.getInt32Ty());
+  bits = b_.CreateSelect(away, b_.CreateSub(bits, b_.getInt32(1)), bits);
+  bits = b_.CreateSelect(exact, bits, b_.CreateOr(bits, 1));
+  return b_.CreateBitCast(bits, f32);
+}
+
 Value* ElementOps::cast(DType from, DType to, Value* x) {
   llvm::Type* t = compute_type(to);
+  bool to_16bit = to.scalar == ScalarType::f16 || to.scalar == ScalarType::bf16;
+  bool wide_from = from.scalar == ScalarType::f64 || from.scalar == ScalarType::i32 || from.scalar == ScalarType::i64;
   Value* out;
-  if (from.is_float() && to.is_float()) {
+  if (to_16bit && wide_from) {
+    out = f32_round_to_odd(from, x);
+  } else if (from.is_float() && to.is_float()) {
     out = b_.CreateFPCast(x, t);
   } else if (from.is_float()) {
     out = to.is_bool() ? b_.CreateFCmpUNE(x, llvm::ConstantFP::get(x->getType(), 0.0))

@@ -35,10 +35,15 @@ class Backend {
 
   // Compiles a verified kernel. Throws weft::Error for what the target cannot do.
   virtual std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) = 0;
-  // Launches `k` over `grid`; `args` holds one 64-bit slot per Tile parameter, in order (pointers as
-  // addresses, numbers in the low bits of their own type).
-  virtual void launch(const CompiledKernel& k, const LaunchDims& grid, const std::vector<uint64_t>& args,
+  // Launches `k` over `grid`; `args` points to `count` 64-bit slots, one per Tile parameter, in order
+  // (pointers as addresses, numbers in the low bits of their own type). On the hot path of every launch:
+  // no allocation here where it can be helped.
+  virtual void launch(const CompiledKernel& k, const LaunchDims& grid, const uint64_t* args, size_t count,
                       void* stream) = 0;
+  // The same with the slots in a vector, for tests and tools (Kernel::launch uses the one above).
+  void launch(const CompiledKernel& k, const LaunchDims& grid, const std::vector<uint64_t>& args, void* stream) {
+    launch(k, grid, args.data(), args.size(), stream);
+  }
   virtual void* default_stream() { return nullptr; }
   virtual void synchronize(void* stream) = 0;
 };

@@ -39,7 +39,7 @@ class CompileOnlyBackend final : public Backend {
     return k;
   }
 
-  void launch(const CompiledKernel& k, const LaunchDims&, const std::vector<uint64_t>&, void*) override {
+  void launch(const CompiledKernel& k, const LaunchDims&, const uint64_t*, size_t, void*) override {
     throw Error(fmt::format("kernel '{}' was compiled for {} but cannot run: {}", k.name, arch_, why_));
   }
   void synchronize(void*) override {}

@@ -2,6 +2,8 @@
 // and launching.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include <unordered_map>
 
 #include "driver/backend.h"
+#include "driver/ptx_check.h"
 #include "dsl/trace.h"
 #include "ir/printer.h"
 #include "support/env.h"
@@ -30,6 +33,13 @@ class KernelImpl {
   };
   std::mutex mutex;
   std::map<std::string, Specialization> specializations;  // keyed on the Const values
+
+  // The last launch's specialization, so that a warm launch skips the key and the maps: its backend, its
+  // Const values (each one's 64 bits, see const_bits, in the order of the Const parameters) and what it
+  // launched. `last_compiled` is owned by `specializations`, which never drops an entry. Guarded by `mutex`.
+  Backend* last_backend = nullptr;
+  std::vector<uint64_t> last_consts;
+  CompiledKernel* last_compiled = nullptr;
 
   Specialization& specialization(const std::vector<KernelArg>& consts, SourceLoc at);
   // The specialization compiled for `backend` (compiled now if it was not yet). Call with `mutex` held.
@@ -159,6 +169,7 @@ KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelA
   Specialization s;
   s.function = dsl::trace_kernel(name, params, tracer, consts, loc);
   support::dump("ir", name, "ir", ir::print(*s.function, {.locations = true}));
+  check_ptx_if_asked(*s.function, options);  // WEFT_CHECK_PTX: the PTX must pass ptxas too
   return specializations.emplace(key, std::move(s)).first->second;
 }
 
@@ -178,21 +189,53 @@ std::shared_ptr<KernelImpl> make_kernel(std::string name, std::vector<ParamInfo>
   return k;
 }
 
-void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const std::vector<KernelArg>& args) {
-  if (args.size() != k.params.size())
+namespace {
+
+// The 64 bits that identify a checked Const value (the result of const_value) for the launch fast path.
+// A Const parameter's values all have one kind (its type decides), so equal bits mean an equal key
+// (const_key); different bits with an equal key (NaNs of different payloads) only miss the fast path.
+uint64_t const_bits(const KernelArg& c) {
+  return c.kind == KernelArg::Kind::Floating ? std::bit_cast<uint64_t>(c.number) : c.bits;
+}
+
+// `n` values of T on the stack, or on the heap when n is larger than N: kernels have few parameters.
+template <class T, size_t N> class SmallArray {
+ public:
+  explicit SmallArray(size_t n) {
+    if (n > N) {
+      heap_.resize(n);
+      data_ = heap_.data();
+    }
+  }
+  SmallArray(const SmallArray&) = delete;
+  SmallArray& operator=(const SmallArray&) = delete;
+  T* data() { return data_; }
+  T& operator[](size_t i) { return data_[i]; }
+
+ private:
+  T inline_[N];  // left uninitialized: written before it is read
+  std::vector<T> heap_;
+  T* data_ = inline_;
+};
+
+}  // namespace
+
+void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const KernelArg* args, size_t count) {
+  if (count != k.params.size())
     throw Error(fmt::format("kernel {} takes {} arguments but the launch passes {}", signature(k), k.params.size(),
-                            args.size()),
+                            count),
                 grid.loc);
   check_grid(grid, k);
   Backend& backend = stream ? stream->backend() : Device::current().backend();
 
-  std::vector<KernelArg> consts(args.size());
-  std::vector<uint64_t> slots;
-  for (size_t i = 0; i < args.size(); ++i) {
+  constexpr size_t kInlineParams = 32;
+  SmallArray<uint64_t, kInlineParams> slots(count), consts(count);
+  size_t num_slots = 0, num_consts = 0;
+  for (size_t i = 0; i < count; ++i) {
     const ParamInfo& p = k.params[i];
     const KernelArg& a = args[i];
     if (p.is_const) {
-      consts[i] = const_value(k, i, a, grid.loc);
+      consts[num_consts++] = const_bits(const_value(k, i, a, grid.loc));
       continue;
     }
     if (p.dtype.pointer) {
@@ -202,18 +245,33 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
                                 "it on the launching device",
                                 i, k.name, a.backend->name(), backend.name()),
                     grid.loc);
-      slots.push_back(a.bits);
+      slots[num_slots++] = a.bits;
     } else {
-      slots.push_back(number_slot(k, i, a, grid.loc));
+      slots[num_slots++] = number_slot(k, i, a, grid.loc);
     }
   }
 
-  std::shared_ptr<CompiledKernel> compiled;
+  // Lookup only under the lock (a first launch also traces and compiles under it, once). The
+  // CompiledKernel stays alive after the lock is released: `specializations` owns it for as long as `k`.
+  CompiledKernel* compiled;
   {
     std::lock_guard<std::mutex> lock(k.mutex);
-    compiled = k.compiled(consts, backend, grid.loc);
+    if (k.last_backend == &backend && k.last_consts.size() == num_consts &&
+        std::equal(k.last_consts.begin(), k.last_consts.end(), consts.data())) {
+      compiled = k.last_compiled;
+    } else {
+      // The Const values by parameter position, as tracing wants them (already checked above).
+      std::vector<KernelArg> by_position(count);
+      for (size_t i = 0; i < count; ++i)
+        if (k.params[i].is_const) by_position[i] = const_value(k, i, args[i], grid.loc);
+      compiled = k.compiled(by_position, backend, grid.loc).get();
+      k.last_backend = &backend;
+      k.last_consts.assign(consts.data(), consts.data() + num_consts);
+      k.last_compiled = compiled;
+    }
   }
-  backend.launch(*compiled, LaunchDims{grid.x, grid.y, grid.z}, slots, stream ? stream->native() : backend.default_stream());
+  backend.launch(*compiled, LaunchDims{grid.x, grid.y, grid.z}, slots.data(), num_slots,
+                 stream ? stream->native() : backend.default_stream());
 }
 
 namespace {

@@ -25,6 +25,7 @@ const Knobs& knobs() {
     k.cpu_threads = std::atoi(env_or("WEFT_CPU_THREADS", "0").c_str());
     k.cuda_device = std::atoi(env_or("WEFT_CUDA_DEVICE", "0").c_str());
     k.debug = env_or("WEFT_DEBUG", "0") != "0";
+    k.check_ptx = env_or("WEFT_CHECK_PTX", "");
     return k;
   }();
   return k;

@@ -7,6 +7,10 @@
 //                                     fail with an Error)
 //   WEFT_CPU_THREADS=n                host threads the CPU backend spreads a grid over (default: all cores)
 //   WEFT_DEBUG=1                      extra run-time checks (later: barrier timeouts, poison reports)
+//   WEFT_CHECK_PTX=sm_90a             also lower every traced kernel specialization to PTX for this
+//                                     architecture and assemble it with ptxas (from PATH, else
+//                                     /usr/local/cuda/bin/ptxas), on any backend: ptxas's refusal, or no
+//                                     ptxas, is an Error (src/driver/ptx_check.h)
 #pragma once
 
 #include <string>
@@ -22,6 +26,7 @@ struct Knobs {
   int cpu_threads = 0;  // 0: hardware concurrency
   int cuda_device = 0;  // device ordinal
   bool debug = false;
+  std::string check_ptx;  // an architecture, e.g. sm_90a; empty: no check
 
   bool dumps(std::string_view stage) const;
 };

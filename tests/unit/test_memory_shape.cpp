@@ -10,13 +10,6 @@ namespace {
 
 const int64_t kSizes[] = {1, 7, 1000, 4097};
 
-template <class T> auto any_values() {
-  if constexpr (is_float_elem<T>)
-    return uniform_real<T>(-100, 100);
-  else
-    return uniform_int<T>();
-}
-
 // ---- 1-D loads and stores ------------------------------------------------------------------------------
 
 // Copies x under the block mask, and loads it again under a sparser mask (offsets not divisible by 3) with
@@ -35,7 +28,7 @@ template <class T> void check_masked_copy(Rng& rng) {
     for (int64_t n : kSizes) {
       if (n / block > 512) continue;  // enough programs
       INFO(type_name<T>() << " n = " << n << ", block = " << block);
-      std::vector<host_t<T>> x = generate<T>(rng, n, any_values<T>());
+      std::vector<host_t<T>> x = generate<T>(rng, n, typical_values<T>());
       const int64_t grid = (n + block - 1) / block, covered = grid * block, size = covered + 16;
       Output<T> copy(size), filled(size), zeroed(size);
       launch(k, Grid(grid), Input<T>(x), copy, filled, zeroed, n, block);
@@ -90,7 +83,7 @@ template <class T> void check_scalar_access(Rng& rng) {
   });
   for (int64_t n : {int64_t(1), int64_t(7), int64_t(100)}) {
     INFO(type_name<T>() << " n = " << n);
-    std::vector<host_t<T>> x = generate<T>(rng, n, any_values<T>());
+    std::vector<host_t<T>> x = generate<T>(rng, n, typical_values<T>());
     Output<T> out(n), odd(n), first(2);
     launch(k, Grid(n), Input<T>(x), out, odd, first, n);
     std::vector<host_t<T>> want(n);
@@ -175,8 +168,6 @@ TEST_CASE("2-D tiles addressed with expand_dims and broadcasting", "[ops][memory
 
 // ---- shape ops -------------------------------------------------------------------------------------------
 
-int64_t numel_of(const Shape& s) { return std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<>()); }
-
 // The host model of a tile for the shape ops: which input element (flat index) each element is. It has the
 // methods and free functions the DSL has, so one generic lambda describes an op for both.
 struct HostTile {
@@ -248,7 +239,7 @@ template <class T, class Op> void check_shape_op(Rng& rng, const std::string& wh
     else
       store(out + arange(0, n_out), y.reshape({n_out}));
   });
-  std::vector<host_t<T>> x = generate<T>(rng, n_in, any_values<T>()), want(n_out);
+  std::vector<host_t<T>> x = generate<T>(rng, n_in, typical_values<T>()), want(n_out);
   for (int64_t i = 0; i < n_out; ++i) {
     host_t<T> v = x[result.src[i]];
     want[i] = std::is_same_v<T, bool> ? host_t<T>(!v) : v;

@@ -6,12 +6,6 @@ using namespace weft_test;
 
 namespace {
 
-int64_t numel_of(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
 // Stores t flattened at p (a rank-0 result through the pointer itself).
 template <class E> void store_flat(const Ptr<E>& p, const Tile<E>& t) {
   if (t.rank() == 0)

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <weft/weft.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -153,6 +154,17 @@ template <class T, class G> auto nonzero(G g) {
   };
 }
 
+// Values of any size for ops that take any value: floats in [-100, 100], integers over their whole range
+// with the edge cases mixed in, bools 0/1.
+template <class T> auto typical_values() {
+  if constexpr (is_float_elem<T>)
+    return uniform_real<T>(-100, 100);
+  else if constexpr (std::is_same_v<T, bool>)
+    return uniform_int<T>();
+  else
+    return ints_with_edges<T>();
+}
+
 template <class T, class G> std::vector<host_t<T>> generate(Rng& rng, size_t n, G g) {
   std::vector<host_t<T>> v(n);
   bool all_zero = true;
@@ -254,6 +266,12 @@ inline Block1D block_1d(const Int& n, int block) {
   return {offs, offs < n};
 }
 inline Grid grid_for(int64_t n, int block) { return Grid((n + block - 1) / block); }
+
+inline int64_t numel_of(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
 
 // ---- comparisons --------------------------------------------------------------------------------------
 

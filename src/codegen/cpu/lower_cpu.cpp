@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "codegen/cpu/cpu_abi.h"
+#include "codegen/element_ops.h"
 
 namespace weft::codegen::cpu {
 namespace {
@@ -31,18 +32,6 @@ struct Val {
   Value* v = nullptr;  // Scalar/Splat: the element in its compute type; Memory: address of element 0
 };
 
-// The host-side twin of Lowering::f32_round_to_odd, for constants.
-float host_f32_round_to_odd(double v) {
-  float f = static_cast<float>(v);
-  if (std::isnan(v) || static_cast<double>(f) == v) return f;
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) --u;
-  u |= 1;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 int64_t numel(const ir::Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
@@ -51,7 +40,8 @@ int64_t numel(const ir::Shape& s) {
 
 class Lowering {
  public:
-  Lowering(const ir::Function& f, llvm::LLVMContext& c, const std::string& symbol) : f_(f), c_(c), b_(c) {
+  Lowering(const ir::Function& f, llvm::LLVMContext& c, const std::string& symbol)
+      : f_(f), c_(c), b_(c), ops_(b_, MathTarget::Host) {
     mod_ = std::make_unique<llvm::Module>(symbol, c);
     ptr_ = llvm::PointerType::get(c, 0);
     i8_ = b_.getInt8Ty();
@@ -84,69 +74,6 @@ class Lowering {
   }
 
  private:
-  // ---- types -------------------------------------------------------------------------------------------
-
-  llvm::Type* compute_type(DType d) {
-    if (d.pointer) return ptr_;
-    switch (d.scalar) {
-      case ScalarType::i1: return b_.getInt1Ty();
-      case ScalarType::i8: return i8_;
-      case ScalarType::i16: return b_.getInt16Ty();
-      case ScalarType::i32: return i32_;
-      case ScalarType::i64: return i64_;
-      case ScalarType::f16:
-      case ScalarType::bf16:
-      case ScalarType::f32: return b_.getFloatTy();
-      case ScalarType::f64: return b_.getDoubleTy();
-    }
-    return nullptr;
-  }
-  llvm::Type* memory_type(DType d) {
-    if (d.pointer) return ptr_;
-    switch (d.scalar) {
-      case ScalarType::i1: return i8_;
-      case ScalarType::f16: return b_.getHalfTy();
-      case ScalarType::bf16: return b_.getInt16Ty();
-      default: return compute_type(d);
-    }
-  }
-
-  Value* bf16_bits_to_float(Value* bits16) {
-    return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(bits16, i32_), 16), b_.getFloatTy());
-  }
-  // Round-to-nearest-even f32 -> bf16 bits, NaN kept quiet.
-  Value* float_to_bf16_bits(Value* f) {
-    Value* u = b_.CreateBitCast(f, i32_);
-    Value* lsb = b_.CreateAnd(b_.CreateLShr(u, 16), 1);
-    Value* rounded = b_.CreateAdd(b_.CreateAdd(u, b_.getInt32(0x7fff)), lsb);
-    Value* nan = b_.CreateOr(b_.CreateLShr(u, 16), 0x40);
-    Value* bits = b_.CreateSelect(b_.CreateFCmpUNO(f, f), nan, b_.CreateLShr(rounded, 16));
-    return b_.CreateTrunc(bits, b_.getInt16Ty());
-  }
-  Value* to_compute(DType d, Value* m) {
-    if (d.pointer) return m;
-    switch (d.scalar) {
-      case ScalarType::i1: return b_.CreateICmpNE(m, llvm::ConstantInt::get(i8_, 0));
-      case ScalarType::f16: return b_.CreateFPExt(m, b_.getFloatTy());
-      case ScalarType::bf16: return bf16_bits_to_float(m);
-      default: return m;
-    }
-  }
-  Value* to_memory(DType d, Value* v) {
-    if (d.pointer) return v;
-    switch (d.scalar) {
-      case ScalarType::i1: return b_.CreateZExt(v, i8_);
-      case ScalarType::f16: return b_.CreateFPTrunc(v, b_.getHalfTy());
-      case ScalarType::bf16: return float_to_bf16_bits(v);
-      default: return v;
-    }
-  }
-  // A computed f16/bf16 value carries only the precision of its type.
-  Value* round(DType d, Value* v) {
-    if (!d.pointer && (d.scalar == ScalarType::f16 || d.scalar == ScalarType::bf16)) return to_compute(d, to_memory(d, v));
-    return v;
-  }
-
   // ---- storage -----------------------------------------------------------------------------------------
 
   Value* frame_slot(int64_t bytes) {
@@ -170,10 +97,10 @@ class Lowering {
   }
 
   Value* load_elem(DType d, Value* base, Value* i) {
-    return to_compute(d, b_.CreateLoad(memory_type(d), b_.CreateGEP(memory_type(d), base, i)));
+    return ops_.to_compute(d, b_.CreateLoad(ops_.memory_type(d), b_.CreateGEP(ops_.memory_type(d), base, i)));
   }
   void store_elem(DType d, Value* base, Value* i, Value* v) {
-    b_.CreateStore(to_memory(d, v), b_.CreateGEP(memory_type(d), base, i));
+    b_.CreateStore(ops_.to_memory(d, v), b_.CreateGEP(ops_.memory_type(d), base, i));
   }
 
   const Val& val(const NodeRef& n) { return vals_.at(n.get()); }
@@ -219,7 +146,7 @@ class Lowering {
     bool all_uniform = true;
     for (const NodeRef& o : n->operands) all_uniform = all_uniform && uniform(o);
     if (n->type.shape.empty() || all_uniform) {
-      Val v{n->type.shape.empty() ? Val::Kind::Scalar : Val::Kind::Splat, round(d, element(i64c(0)))};
+      Val v{n->type.shape.empty() ? Val::Kind::Scalar : Val::Kind::Splat, ops_.round(d, element(i64c(0)))};
       vals_[n.get()] = v;
       return;
     }
@@ -231,159 +158,12 @@ class Lowering {
   void define_tile(const NodeRef& n, const std::function<Value*(Value*)>& element) {
     DType d = n->type.dtype;
     if (n->type.shape.empty()) {
-      vals_[n.get()] = {Val::Kind::Scalar, round(d, element(i64c(0)))};
+      vals_[n.get()] = {Val::Kind::Scalar, ops_.round(d, element(i64c(0)))};
       return;
     }
     Value* base = tile_slot(d, n->type.shape);
     loop(numel(n->type.shape), [&](Value* i) { store_elem(d, base, i, element(i)); });
     vals_[n.get()] = {Val::Kind::Memory, base};
-  }
-
-  // ---- scalar semantics --------------------------------------------------------------------------------
-
-  Value* constant(DType d, double v) {
-    llvm::Type* t = compute_type(d);
-    if (d.is_float()) {
-      if (d.scalar == ScalarType::f16) v = static_cast<float>(f16(host_f32_round_to_odd(v)));
-      if (d.scalar == ScalarType::bf16) v = static_cast<float>(bf16(host_f32_round_to_odd(v)));
-      return llvm::ConstantFP::get(t, v);
-    }
-    return llvm::ConstantInt::get(t, static_cast<uint64_t>(static_cast<int64_t>(v)), true);
-  }
-
-  Value* unary(Op op, DType d, Value* x) {
-    bool f = d.is_float();
-    switch (op) {
-      case Op::Neg: return f ? b_.CreateFNeg(x) : b_.CreateNeg(x);
-      case Op::Not: return b_.CreateNot(x);
-      case Op::Abs:
-        return f ? b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x)
-                 : b_.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, b_.getFalse());
-      case Op::Exp: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp, x);
-      case Op::Exp2: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, x);
-      case Op::Log: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log, x);
-      case Op::Log2: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log2, x);
-      case Op::Sqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
-      case Op::Rsqrt:
-        return b_.CreateFDiv(llvm::ConstantFP::get(x->getType(), 1.0), b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x));
-      case Op::Sin: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sin, x);
-      case Op::Cos: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::cos, x);
-      case Op::Floor: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x);
-      case Op::Ceil: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x);
-      default: break;
-    }
-    throw InternalError(fmt::format("CPU lowering: '{}' is not a unary op", ir::op_name(op)));
-  }
-
-  Value* binary(Op op, DType d, Value* a, Value* b) {
-    bool f = d.is_float();
-    llvm::Type* t = a->getType();
-    switch (op) {
-      case Op::Add: return f ? b_.CreateFAdd(a, b) : b_.CreateAdd(a, b);
-      case Op::Sub: return f ? b_.CreateFSub(a, b) : b_.CreateSub(a, b);
-      case Op::Mul: return f ? b_.CreateFMul(a, b) : b_.CreateMul(a, b);
-      case Op::Div:
-      case Op::Rem: {
-        if (f) return op == Op::Div ? b_.CreateFDiv(a, b) : b_.CreateFRem(a, b);
-        // Integer division never traps: x / 0 = 0, x % 0 = 0, and MIN / -1 wraps.
-        Value* zero = llvm::ConstantInt::get(t, 0);
-        Value* minus_one = llvm::ConstantInt::getSigned(t, -1);
-        Value* is_zero = b_.CreateICmpEQ(b, zero);
-        Value* is_minus_one = b_.CreateICmpEQ(b, minus_one);
-        Value* safe = b_.CreateSelect(b_.CreateOr(is_zero, is_minus_one), llvm::ConstantInt::get(t, 1), b);
-        Value* q = op == Op::Div ? b_.CreateSDiv(a, safe) : b_.CreateSRem(a, safe);
-        Value* special = op == Op::Div ? b_.CreateSelect(is_zero, zero, b_.CreateNeg(a)) : zero;
-        return b_.CreateSelect(b_.CreateOr(is_zero, is_minus_one), special, q);
-      }
-      case Op::Min:
-        return b_.CreateBinaryIntrinsic(f ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, a, b);
-      case Op::Max:
-        return b_.CreateBinaryIntrinsic(f ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, a, b);
-      case Op::And: return b_.CreateAnd(a, b);
-      case Op::Or: return b_.CreateOr(a, b);
-      case Op::Xor: return b_.CreateXor(a, b);
-      case Op::Shl:
-      case Op::Shr: {
-        // Shifting by the width or more gives 0 (left) or the sign (right), never poison.
-        unsigned bits = t->getIntegerBitWidth();
-        Value* too_far = b_.CreateICmpUGE(b, llvm::ConstantInt::get(t, bits));
-        if (op == Op::Shl)
-          return b_.CreateSelect(too_far, llvm::ConstantInt::get(t, 0), b_.CreateShl(a, b));
-        return b_.CreateAShr(a, b_.CreateSelect(too_far, llvm::ConstantInt::get(t, bits - 1), b));
-      }
-      default: break;
-    }
-    throw InternalError(fmt::format("CPU lowering: '{}' is not a binary op", ir::op_name(op)));
-  }
-
-  Value* compare(Op op, DType d, Value* a, Value* b) {
-    if (d.is_float()) {
-      switch (op) {
-        case Op::Eq: return b_.CreateFCmpOEQ(a, b);
-        case Op::Ne: return b_.CreateFCmpUNE(a, b);
-        case Op::Lt: return b_.CreateFCmpOLT(a, b);
-        case Op::Le: return b_.CreateFCmpOLE(a, b);
-        case Op::Gt: return b_.CreateFCmpOGT(a, b);
-        default: return b_.CreateFCmpOGE(a, b);
-      }
-    }
-    bool u = d.is_bool();  // false < true
-    switch (op) {
-      case Op::Eq: return b_.CreateICmpEQ(a, b);
-      case Op::Ne: return b_.CreateICmpNE(a, b);
-      case Op::Lt: return u ? b_.CreateICmpULT(a, b) : b_.CreateICmpSLT(a, b);
-      case Op::Le: return u ? b_.CreateICmpULE(a, b) : b_.CreateICmpSLE(a, b);
-      case Op::Gt: return u ? b_.CreateICmpUGT(a, b) : b_.CreateICmpSGT(a, b);
-      default: return u ? b_.CreateICmpUGE(a, b) : b_.CreateICmpSGE(a, b);
-    }
-  }
-
-  // x, an f64 or an integer, as an f32 rounded to odd (toward zero, then the last bit set if inexact).
-  // Rounding that to f16/bf16 rounds x once; rounding x to the nearest f32 first can land on a halfway
-  // point of the narrower type and round it the wrong way.
-  Value* f32_round_to_odd(DType from, Value* x) {
-    llvm::Type* f32 = b_.getFloatTy();
-    Value* f = from.is_float() ? b_.CreateFPTrunc(x, f32) : b_.CreateSIToFP(x, f32);
-    Value *exact, *away;  // f == x; |f| > |x|
-    if (from.is_float()) {
-      Value* back = b_.CreateFPExt(f, x->getType());
-      exact = b_.CreateFCmpOEQ(back, x);
-      away = b_.CreateFCmpOGT(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, back),
-                              b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x));
-    } else {
-      // Saturation only bites at 2^31 / 2^63, where f is the right answer either way.
-      Value* back = b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {x->getType(), f32}, {f});
-      exact = b_.CreateICmpEQ(back, x);
-      away = b_.CreateSelect(b_.CreateICmpSLT(x, llvm::ConstantInt::get(x->getType(), 0)), b_.CreateICmpSLT(back, x),
-                             b_.CreateICmpSGT(back, x));
-    }
-    Value* bits = b_.CreateBitCast(f, i32_);
-    bits = b_.CreateSelect(away, b_.CreateSub(bits, b_.getInt32(1)), bits);
-    bits = b_.CreateSelect(exact, bits, b_.CreateOr(bits, 1));
-    return b_.CreateBitCast(bits, f32);
-  }
-
-  // Conversion between compute types; floats to integers saturate (NaN gives 0).
-  Value* cast(DType from, DType to, Value* x) {
-    llvm::Type* t = compute_type(to);
-    bool to_16bit = to.scalar == ScalarType::f16 || to.scalar == ScalarType::bf16;
-    bool wide_from = from.scalar == ScalarType::f64 || from.scalar == ScalarType::i32 || from.scalar == ScalarType::i64;
-    Value* out;
-    if (to_16bit && wide_from) {
-      out = f32_round_to_odd(from, x);
-    } else if (from.is_float() && to.is_float()) {
-      out = b_.CreateFPCast(x, t);
-    } else if (from.is_float()) {
-      out = to.is_bool() ? b_.CreateFCmpUNE(x, llvm::ConstantFP::get(x->getType(), 0.0))
-                         : b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {t, x->getType()}, {x});
-    } else if (to.is_float()) {
-      out = from.is_bool() ? b_.CreateUIToFP(x, t) : b_.CreateSIToFP(x, t);
-    } else if (to.is_bool()) {
-      out = b_.CreateICmpNE(x, llvm::ConstantInt::get(x->getType(), 0));
-    } else {
-      out = from.is_bool() ? b_.CreateZExt(x, t) : b_.CreateSExtOrTrunc(x, t);
-    }
-    return round(to, out);
   }
 
   // ---- index arithmetic (all shapes are powers of two, so these become shifts and masks) ---------------
@@ -420,19 +200,19 @@ class Lowering {
     const auto& ops = n->operands;
     switch (ir::op_category(n->op)) {
       case ir::OpCategory::Unary:
-        return define_elementwise(n, [&](Value* i) { return unary(n->op, d, elem(ops[0], i)); });
+        return define_elementwise(n, [&](Value* i) { return ops_.unary(n->op, d, elem(ops[0], i), n->loc); });
       case ir::OpCategory::Binary:
-        return define_elementwise(n, [&](Value* i) { return binary(n->op, d, elem(ops[0], i), elem(ops[1], i)); });
+        return define_elementwise(n, [&](Value* i) { return ops_.binary(n->op, d, elem(ops[0], i), elem(ops[1], i)); });
       case ir::OpCategory::Compare:
         return define_elementwise(
-            n, [&](Value* i) { return compare(n->op, ops[0]->type.dtype, elem(ops[0], i), elem(ops[1], i)); });
+            n, [&](Value* i) { return ops_.compare(n->op, ops[0]->type.dtype, elem(ops[0], i), elem(ops[1], i)); });
       default: break;
     }
 
     switch (n->op) {
       case Op::Param: {
         Value* slot = b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, args_, n->attrs.ints[0]));
-        vals_[n.get()] = {Val::Kind::Scalar, param_value(d, slot)};
+        vals_[n.get()] = {Val::Kind::Scalar, ops_.from_slot(d, slot)};
         return;
       }
       case Op::ProgramId:
@@ -443,27 +223,24 @@ class Lowering {
         return;
       }
       case Op::Constant:
-        vals_[n.get()] = {n->type.shape.empty() ? Val::Kind::Scalar : Val::Kind::Splat, constant(d, n->attrs.number)};
+        vals_[n.get()] = {n->type.shape.empty() ? Val::Kind::Scalar : Val::Kind::Splat, ops_.constant(d, n->attrs.number)};
         return;
       case Op::Arange: {
         int64_t start = n->attrs.ints[0];
         return define_tile(n, [&](Value* i) { return b_.CreateTrunc(b_.CreateAdd(i, i64c(start)), i32_); });
       }
       case Op::Fma:
-        return define_elementwise(n, [&](Value* i) {
-          return b_.CreateIntrinsic(llvm::Intrinsic::fma, {compute_type(d)},
-                                    {elem(ops[0], i), elem(ops[1], i), elem(ops[2], i)});
-        });
+        return define_elementwise(n, [&](Value* i) { return ops_.fma(elem(ops[0], i), elem(ops[1], i), elem(ops[2], i)); });
       case Op::Select:
         return define_elementwise(
             n, [&](Value* i) { return b_.CreateSelect(elem(ops[0], i), elem(ops[1], i), elem(ops[2], i)); });
       case Op::Cast:
-        return define_elementwise(n, [&](Value* i) { return cast(ops[0]->type.dtype, d, elem(ops[0], i)); });
+        return define_elementwise(n, [&](Value* i) { return ops_.cast(ops[0]->type.dtype, d, elem(ops[0], i)); });
       case Op::PtrAdd: {
         DType pointee{d.scalar, false};
         return define_elementwise(n, [&](Value* i) {
           Value* offset = b_.CreateSExt(elem(ops[1], i), i64_);
-          return b_.CreateGEP(memory_type(pointee), elem(ops[0], i), offset);
+          return b_.CreateGEP(ops_.memory_type(pointee), elem(ops[0], i), offset);
         });
       }
       case Op::Broadcast: {
@@ -504,7 +281,7 @@ class Lowering {
           if (ops.size() < 2) return load_elem(d, p, i64c(0));
           Value* m = elem(ops[1], i);
           Value* v = load_elem(d, b_.CreateSelect(m, p, scratch()), i64c(0));
-          Value* other = ops.size() == 3 ? elem(ops[2], i) : llvm::Constant::getNullValue(compute_type(d));
+          Value* other = ops.size() == 3 ? elem(ops[2], i) : llvm::Constant::getNullValue(ops_.compute_type(d));
           return b_.CreateSelect(m, v, other);
         });
       case Op::Store: {
@@ -531,7 +308,7 @@ class Lowering {
       case Op::VarDecl: {
         const ir::Type& t = n->type;
         if (t.shape.empty()) {
-          Value* slot = entry_alloca(compute_type(t.dtype));
+          Value* slot = entry_alloca(ops_.compute_type(t.dtype));
           b_.CreateStore(elem(ops[0], i64c(0)), slot);
           vars_[n.get()] = slot;
         } else {
@@ -544,12 +321,12 @@ class Lowering {
       case Op::VarGet: {
         Value* slot = vars_.at(ops[0].get());
         if (n->type.shape.empty()) {
-          vals_[n.get()] = {Val::Kind::Scalar, b_.CreateLoad(compute_type(d), slot)};
+          vals_[n.get()] = {Val::Kind::Scalar, b_.CreateLoad(ops_.compute_type(d), slot)};
           return;
         }
         Value* base = tile_slot(d, n->type.shape);
         loop(numel(n->type.shape), [&](Value* i) {
-          llvm::Type* mt = memory_type(d);
+          llvm::Type* mt = ops_.memory_type(d);
           b_.CreateStore(b_.CreateLoad(mt, b_.CreateGEP(mt, slot, i)), b_.CreateGEP(mt, base, i));
         });
         vals_[n.get()] = {Val::Kind::Memory, base};
@@ -568,18 +345,6 @@ class Lowering {
     throw InternalError(fmt::format("CPU lowering: no rule for op '{}'", ir::op_name(n->op)));
   }
 
-  Value* param_value(DType d, Value* slot) {
-    if (d.pointer) return b_.CreateIntToPtr(slot, ptr_);
-    switch (d.scalar) {
-      case ScalarType::i1: return b_.CreateICmpNE(slot, i64c(0));
-      case ScalarType::f16: return to_compute(d, b_.CreateBitCast(b_.CreateTrunc(slot, b_.getInt16Ty()), b_.getHalfTy()));
-      case ScalarType::bf16: return bf16_bits_to_float(b_.CreateTrunc(slot, b_.getInt16Ty()));
-      case ScalarType::f32: return b_.CreateBitCast(b_.CreateTrunc(slot, i32_), b_.getFloatTy());
-      case ScalarType::f64: return b_.CreateBitCast(slot, b_.getDoubleTy());
-      default: return b_.CreateTrunc(slot, compute_type(d));
-    }
-  }
-
   void copy_into(Value* slot, const NodeRef& value) {
     DType d = value->type.dtype;
     loop(numel(value->type.shape), [&](Value* i) { store_elem(d, slot, i, elem(value, i)); });
@@ -593,7 +358,7 @@ class Lowering {
     int64_t len = s[axis], inner = 1;
     for (size_t k = axis + 1; k < s.size(); ++k) inner *= s[k];
     bool is_arg = n->op == Op::ArgMax || n->op == Op::ArgMin;
-    Value* acc = entry_alloca(compute_type(d));
+    Value* acc = entry_alloca(ops_.compute_type(d));
     Value* best = entry_alloca(i32_);
     define_tile(n, [&](Value* o) {
       Value* base = b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(o, i64c(inner)), i64c(len * inner)),
@@ -602,19 +367,19 @@ class Lowering {
       b_.CreateStore(b_.getInt32(0), best);
       loop(i64c(1), i64c(len), [&](Value* k) {
         Value* v = elem(x, b_.CreateAdd(base, b_.CreateMul(k, i64c(inner))));
-        Value* a = b_.CreateLoad(compute_type(d), acc);
+        Value* a = b_.CreateLoad(ops_.compute_type(d), acc);
         switch (n->op) {
-          case Op::ReduceSum: b_.CreateStore(binary(Op::Add, d, a, v), acc); break;
-          case Op::ReduceMax: b_.CreateStore(binary(Op::Max, d, a, v), acc); break;
-          case Op::ReduceMin: b_.CreateStore(binary(Op::Min, d, a, v), acc); break;
+          case Op::ReduceSum: b_.CreateStore(ops_.binary(Op::Add, d, a, v), acc); break;
+          case Op::ReduceMax: b_.CreateStore(ops_.binary(Op::Max, d, a, v), acc); break;
+          case Op::ReduceMin: b_.CreateStore(ops_.binary(Op::Min, d, a, v), acc); break;
           default: {  // first index of the extreme value: replace only on a strict improvement
-            Value* better = compare(n->op == Op::ArgMax ? Op::Gt : Op::Lt, d, v, a);
+            Value* better = ops_.compare(n->op == Op::ArgMax ? Op::Gt : Op::Lt, d, v, a);
             b_.CreateStore(b_.CreateSelect(better, v, a), acc);
             b_.CreateStore(b_.CreateSelect(better, b_.CreateTrunc(k, i32_), b_.CreateLoad(i32_, best)), best);
           }
         }
       });
-      return is_arg ? b_.CreateLoad(i32_, best) : b_.CreateLoad(compute_type(d), acc);
+      return is_arg ? b_.CreateLoad(i32_, best) : b_.CreateLoad(ops_.compute_type(d), acc);
     });
   }
 
@@ -683,6 +448,7 @@ class Lowering {
   const ir::Function& f_;
   llvm::LLVMContext& c_;
   llvm::IRBuilder<> b_;
+  ElementOps ops_;
   std::unique_ptr<llvm::Module> mod_;
   llvm::Function* fn_ = nullptr;
   llvm::BasicBlock* entry_ = nullptr;

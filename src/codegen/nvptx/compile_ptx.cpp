@@ -40,7 +40,8 @@ std::unique_ptr<llvm::TargetMachine> make_target_machine(const PtxTarget& target
   const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, error);
   if (!t) throw InternalError("NVPTX target unavailable: " + error);
   llvm::TargetOptions options;
-  options.AllowFPOpFusion = llvm::FPOpFusion::Fast;  // a * b + c may become one fma, as nvcc does by default
+  // No contraction of a * b + c into an fma: every op rounds as on the CPU (fma() is there to ask for one).
+  options.AllowFPOpFusion = llvm::FPOpFusion::Standard;
   return std::unique_ptr<llvm::TargetMachine>(
       t->createTargetMachine(triple, target.arch, target.features, options, std::nullopt));
 }

@@ -431,8 +431,29 @@ class Lowering {
     }
   }
 
+  // A whole tile down to one value, when every element has a single owner (no copies): each thread
+  // combines its own registers, each warp by shuffles, the warps through shared memory — no staging.
+  void reduce_to_scalar(const NodeRef& n) {
+    const NodeRef& x = n->operands[0];
+    DType d = x->type.dtype;
+    bool is_arg = n->op == Op::ArgMax || n->op == Op::ArgMin;
+    int64_t total = x->type.numel();
+    const Regs& xs = regs(x);
+    Partial p{xs.v[0], is_arg ? flat_index(total, 0) : nullptr};
+    for (size_t r = 1; r < xs.v.size(); ++r)
+      p = combine(n->op, d, p, {xs.v[r], is_arg ? flat_index(total, static_cast<int64_t>(r)) : nullptr});
+    for (int64_t lanes = 16; lanes >= 1; lanes /= 2)
+      p = combine(n->op, d, p, {ptx_.shuffle_xor(p.value, lanes), is_arg ? ptx_.shuffle_xor(p.index, lanes) : nullptr});
+    if (threads_ > 32) {
+      reserve_shared(2 * threads_ * 8, n->loc);
+      p = combine_warps(n->op, d, p, threads_, 0);
+    }
+    regs_[n.get()] = {{ops_.round(n->type.dtype, is_arg ? p.index : p.value)}};
+  }
+
   void reduce(const NodeRef& n) {
     const NodeRef& x = n->operands[0];
+    if (n->type.shape.empty() && x->type.numel() >= threads_) return reduce_to_scalar(n);
     DType d = x->type.dtype;
     Op op = n->op;
     bool is_arg = op == Op::ArgMax || op == Op::ArgMin;

@@ -52,7 +52,7 @@ class CpuBackend final : public Backend {
     return k;
   }
 
-  void launch(const CompiledKernel& compiled, const LaunchDims& grid, const std::vector<uint64_t>& args,
+  void launch(const CompiledKernel& compiled, const LaunchDims& grid, const uint64_t* args, size_t,
               void*) override {
     const auto& k = static_cast<const CpuKernel&>(compiled);
     int64_t total = grid.x * grid.y * grid.z;
@@ -68,7 +68,7 @@ class CpuBackend final : public Backend {
         ctx.program_id[0] = static_cast<int32_t>(p % grid.x);
         ctx.program_id[1] = static_cast<int32_t>((p / grid.x) % grid.y);
         ctx.program_id[2] = static_cast<int32_t>(p / (grid.x * grid.y));
-        k.code.entry(args.data(), &ctx, frame);
+        k.code.entry(args, &ctx, frame);
       }
     };
     std::vector<std::thread> pool;

@@ -2,7 +2,10 @@
 // generator and to a cubin by the driver, launched with cuLaunchKernel on the caller's stream.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <string_view>
 
@@ -42,6 +45,29 @@ std::string reason_of(const Error& e) {
   std::string_view text = e.what(), prefix = "weft::Error: ";
   if (text.starts_with(prefix)) text.remove_prefix(prefix.size());
   return std::string(text);
+}
+
+// WEFT_DUMP=sass: the cubin's machine code, by cuobjdump when it is installed (it is not part of weft).
+void dump_sass(const std::string& kernel, const std::vector<char>& cubin) {
+  std::string tool = std::system("command -v cuobjdump > /dev/null 2>&1") == 0 ? "cuobjdump" : "/usr/local/cuda/bin/cuobjdump";
+  if (std::system(("test -x \"$(command -v " + tool + ")\"").c_str()) != 0) {
+    support::dump("sass", kernel, "sass", "(no SASS: cuobjdump is not installed)");
+    return;
+  }
+  char path[] = "/tmp/weft-sass-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return;
+  bool written = ::write(fd, cubin.data(), cubin.size()) == static_cast<ssize_t>(cubin.size());
+  ::close(fd);
+  std::string text;
+  if (FILE* p = written ? popen((tool + " --dump-sass " + path + " 2>&1").c_str(), "r") : nullptr) {
+    char buffer[4096];
+    size_t n;
+    while ((n = std::fread(buffer, 1, sizeof buffer, p)) > 0) text.append(buffer, n);
+    pclose(p);
+  }
+  std::remove(path);
+  support::dump("sass", kernel, "sass", text);
 }
 
 CUdeviceptr device_address(const void* address) { return reinterpret_cast<CUdeviceptr>(address); }
@@ -108,26 +134,42 @@ class CudaBackend final : public Backend {
                           .add(codegen::nvptx::code_generator_version())
                           .add(driver().version)
                           .finish();
-    if (std::optional<std::string> hit = cache::load(key))
-      if (auto k = from_cache_entry(f, *hit)) return k;
+    // Asked for dumps, compile afresh so that every stage is there to dump.
+    const support::Knobs& knobs = support::knobs();
+    bool dumping = knobs.dumps("llvm") || knobs.dumps("ptx") || knobs.dumps("sass");
+    if (!dumping)
+      if (std::optional<std::string> hit = cache::load(key))
+        if (auto k = from_cache_entry(f, *hit)) return k;
     codegen::nvptx::PtxKernel ptx = codegen::nvptx::compile_to_ptx(f, options, target);
     std::shared_ptr<CudaKernel> k = load_cuda_kernel(f.name, ptx, device_, f.loc);
+    if (knobs.dumps("sass")) dump_sass(f.name, k->cubin);
     cache::store(key, fmt::format("{}\n{}\n{}\n", ptx.entry, k->threads, k->shared_bytes) +
                           std::string(k->cubin.begin(), k->cubin.end()));
     return k;
   }
 
-  // Nothing here may synchronize or allocate: launches must be capturable into a CUDA graph.
-  void launch(const CompiledKernel& compiled, const LaunchDims& grid, const std::vector<uint64_t>& args,
+  // Nothing here may synchronize or allocate: launches must be capturable into a CUDA graph, and this is
+  // the hot path of every launch (bench_launch measures it against a bare cuLaunchKernel).
+  void launch(const CompiledKernel& compiled, const LaunchDims& grid, const uint64_t* args, size_t count,
               void* stream) override {
     const auto& k = static_cast<const CudaKernel&>(compiled);
-    device_.make_current();
-    // Every kernel parameter is a .u64: the driver reads each value through a pointer to its slot.
-    std::vector<void*> params(args.size());
-    for (size_t i = 0; i < args.size(); ++i) params[i] = const_cast<uint64_t*>(&args[i]);
+    // What device_.make_current() does (the context is set only when another one is current), but with
+    // the label formatted once, in name_, instead of on every launch.
+    check(device_.try_make_current(), "cuCtxSetCurrent", name_);
+    // Every kernel parameter is a .u64: the driver reads each value through a pointer to its slot. The
+    // pointers live on the stack; only a kernel of more than kInlineParams parameters uses the heap.
+    constexpr size_t kInlineParams = 32;
+    void* inline_params[kInlineParams];
+    std::vector<void*> heap_params;
+    void** params = inline_params;
+    if (count > kInlineParams) {
+      heap_params.resize(count);
+      params = heap_params.data();
+    }
+    for (size_t i = 0; i < count; ++i) params[i] = const_cast<uint64_t*>(&args[i]);
     check(driver().cuLaunchKernel(k.function, grid_dimension(grid.x, k), grid_dimension(grid.y, k),
                                   grid_dimension(grid.z, k), static_cast<unsigned>(k.threads), 1, 1, k.shared_bytes,
-                                  static_cast<CUstream>(stream), params.empty() ? nullptr : params.data(), nullptr),
+                                  static_cast<CUstream>(stream), count == 0 ? nullptr : params, nullptr),
           "cuLaunchKernel", k.label);
   }
 
