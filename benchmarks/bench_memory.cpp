@@ -103,6 +103,16 @@ int main(int argc, char** argv) {
       Kernel k = make_rmsnorm(KernelOptions{warps});
       return [k, &x, &w, &y, r, c] { k.launch(Grid(r), x, w, y, c, 1e-5f, c); };
     });
+    // Row loops with the next row prefetched (examples/norms.h), 8 rows per program.
+    const int per = 8;
+    best_over_warps("layernorm rows-loop bf16", 2.0 * 2 * r * c, [&](int warps) {
+      Kernel k = make_layernorm_rows(KernelOptions{warps});
+      return [k, &x, &w, &b, &y, r, c, per] { k.launch(Grid(r / per), x, w, b, y, c, r, 1e-5f, c, per); };
+    });
+    best_over_warps("rmsnorm rows-loop bf16", 2.0 * 2 * r * c, [&](int warps) {
+      Kernel k = make_rmsnorm_rows(KernelOptions{warps});
+      return [k, &x, &w, &y, r, c, per] { k.launch(Grid(r / per), x, w, y, c, r, 1e-5f, c, per); };
+    });
   }
 
   double copy_gbs = rows[0].bytes / rows[0].ms / 1e6;

@@ -35,3 +35,50 @@ inline weft::Kernel make_rmsnorm(weft::KernelOptions options = {}) {
     store(y + row + cols, cast<bf16>(v * rms * cast<float>(load(w + cols, valid, 0))), valid);
   }, options);
 }
+
+// The same two kernels written for bandwidth: each program normalizes `per_program` consecutive rows,
+// loads w (and b) once, and loads the next row before it reduces the current one, so that a block keeps
+// a row in flight while it computes (what an asynchronous-copy pipeline will do without the registers).
+inline weft::Kernel make_layernorm_rows(weft::KernelOptions options = {}) {
+  using namespace weft;
+  return Kernel("layernorm_rows", [](Ptr<bf16> x, Ptr<bf16> w, Ptr<bf16> b, Ptr<bf16> y, Int n, Int n_rows, Float eps,
+                                     Const<int> block, Const<int> per_program) {
+    Int cols = arange(0, block);
+    Bool valid = cols < n;
+    Float wv = cast<float>(load(w + cols, valid, 0)), bv = cast<float>(load(b + cols, valid, 0));
+    Float n_f = cast<float>(n);
+    Int first = program_id(0) * per_program;
+    auto row_ptr = [&](Ptr<bf16> base, Int row) { return base + cast<int64_t>(row) * cast<int64_t>(n); };
+    Var next = cast<float>(load(row_ptr(x, first) + cols, valid & (first < n_rows), 0));
+    for_range(0, per_program, [&](Int i) {
+      Int row = first + i;
+      Float v = next;
+      next = cast<float>(load(row_ptr(x, row + 1) + cols, valid & (i + 1 < per_program) & (row + 1 < n_rows), 0));
+      Float mean = sum(v, 0) / n_f;
+      Float centered = where(valid, v - mean, 0.0f);
+      Float rstd = rsqrt(sum(centered * centered, 0) / n_f + eps);
+      store(row_ptr(y, row) + cols, cast<bf16>(centered * rstd * wv + bv), valid & (row < n_rows));
+    });
+  }, options);
+}
+
+inline weft::Kernel make_rmsnorm_rows(weft::KernelOptions options = {}) {
+  using namespace weft;
+  return Kernel("rmsnorm_rows", [](Ptr<bf16> x, Ptr<bf16> w, Ptr<bf16> y, Int n, Int n_rows, Float eps,
+                                   Const<int> block, Const<int> per_program) {
+    Int cols = arange(0, block);
+    Bool valid = cols < n;
+    Float wv = cast<float>(load(w + cols, valid, 0));
+    Float n_f = cast<float>(n);
+    Int first = program_id(0) * per_program;
+    auto row_ptr = [&](Ptr<bf16> base, Int row) { return base + cast<int64_t>(row) * cast<int64_t>(n); };
+    Var next = cast<float>(load(row_ptr(x, first) + cols, valid & (first < n_rows), 0));
+    for_range(0, per_program, [&](Int i) {
+      Int row = first + i;
+      Float v = next;
+      next = cast<float>(load(row_ptr(x, row + 1) + cols, valid & (i + 1 < per_program) & (row + 1 < n_rows), 0));
+      Float rms = rsqrt(sum(v * v, 0) / n_f + eps);
+      store(row_ptr(y, row) + cols, cast<bf16>(v * rms * wv), valid & (row < n_rows));
+    });
+  }, options);
+}

@@ -69,7 +69,10 @@ Value* ElementOps::to_memory(DType d, Value* v) {
   switch (d.scalar) {
     case ScalarType::i1: return b_.CreateZExt(v, b_.getInt8Ty());
     case ScalarType::f16: return b_.CreateFPTrunc(v, b_.getHalfTy());
-    case ScalarType::bf16: return float_to_bf16_bits(v);
+    case ScalarType::bf16:
+      // The GPU rounds to bf16 in one instruction (cvt.rn.bf16.f32); hosts without it would need a libcall.
+      if (target_ == MathTarget::Nvptx) return b_.CreateBitCast(b_.CreateFPTrunc(v, b_.getBFloatTy()), b_.getInt16Ty());
+      return float_to_bf16_bits(v);
     default: return v;
   }
 }

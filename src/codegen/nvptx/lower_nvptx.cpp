@@ -93,8 +93,11 @@ class Lowering {
   Value* flat_index(int64_t n, int64_t r) {
     if (n == 1) return i32c(0);
     int64_t v = vector_width(n), chunk = r / v, j = r % v;
-    Value* first = b_.CreateMul(b_.CreateAdd(i32c(chunk * threads_), tid_), i32c(v));
-    return b_.CreateAnd(b_.CreateAdd(first, i32c(j)), i32c(n - 1));
+    if (n < threads_ * v)  // threads hold copies: wrap around
+      return b_.CreateAnd(b_.CreateAdd(b_.CreateMul(tid_, i32c(v)), i32c(chunk * threads_ * v + j)), i32c(n - 1));
+    // No wrap-around, and no signed overflow (n <= 2^20): LLVM can then see that a chunk's elements are
+    // consecutive, and fold the run-time check of the 16-byte accesses.
+    return b_.CreateNSWAdd(b_.CreateNSWMul(tid_, i32c(v)), i32c(chunk * threads_ * v + j));
   }
   Regs splat(Value* v, int64_t n) { return {std::vector<Value*>(per_thread(n), v)}; }
   const Regs& regs(const NodeRef& n) { return regs_.at(n.get()); }
