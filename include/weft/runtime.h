@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "weft/dtype.h"
@@ -95,12 +96,23 @@ template <class T> class Buffer {
       throw Error("Buffer::upload: the host vector has " + std::to_string(host.size()) +
                       " elements but the buffer holds " + std::to_string(count_),
                   loc);
-    detail::copy_to_device(*alloc_, 0, host.data(), bytes(), loc);
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs bits; kernels see one byte each
+      std::vector<uint8_t> bytes_of(host.begin(), host.end());
+      detail::copy_to_device(*alloc_, 0, bytes_of.data(), bytes(), loc);
+    } else {
+      detail::copy_to_device(*alloc_, 0, host.data(), bytes(), loc);
+    }
   }
   std::vector<T> download(SourceLoc loc = SourceLoc::current()) const {
-    std::vector<T> host(count_);
-    detail::copy_to_host(*alloc_, 0, host.data(), bytes(), loc);
-    return host;
+    if constexpr (std::is_same_v<T, bool>) {
+      std::vector<uint8_t> bytes_of(count_);
+      detail::copy_to_host(*alloc_, 0, bytes_of.data(), bytes(), loc);
+      return std::vector<bool>(bytes_of.begin(), bytes_of.end());
+    } else {
+      std::vector<T> host(count_);
+      detail::copy_to_host(*alloc_, 0, host.data(), bytes(), loc);
+      return host;
+    }
   }
 
  private:

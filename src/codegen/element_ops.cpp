@@ -4,10 +4,8 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
-#include <cmath>
-#include <cstring>
-
 #include "codegen/portable_math.h"
+#include "support/float_rounding.h"
 
 namespace weft::codegen {
 
@@ -82,25 +80,12 @@ Value* ElementOps::round(DType d, Value* v) {
   return v;
 }
 
-namespace {
-// The host-side twin of ElementOps::f32_round_to_odd, for constants.
-float host_f32_round_to_odd(double v) {
-  float f = static_cast<float>(v);
-  if (std::isnan(v) || static_cast<double>(f) == v) return f;
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) --u;
-  u |= 1;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-}  // namespace
 
 Value* ElementOps::constant(DType d, double v) {
   llvm::Type* t = compute_type(d);
   if (d.is_float()) {
-    if (d.scalar == ScalarType::f16) v = static_cast<float>(f16(host_f32_round_to_odd(v)));
-    if (d.scalar == ScalarType::bf16) v = static_cast<float>(bf16(host_f32_round_to_odd(v)));
+    if (d.scalar == ScalarType::f16) v = static_cast<float>(f16(support::f32_round_to_odd(v)));
+    if (d.scalar == ScalarType::bf16) v = static_cast<float>(bf16(support::f32_round_to_odd(v)));
     return llvm::ConstantFP::get(t, v);
   }
   return llvm::ConstantInt::get(t, static_cast<uint64_t>(static_cast<int64_t>(v)), true);

@@ -16,6 +16,7 @@
 #include "dsl/trace.h"
 #include "ir/printer.h"
 #include "support/env.h"
+#include "support/float_rounding.h"
 
 namespace weft::detail {
 
@@ -106,8 +107,8 @@ uint64_t number_slot(const KernelImpl& k, size_t i, const KernelArg& a, SourceLo
   if (d.is_float()) {
     double v = a.kind == KernelArg::Kind::Floating ? a.number : static_cast<double>(static_cast<int64_t>(a.bits));
     switch (d.scalar) {
-      case ScalarType::f16: return f16(static_cast<float>(v)).bits;
-      case ScalarType::bf16: return bf16(static_cast<float>(v)).bits;
+      case ScalarType::f16: return f16(support::f32_round_to_odd(v)).bits;  // one rounding, from any number
+      case ScalarType::bf16: return bf16(support::f32_round_to_odd(v)).bits;
       case ScalarType::f32: {
         float f = static_cast<float>(v);
         uint32_t u;
@@ -149,6 +150,16 @@ std::string const_key(const std::vector<KernelArg>& consts) {
       key += fmt::format("i{};", static_cast<int64_t>(c.bits));
   }
   return key;
+}
+
+// Host-side calls on a Kernel (launch, ir, compile) made from inside a kernel body being traced: an
+// Error instead of re-entering the kernel (its lock is held while it traces).
+void refuse_inside_kernel_body(const KernelImpl& k, const char* call, SourceLoc loc) {
+  if (dsl::tracing())
+    throw Error(fmt::format("Kernel::{} of kernel '{}' is called inside a kernel body being traced; launch, ir and "
+                            "compile belong in host code, outside kernel bodies",
+                            call, k.name),
+                loc);
 }
 
 void check_grid(const Grid& g, const KernelImpl& k) {
@@ -221,6 +232,7 @@ template <class T, size_t N> class SmallArray {
 }  // namespace
 
 void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const KernelArg* args, size_t count) {
+  refuse_inside_kernel_body(k, "launch", grid.loc);
   if (count != k.params.size())
     throw Error(fmt::format("kernel {} takes {} arguments but the launch passes {}", signature(k), k.params.size(),
                             count),
@@ -298,6 +310,7 @@ std::vector<KernelArg> consts_by_position(const KernelImpl& k, const std::vector
 }  // namespace
 
 std::string kernel_ir(KernelImpl& k, const std::vector<KernelArg>& const_args) {
+  refuse_inside_kernel_body(k, "ir", k.loc);
   std::vector<KernelArg> consts = consts_by_position(k, const_args, "ir");
   std::lock_guard<std::mutex> lock(k.mutex);
   return ir::print(*k.specialization(consts, k.loc).function);
@@ -305,6 +318,7 @@ std::string kernel_ir(KernelImpl& k, const std::vector<KernelArg>& const_args) {
 
 std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl& k, Backend& backend,
                                                      const std::vector<KernelArg>& const_args) {
+  refuse_inside_kernel_body(k, "compile", k.loc);
   std::vector<KernelArg> consts = consts_by_position(k, const_args, "compile");
   std::lock_guard<std::mutex> lock(k.mutex);
   return k.compiled(consts, backend, k.loc);

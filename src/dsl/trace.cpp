@@ -191,6 +191,8 @@ void trace_if(NodeRef cond, const std::function<void()>& then_body, const std::f
 
 namespace dsl {
 
+bool tracing() { return current != nullptr; }
+
 std::shared_ptr<const ir::Function> trace_kernel(const std::string& name, const std::vector<detail::ParamInfo>& params,
                                                  const std::function<void(const detail::TraceInputs&)>& tracer,
                                                  const std::vector<detail::KernelArg>& consts, SourceLoc loc) {

@@ -17,4 +17,7 @@ std::shared_ptr<const ir::Function> trace_kernel(const std::string& name,
                                                  const std::function<void(const detail::TraceInputs&)>& tracer,
                                                  const std::vector<detail::KernelArg>& consts, SourceLoc loc);
 
+// Whether this thread is inside a kernel body being traced.
+bool tracing();
+
 }  // namespace weft::dsl

@@ -394,7 +394,21 @@ TEST_CASE("a kernel traced inside another kernel's body", "[errors]") {
     line = __LINE__; Kernel inner("inner", [](Ptr<float> q) { store(q, 1.f); });
     (void)inner.ir();
   });
-  REQUIRE_WEFT_ERROR(outer.ir(), line, "kernel 'inner' is being traced inside the body of another kernel");
+  REQUIRE_WEFT_ERROR(outer.ir(), line, "Kernel::ir of kernel 'inner' is called inside a kernel body");
+}
+
+TEST_CASE("a kernel's own ir() or launch inside its body is an Error, not a deadlock", "[errors]") {
+  Kernel* self = nullptr;
+  int line = __LINE__; Kernel k("self_ir", [&](Ptr<float> p) { store(p, 1.f); (void)self->ir(); });
+  self = &k;
+  REQUIRE_WEFT_ERROR(k.ir(), line, "Kernel::ir of kernel 'self_ir' is called inside a kernel body");
+  Kernel* other = nullptr;
+  Kernel launcher("self_launch", [&](Ptr<float> p) {
+    store(p, 1.f);
+    line = __LINE__; other->launch(Grid(1), static_cast<float*>(nullptr));
+  });
+  other = &launcher;
+  REQUIRE_WEFT_ERROR(launcher.ir(), line, "Kernel::launch of kernel 'self_launch' is called inside a kernel body");
 }
 
 TEST_CASE("kernel names must be identifiers", "[errors]") {

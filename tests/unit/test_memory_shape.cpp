@@ -305,3 +305,22 @@ TEST_CASE("permute and trans of 2-D and 3-D tiles", "[ops][shape]") {
 }
 
 }  // namespace
+
+TEST_CASE("Buffer<bool> uploads and downloads one byte per element", "[ops][memory]") {
+  WEFT_SEEDED_RNG(rng);
+  Kernel invert("invert_bools", [](Ptr<bool> in, Ptr<bool> out, Int n) {
+    Int i = arange(0, 1024);
+    store(out + i, !load(in + i, i < n, false), i < n);
+  });
+  std::vector<bool> host(1000);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = rng() & 1;
+  Device dev = Device::current();
+  Buffer<bool> in = dev.upload(host), out = dev.upload(host);  // poisoned: every element must flip
+  invert.launch(Grid(1), in, out, int(host.size()));
+  std::vector<bool> got = out.download();
+  REQUIRE(got.size() == host.size());
+  int bad = 0;
+  for (size_t i = 0; i < host.size(); ++i) bad += got[i] == host[i];
+  CHECK(bad == 0);
+  CHECK(in.download() == host);
+}
