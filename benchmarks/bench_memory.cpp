@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
         Float e = exp(x - max(x, 0));
         store(out + row + cols, e / sum(e, 0), valid);
       }, KernelOptions{warps});
-      return [k, &in, &out, r, c] { k.launch(Grid(r), in, out, c, c); };
+      return [=, &in, &out] { k.launch(Grid(r), in, out, c, c); };
     });
   }
   {  // layernorm / rmsnorm bf16: 2^19 rows x 2048
@@ -97,21 +97,21 @@ int main(int argc, char** argv) {
     auto y = dev.alloc<bf16>(size_t(r) * c);
     best_over_warps("layernorm bf16 2^19 x 2048", 2.0 * 2 * r * c, [&](int warps) {
       Kernel k = make_layernorm(KernelOptions{warps});
-      return [k, &x, &w, &b, &y, r, c] { k.launch(Grid(r), x, w, b, y, c, 1e-5f, c); };
+      return [=, &x, &w, &b, &y] { k.launch(Grid(r), x, w, b, y, c, 1e-5f, c); };
     });
     best_over_warps("rmsnorm bf16 2^19 x 2048", 2.0 * 2 * r * c, [&](int warps) {
       Kernel k = make_rmsnorm(KernelOptions{warps});
-      return [k, &x, &w, &y, r, c] { k.launch(Grid(r), x, w, y, c, 1e-5f, c); };
+      return [=, &x, &w, &y] { k.launch(Grid(r), x, w, y, c, 1e-5f, c); };
     });
     // Row loops with the next row prefetched (examples/norms.h), 8 rows per program.
     const int per = 8;
     best_over_warps("layernorm rows-loop bf16", 2.0 * 2 * r * c, [&](int warps) {
       Kernel k = make_layernorm_rows(KernelOptions{warps});
-      return [k, &x, &w, &b, &y, r, c, per] { k.launch(Grid(r / per), x, w, b, y, c, r, 1e-5f, c, per); };
+      return [=, &x, &w, &b, &y] { k.launch(Grid(r / per), x, w, b, y, c, r, 1e-5f, c, per); };
     });
     best_over_warps("rmsnorm rows-loop bf16", 2.0 * 2 * r * c, [&](int warps) {
       Kernel k = make_rmsnorm_rows(KernelOptions{warps});
-      return [k, &x, &w, &y, r, c, per] { k.launch(Grid(r / per), x, w, y, c, r, 1e-5f, c, per); };
+      return [=, &x, &w, &y] { k.launch(Grid(r / per), x, w, y, c, r, 1e-5f, c, per); };
     });
   }
 

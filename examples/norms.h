@@ -39,6 +39,24 @@ inline weft::Kernel make_rmsnorm(weft::KernelOptions options = {}) {
 // The same two kernels written for bandwidth: each program normalizes `per_program` consecutive rows,
 // loads w (and b) once, and loads the next row before it reduces the current one, so that a block keeps
 // a row in flight while it computes (what an asynchronous-copy pipeline will do without the registers).
+
+// Calls body(row, v) for each row of this program, v the row as f32 (zero past n), the next row already
+// on its way.
+template <class Body>
+void for_each_row_prefetched(weft::Ptr<weft::bf16> x, weft::Int n, weft::Int n_rows, weft::Int cols, weft::Bool valid,
+                             weft::Const<int> per_program, Body body) {
+  using namespace weft;
+  Int first = program_id(0) * per_program;
+  auto row_start = [&](Int row) { return x + cast<int64_t>(row) * cast<int64_t>(n); };
+  Var next = cast<float>(load(row_start(first) + cols, valid & (first < n_rows), 0));
+  for_range(0, per_program, [&](Int i) {
+    Int row = first + i;
+    Float v = next;
+    next = cast<float>(load(row_start(row + 1) + cols, valid & (i + 1 < per_program) & (row + 1 < n_rows), 0));
+    body(row, v);
+  });
+}
+
 inline weft::Kernel make_layernorm_rows(weft::KernelOptions options = {}) {
   using namespace weft;
   return Kernel("layernorm_rows", [](Ptr<bf16> x, Ptr<bf16> w, Ptr<bf16> b, Ptr<bf16> y, Int n, Int n_rows, Float eps,
@@ -47,17 +65,12 @@ inline weft::Kernel make_layernorm_rows(weft::KernelOptions options = {}) {
     Bool valid = cols < n;
     Float wv = cast<float>(load(w + cols, valid, 0)), bv = cast<float>(load(b + cols, valid, 0));
     Float n_f = cast<float>(n);
-    Int first = program_id(0) * per_program;
-    auto row_ptr = [&](Ptr<bf16> base, Int row) { return base + cast<int64_t>(row) * cast<int64_t>(n); };
-    Var next = cast<float>(load(row_ptr(x, first) + cols, valid & (first < n_rows), 0));
-    for_range(0, per_program, [&](Int i) {
-      Int row = first + i;
-      Float v = next;
-      next = cast<float>(load(row_ptr(x, row + 1) + cols, valid & (i + 1 < per_program) & (row + 1 < n_rows), 0));
+    for_each_row_prefetched(x, n, n_rows, cols, valid, per_program, [&](Int row, Float v) {
       Float mean = sum(v, 0) / n_f;
       Float centered = where(valid, v - mean, 0.0f);
       Float rstd = rsqrt(sum(centered * centered, 0) / n_f + eps);
-      store(row_ptr(y, row) + cols, cast<bf16>(centered * rstd * wv + bv), valid & (row < n_rows));
+      Ptr<bf16> out = y + cast<int64_t>(row) * cast<int64_t>(n);
+      store(out + cols, cast<bf16>(centered * rstd * wv + bv), valid & (row < n_rows));
     });
   }, options);
 }
@@ -70,15 +83,10 @@ inline weft::Kernel make_rmsnorm_rows(weft::KernelOptions options = {}) {
     Bool valid = cols < n;
     Float wv = cast<float>(load(w + cols, valid, 0));
     Float n_f = cast<float>(n);
-    Int first = program_id(0) * per_program;
-    auto row_ptr = [&](Ptr<bf16> base, Int row) { return base + cast<int64_t>(row) * cast<int64_t>(n); };
-    Var next = cast<float>(load(row_ptr(x, first) + cols, valid & (first < n_rows), 0));
-    for_range(0, per_program, [&](Int i) {
-      Int row = first + i;
-      Float v = next;
-      next = cast<float>(load(row_ptr(x, row + 1) + cols, valid & (i + 1 < per_program) & (row + 1 < n_rows), 0));
+    for_each_row_prefetched(x, n, n_rows, cols, valid, per_program, [&](Int row, Float v) {
       Float rms = rsqrt(sum(v * v, 0) / n_f + eps);
-      store(row_ptr(y, row) + cols, cast<bf16>(v * rms * wv), valid & (row < n_rows));
+      Ptr<bf16> out = y + cast<int64_t>(row) * cast<int64_t>(n);
+      store(out + cols, cast<bf16>(v * rms * wv), valid & (row < n_rows));
     });
   }, options);
 }

@@ -19,6 +19,7 @@
 
 #include "codegen/cpu/cpu_abi.h"
 #include "codegen/element_ops.h"
+#include "codegen/llvm_builders.h"
 
 namespace weft::codegen::cpu {
 namespace {
@@ -118,20 +119,7 @@ class Lowering {
 
   // for (i = begin; i < end; ++i) body(i), on i64 values.
   void loop(Value* begin, Value* end, const std::function<void(Value*)>& body) {
-    auto* header = llvm::BasicBlock::Create(c_, "loop", fn_);
-    auto* inside = llvm::BasicBlock::Create(c_, "loop.body", fn_);
-    auto* exit = llvm::BasicBlock::Create(c_, "loop.exit", fn_);
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    b_.CreateBr(header);
-    b_.SetInsertPoint(header);
-    llvm::PHINode* i = b_.CreatePHI(i64_, 2);
-    i->addIncoming(begin, pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(i, end), inside, exit);
-    b_.SetInsertPoint(inside);
-    body(i);
-    i->addIncoming(b_.CreateAdd(i, i64c(1)), b_.GetInsertBlock());
-    b_.CreateBr(header);
-    b_.SetInsertPoint(exit);
+    emit_loop(b_, begin, end, i64c(1), body);
   }
   void loop(int64_t count, const std::function<void(Value*)>& body) {
     if (count == 1)
@@ -409,40 +397,17 @@ class Lowering {
   }
 
   void for_loop(const NodeRef& n) {
-    Value* lo = b_.CreateSExt(elem(n->operands[0], i64c(0)), i64_);
-    Value* hi = b_.CreateSExt(elem(n->operands[1], i64c(0)), i64_);
-    Value* step = b_.CreateSExt(elem(n->operands[2], i64c(0)), i64_);
-    auto* header = llvm::BasicBlock::Create(c_, "for", fn_);
-    auto* body = llvm::BasicBlock::Create(c_, "for.body", fn_);
-    auto* exit = llvm::BasicBlock::Create(c_, "for.exit", fn_);
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    b_.CreateBr(header);
-    b_.SetInsertPoint(header);
-    llvm::PHINode* i = b_.CreatePHI(i64_, 2);
-    i->addIncoming(lo, pre);
-    // A non-positive step runs no iteration rather than forever.
-    Value* go = b_.CreateAnd(b_.CreateICmpSGT(step, i64c(0)), b_.CreateICmpSLT(i, hi));
-    b_.CreateCondBr(go, body, exit);
-    b_.SetInsertPoint(body);
-    vals_[n->regions[0].args[0].get()] = {Val::Kind::Scalar, b_.CreateTrunc(i, i32_)};
-    region(n->regions[0]);
-    i->addIncoming(b_.CreateAdd(i, step), b_.GetInsertBlock());
-    b_.CreateBr(header);
-    b_.SetInsertPoint(exit);
+    auto bound = [&](size_t k) { return elem(n->operands[k], i64c(0)); };
+    emit_for(b_, bound(0), bound(1), bound(2), [&](Value* i) {
+      vals_[n->regions[0].args[0].get()] = {Val::Kind::Scalar, i};
+      region(n->regions[0]);
+    });
   }
 
   void if_else(const NodeRef& n) {
-    auto* then_block = llvm::BasicBlock::Create(c_, "then", fn_);
-    auto* else_block = llvm::BasicBlock::Create(c_, "else", fn_);
-    auto* merge = llvm::BasicBlock::Create(c_, "endif", fn_);
-    b_.CreateCondBr(elem(n->operands[0], i64c(0)), then_block, else_block);
-    b_.SetInsertPoint(then_block);
-    region(n->regions[0]);
-    b_.CreateBr(merge);
-    b_.SetInsertPoint(else_block);
-    if (n->regions.size() > 1) region(n->regions[1]);
-    b_.CreateBr(merge);
-    b_.SetInsertPoint(merge);
+    emit_if(b_, elem(n->operands[0], i64c(0)), [&] { region(n->regions[0]); }, [&] {
+      if (n->regions.size() > 1) region(n->regions[1]);
+    });
   }
 
   const ir::Function& f_;

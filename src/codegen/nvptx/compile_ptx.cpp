@@ -6,7 +6,6 @@
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/MC/TargetRegistry.h>
-#include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
@@ -14,6 +13,7 @@
 
 #include <mutex>
 
+#include "codegen/llvm_builders.h"
 #include "codegen/nvptx/lower_nvptx.h"
 #include "support/env.h"
 
@@ -53,19 +53,6 @@ std::string print_module(const llvm::Module& m) {
   return s;
 }
 
-void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(&tm);
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
-}
 
 }  // namespace
 
@@ -83,7 +70,7 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
   m.setTargetTriple(llvm::Triple(kTriple));
   m.setDataLayout(tm->createDataLayout());
   support::dump("llvm", f.name, "nvptx.ll", print_module(m));
-  optimize(m, *tm);
+  optimize_module(m, tm.get(), llvm::OptimizationLevel::O3);
 
   llvm::SmallString<0> ptx;
   llvm::raw_svector_ostream os(ptx);

@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "codegen/element_ops.h"
+#include "codegen/llvm_builders.h"
 #include "codegen/nvptx/ptx_instructions.h"
 
 namespace weft::codegen::nvptx {
@@ -676,56 +677,21 @@ class Lowering {
 
   // for (i = begin; i < end; i += step) body(i), on i32 values known to be uniform.
   void counted_loop(Value* begin, Value* end, Value* step, const std::function<void(Value*)>& body) {
-    auto* header = llvm::BasicBlock::Create(c_, "loop", fn_);
-    auto* inside = llvm::BasicBlock::Create(c_, "loop.body", fn_);
-    auto* exit = llvm::BasicBlock::Create(c_, "loop.exit", fn_);
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    b_.CreateBr(header);
-    b_.SetInsertPoint(header);
-    llvm::PHINode* i = b_.CreatePHI(begin->getType(), 2);
-    i->addIncoming(begin, pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(i, end), inside, exit);
-    b_.SetInsertPoint(inside);
-    body(i);
-    i->addIncoming(b_.CreateAdd(i, step), b_.GetInsertBlock());
-    b_.CreateBr(header);
-    b_.SetInsertPoint(exit);
+    emit_loop(b_, begin, end, step, body);
   }
 
   void for_loop(const NodeRef& n) {
-    auto scalar64 = [&](size_t i) { return b_.CreateSExt(regs(n->operands[i]).v[0], b_.getInt64Ty()); };
-    Value *lo = scalar64(0), *hi = scalar64(1), *step = scalar64(2);
-    // A non-positive step runs no iteration rather than forever (as on the CPU).
-    Value* end = b_.CreateSelect(b_.CreateICmpSGT(step, b_.getInt64(0)), hi, lo);
-    auto* header = llvm::BasicBlock::Create(c_, "for", fn_);
-    auto* body = llvm::BasicBlock::Create(c_, "for.body", fn_);
-    auto* exit = llvm::BasicBlock::Create(c_, "for.exit", fn_);
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    b_.CreateBr(header);
-    b_.SetInsertPoint(header);
-    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2);
-    i->addIncoming(lo, pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(i, end), body, exit);
-    b_.SetInsertPoint(body);
-    regs_[n->regions[0].args[0].get()] = {{b_.CreateTrunc(i, b_.getInt32Ty())}};
-    region(n->regions[0]);
-    i->addIncoming(b_.CreateAdd(i, step), b_.GetInsertBlock());
-    b_.CreateBr(header);
-    b_.SetInsertPoint(exit);
+    auto bound = [&](size_t k) { return regs(n->operands[k]).v[0]; };
+    emit_for(b_, bound(0), bound(1), bound(2), [&](Value* i) {
+      regs_[n->regions[0].args[0].get()] = {{i}};
+      region(n->regions[0]);
+    });
   }
 
   void if_else(const NodeRef& n) {
-    auto* then_block = llvm::BasicBlock::Create(c_, "then", fn_);
-    auto* else_block = llvm::BasicBlock::Create(c_, "else", fn_);
-    auto* merge = llvm::BasicBlock::Create(c_, "endif", fn_);
-    b_.CreateCondBr(regs(n->operands[0]).v[0], then_block, else_block);
-    b_.SetInsertPoint(then_block);
-    region(n->regions[0]);
-    b_.CreateBr(merge);
-    b_.SetInsertPoint(else_block);
-    if (n->regions.size() > 1) region(n->regions[1]);
-    b_.CreateBr(merge);
-    b_.SetInsertPoint(merge);
+    emit_if(b_, regs(n->operands[0]).v[0], [&] { region(n->regions[0]); }, [&] {
+      if (n->regions.size() > 1) region(n->regions[1]);
+    });
   }
 
   const ir::Function& f_;

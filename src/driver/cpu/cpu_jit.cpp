@@ -7,7 +7,6 @@
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
-#include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -16,6 +15,7 @@
 #include <mutex>
 
 #include "codegen/cpu/lower_cpu.h"
+#include "codegen/llvm_builders.h"
 #include "support/env.h"
 
 namespace weft::driver::cpu {
@@ -77,17 +77,7 @@ class HostJit {
  private:
   void optimize(llvm::Module& m) {
     std::lock_guard<std::mutex> lock(optimize_mutex_);  // the target machine is shared
-    llvm::LoopAnalysisManager lam;
-    llvm::FunctionAnalysisManager fam;
-    llvm::CGSCCAnalysisManager cgam;
-    llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(target_machine_.get());
-    pb.registerModuleAnalyses(mam);
-    pb.registerCGSCCAnalyses(cgam);
-    pb.registerFunctionAnalyses(fam);
-    pb.registerLoopAnalyses(lam);
-    pb.crossRegisterProxies(lam, fam, cgam, mam);
-    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(m, mam);
+    codegen::optimize_module(m, target_machine_.get(), llvm::OptimizationLevel::O2);
   }
 
   std::unique_ptr<llvm::TargetMachine> target_machine_;

@@ -1,0 +1,65 @@
+#include "codegen/llvm_builders.h"
+
+#include <llvm/Passes/PassBuilder.h>
+
+namespace weft::codegen {
+
+void emit_loop(llvm::IRBuilder<>& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
+               const std::function<void(llvm::Value*)>& body) {
+  llvm::Function* fn = b.GetInsertBlock()->getParent();
+  auto* header = llvm::BasicBlock::Create(b.getContext(), "loop", fn);
+  auto* inside = llvm::BasicBlock::Create(b.getContext(), "loop.body", fn);
+  auto* exit = llvm::BasicBlock::Create(b.getContext(), "loop.exit", fn);
+  llvm::BasicBlock* pre = b.GetInsertBlock();
+  b.CreateBr(header);
+  b.SetInsertPoint(header);
+  llvm::PHINode* i = b.CreatePHI(begin->getType(), 2);
+  i->addIncoming(begin, pre);
+  b.CreateCondBr(b.CreateICmpSLT(i, end), inside, exit);
+  b.SetInsertPoint(inside);
+  body(i);
+  i->addIncoming(b.CreateAdd(i, step), b.GetInsertBlock());
+  b.CreateBr(header);
+  b.SetInsertPoint(exit);
+}
+
+void emit_for(llvm::IRBuilder<>& b, llvm::Value* lo, llvm::Value* hi, llvm::Value* step,
+              const std::function<void(llvm::Value*)>& body) {
+  llvm::Type* i64 = b.getInt64Ty();
+  llvm::Value* lo64 = b.CreateSExt(lo, i64);
+  llvm::Value* step64 = b.CreateSExt(step, i64);
+  llvm::Value* end = b.CreateSelect(b.CreateICmpSGT(step64, b.getInt64(0)), b.CreateSExt(hi, i64), lo64);
+  emit_loop(b, lo64, end, step64, [&](llvm::Value* i) { body(b.CreateTrunc(i, b.getInt32Ty())); });
+}
+
+void emit_if(llvm::IRBuilder<>& b, llvm::Value* cond, const std::function<void()>& then_body,
+             const std::function<void()>& else_body) {
+  llvm::Function* fn = b.GetInsertBlock()->getParent();
+  auto* then_block = llvm::BasicBlock::Create(b.getContext(), "then", fn);
+  auto* else_block = llvm::BasicBlock::Create(b.getContext(), "else", fn);
+  auto* merge = llvm::BasicBlock::Create(b.getContext(), "endif", fn);
+  b.CreateCondBr(cond, then_block, else_block);
+  b.SetInsertPoint(then_block);
+  then_body();
+  b.CreateBr(merge);
+  b.SetInsertPoint(else_block);
+  else_body();
+  b.CreateBr(merge);
+  b.SetInsertPoint(merge);
+}
+
+void optimize_module(llvm::Module& m, llvm::TargetMachine* target, llvm::OptimizationLevel level) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(target);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  pb.buildPerModuleDefaultPipeline(level).run(m, mam);
+}
+
+}  // namespace weft::codegen

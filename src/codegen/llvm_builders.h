@@ -1,0 +1,33 @@
+// Small LLVM IR building blocks that every backend's lowering uses the same way: counted loops, the
+// structured for/if of the tile IR, and the optimization pipeline.
+#pragma once
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/Passes/OptimizationLevel.h>
+
+#include <functional>
+
+namespace llvm {
+class TargetMachine;
+}
+
+namespace weft::codegen {
+
+// for (i = begin; i < end; i += step) body(i): signed compare, values of one integer type. The builder
+// is left after the loop.
+void emit_loop(llvm::IRBuilder<>& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
+               const std::function<void(llvm::Value*)>& body);
+
+// The tile IR's `for`: i32 bounds, counted in i64 so that no bound near the i32 limits wraps, and a
+// non-positive step runs no iteration rather than forever. body gets the i32 index.
+void emit_for(llvm::IRBuilder<>& b, llvm::Value* lo, llvm::Value* hi, llvm::Value* step,
+              const std::function<void(llvm::Value*)>& body);
+
+// if (cond) then_body() else else_body().
+void emit_if(llvm::IRBuilder<>& b, llvm::Value* cond, const std::function<void()>& then_body,
+             const std::function<void()>& else_body);
+
+// LLVM's default module pipeline at `level`, tuned for `target`.
+void optimize_module(llvm::Module& m, llvm::TargetMachine* target, llvm::OptimizationLevel level);
+
+}  // namespace weft::codegen
