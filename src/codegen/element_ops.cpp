@@ -141,8 +141,7 @@ Value* ElementOps::gpu_fmod(Value* a, Value* b) {
   return b_.CreateFPTrunc(r, a->getType());
 }
 
-Value* ElementOps::unary(Op op, DType d, Value* x, SourceLoc loc) {
-  (void)loc;
+Value* ElementOps::unary(Op op, DType d, Value* x) {
   bool f = d.is_float();
   if (f && target_ == MathTarget::Nvptx)
     if (Value* v = gpu_math(op, x)) return v;

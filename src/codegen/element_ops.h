@@ -31,8 +31,7 @@ class ElementOps {
   // A kernel argument from its 64-bit slot (pointers as addresses, numbers in their low bits).
   llvm::Value* from_slot(DType d, llvm::Value* slot64);
 
-  // `loc` names the user's line when the target cannot do the operation.
-  llvm::Value* unary(ir::Op op, DType d, llvm::Value* x, SourceLoc loc);
+  llvm::Value* unary(ir::Op op, DType d, llvm::Value* x);
   llvm::Value* binary(ir::Op op, DType d, llvm::Value* a, llvm::Value* b);
   llvm::Value* compare(ir::Op op, DType d, llvm::Value* a, llvm::Value* b);
   llvm::Value* cast(DType from, DType to, llvm::Value* x);

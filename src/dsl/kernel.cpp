@@ -45,8 +45,9 @@ class KernelImpl {
   Specialization& specialization(const std::vector<KernelArg>& consts, SourceLoc at);
   // The specialization compiled for `backend` (compiled now if it was not yet). Call with `mutex` held.
   std::shared_ptr<CompiledKernel> compiled(const std::vector<KernelArg>& consts, Backend& backend, SourceLoc at) {
-    std::shared_ptr<CompiledKernel>& slot = specialization(consts, at).compiled[&backend];
-    if (!slot) slot = backend.compile(*specialization(consts, at).function, options);
+    Specialization& s = specialization(consts, at);
+    std::shared_ptr<CompiledKernel>& slot = s.compiled[&backend];
+    if (!slot) slot = backend.compile(*s.function, options);
     return slot;
   }
 };

@@ -188,7 +188,7 @@ class Lowering {
     const auto& ops = n->operands;
     switch (ir::op_category(n->op)) {
       case ir::OpCategory::Unary:
-        return define_elementwise(n, [&](Value* i) { return ops_.unary(n->op, d, elem(ops[0], i), n->loc); });
+        return define_elementwise(n, [&](Value* i) { return ops_.unary(n->op, d, elem(ops[0], i)); });
       case ir::OpCategory::Binary:
         return define_elementwise(n, [&](Value* i) { return ops_.binary(n->op, d, elem(ops[0], i), elem(ops[1], i)); });
       case ir::OpCategory::Compare:

@@ -169,7 +169,7 @@ class Lowering {
     auto at = [&](size_t i, size_t r) { return regs(o[i]).v[r]; };
     switch (ir::op_category(n->op)) {
       case ir::OpCategory::Unary:
-        return elementwise(n, [&](size_t r) { return ops_.unary(n->op, d, at(0, r), n->loc); });
+        return elementwise(n, [&](size_t r) { return ops_.unary(n->op, d, at(0, r)); });
       case ir::OpCategory::Binary:
         return elementwise(n, [&](size_t r) { return ops_.binary(n->op, d, at(0, r), at(1, r)); });
       case ir::OpCategory::Compare:
