@@ -33,7 +33,7 @@ class KernelImpl {
     std::unordered_map<Backend*, std::shared_ptr<CompiledKernel>> compiled;
   };
   std::mutex mutex;
-  std::map<std::string, Specialization> specializations;  // keyed on the Const values
+  std::map<std::string, Specialization> specializations;  // keyed on the Const values and `divisible`
 
   // The last launch's specialization, so that a warm launch skips the key and the maps: its backend, its
   // Const values (each one's 64 bits, see const_bits, in the order of the Const parameters) and what it
@@ -42,10 +42,14 @@ class KernelImpl {
   std::vector<uint64_t> last_consts;
   CompiledKernel* last_compiled = nullptr;
 
-  Specialization& specialization(const std::vector<KernelArg>& consts, SourceLoc at);
+  // `divisible`: bit i set when Tile parameter i is a 16-byte-aligned pointer or an integer divisible by
+  // 16 at this launch (0 for Kernel::ir / compile, which see no arguments). Code generators use it to
+  // prove 16-byte accesses at compile time; kernels specialize on it as they do on Const values.
+  Specialization& specialization(const std::vector<KernelArg>& consts, uint64_t divisible, SourceLoc at);
   // The specialization compiled for `backend` (compiled now if it was not yet). Call with `mutex` held.
-  std::shared_ptr<CompiledKernel> compiled(const std::vector<KernelArg>& consts, Backend& backend, SourceLoc at) {
-    Specialization& s = specialization(consts, at);
+  std::shared_ptr<CompiledKernel> compiled(const std::vector<KernelArg>& consts, uint64_t divisible, Backend& backend,
+                                           SourceLoc at) {
+    Specialization& s = specialization(consts, divisible, at);
     std::shared_ptr<CompiledKernel>& slot = s.compiled[&backend];
     if (!slot) slot = backend.compile(*s.function, options);
     return slot;
@@ -173,13 +177,14 @@ void check_grid(const Grid& g, const KernelImpl& k) {
 
 }  // namespace
 
-KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelArg>& consts, SourceLoc at) {
-  std::string key = const_key(consts);
+KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelArg>& consts, uint64_t divisible,
+                                                      SourceLoc at) {
+  std::string key = const_key(consts) + fmt::format("d{}", divisible);
   auto it = specializations.find(key);
   if (it != specializations.end()) return it->second;
   (void)at;
   Specialization s;
-  s.function = dsl::trace_kernel(name, params, tracer, consts, loc);
+  s.function = dsl::trace_kernel(name, params, tracer, consts, divisible, loc);
   support::dump("ir", name, "ir", ir::print(*s.function, {.locations = true}));
   check_ptx_if_asked(*s.function, options);  // WEFT_CHECK_PTX: the PTX must pass ptxas too
   return specializations.emplace(key, std::move(s)).first->second;
@@ -242,8 +247,9 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
   Backend& backend = stream ? stream->backend() : Device::current().backend();
 
   constexpr size_t kInlineParams = 32;
-  SmallArray<uint64_t, kInlineParams> slots(count), consts(count);
+  SmallArray<uint64_t, kInlineParams> slots(count), consts(count + 1);
   size_t num_slots = 0, num_consts = 0;
+  uint64_t divisible = 0;  // see KernelImpl::specialization
   for (size_t i = 0; i < count; ++i) {
     const ParamInfo& p = k.params[i];
     const KernelArg& a = args[i];
@@ -262,7 +268,11 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
     } else {
       slots[num_slots++] = number_slot(k, i, a, grid.loc);
     }
+    bool integer = p.dtype.pointer || (p.dtype.is_int() && !p.dtype.is_bool());
+    bool multiple_of_16 = integer && slots[num_slots - 1] % 16 == 0;
+    if (multiple_of_16 && num_slots <= 64) divisible |= uint64_t(1) << (num_slots - 1);
   }
+  consts[num_consts++] = divisible;  // part of the key of the fast path, like a Const value
 
   // Lookup only under the lock (a first launch also traces and compiles under it, once). The
   // CompiledKernel stays alive after the lock is released: `specializations` owns it for as long as `k`.
@@ -277,7 +287,7 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
       std::vector<KernelArg> by_position(count);
       for (size_t i = 0; i < count; ++i)
         if (k.params[i].is_const) by_position[i] = const_value(k, i, args[i], grid.loc);
-      compiled = k.compiled(by_position, backend, grid.loc).get();
+      compiled = k.compiled(by_position, divisible, backend, grid.loc).get();
       k.last_backend = &backend;
       k.last_consts.assign(consts.data(), consts.data() + num_consts);
       k.last_compiled = compiled;
@@ -314,7 +324,7 @@ std::string kernel_ir(KernelImpl& k, const std::vector<KernelArg>& const_args) {
   refuse_inside_kernel_body(k, "ir", k.loc);
   std::vector<KernelArg> consts = consts_by_position(k, const_args, "ir");
   std::lock_guard<std::mutex> lock(k.mutex);
-  return ir::print(*k.specialization(consts, k.loc).function);
+  return ir::print(*k.specialization(consts, 0, k.loc).function);
 }
 
 std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl& k, Backend& backend,
@@ -322,7 +332,7 @@ std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl& k, Backend& bac
   refuse_inside_kernel_body(k, "compile", k.loc);
   std::vector<KernelArg> consts = consts_by_position(k, const_args, "compile");
   std::lock_guard<std::mutex> lock(k.mutex);
-  return k.compiled(consts, backend, k.loc);
+  return k.compiled(consts, 0, backend, k.loc);
 }
 
 }  // namespace weft::detail

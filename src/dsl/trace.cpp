@@ -195,7 +195,8 @@ bool tracing() { return current != nullptr; }
 
 std::shared_ptr<const ir::Function> trace_kernel(const std::string& name, const std::vector<detail::ParamInfo>& params,
                                                  const std::function<void(const detail::TraceInputs&)>& tracer,
-                                                 const std::vector<detail::KernelArg>& consts, SourceLoc loc) {
+                                                 const std::vector<detail::KernelArg>& consts, uint64_t divisible,
+                                                 SourceLoc loc) {
   if (current)
     throw Error(fmt::format("kernel '{}' is being traced inside the body of another kernel; trace kernels one at a time",
                             name),
@@ -221,7 +222,8 @@ std::shared_ptr<const ir::Function> trace_kernel(const std::string& name, const 
       continue;
     }
     detail::Attrs a;
-    a.ints = {value_index++};
+    bool multiple_of_16 = value_index < 64 && (divisible >> value_index) & 1;
+    a.ints = {value_index++, multiple_of_16 ? 16 : 1};  // {index, known divisor}
     a.dtype = params[i].dtype;
     a.has_dtype = true;
     auto p = make_node(ctx, detail::Op::Param, {}, a, {}, loc);

@@ -11,11 +11,13 @@
 namespace weft::dsl {
 
 // Traces `tracer` into a verified Function. `consts` holds, per parameter position, the Const value given
-// at launch (ignored for Tile parameters).
+// at launch (ignored for Tile parameters); bit i of `divisible` marks Tile parameter i as a multiple of 16
+// (a 16-byte-aligned pointer, or an integer), recorded on its Param node.
 std::shared_ptr<const ir::Function> trace_kernel(const std::string& name,
                                                  const std::vector<detail::ParamInfo>& params,
                                                  const std::function<void(const detail::TraceInputs&)>& tracer,
-                                                 const std::vector<detail::KernelArg>& consts, SourceLoc loc);
+                                                 const std::vector<detail::KernelArg>& consts, uint64_t divisible,
+                                                 SourceLoc loc);
 
 // Whether this thread is inside a kernel body being traced.
 bool tracing();

@@ -16,6 +16,7 @@ class Printer {
     for (const NodeRef& p : f.params) {
       if (!params.empty()) params += ", ";
       params += fmt::format("{}: {}", def(p), p->type.str());
+      if (p->attrs.ints.size() > 1 && p->attrs.ints[1] > 1) params += fmt::format(" divisible {}", p->attrs.ints[1]);
     }
     out_ += fmt::format("kernel @{}({}) {{\n", f.name, params);
     region(f.body, 1);

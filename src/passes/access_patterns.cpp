@@ -1,0 +1,114 @@
+#include "passes/access_patterns.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace weft::passes {
+namespace {
+
+using ir::Op;
+
+constexpr int64_t kLarge = int64_t(1) << 30;  // "divisible by any power of two we care about"
+
+int64_t power_of_two_dividing(int64_t v) {
+  if (v == 0) return kLarge;
+  return std::min<int64_t>(kLarge, v & -v);
+}
+
+int64_t last_dim(const ir::Node& n) { return n.type.shape.empty() ? 1 : n.type.shape.back(); }
+int64_t numel(const ir::Node& n) { return n.type.numel(); }
+
+// The divisor of every element: within a run of consecutive values only the first is known to be a
+// multiple of anything.
+int64_t element_divisor(const AccessPattern& p) { return p.contiguity > 1 ? 1 : p.divisor; }
+
+// The divisor of the starts of runs of `length` elements cut from p's runs (each a multiple of `length`
+// past a start of p's).
+int64_t run_divisor(const AccessPattern& p, int64_t length) {
+  return p.contiguity > length ? std::gcd(p.divisor, length) : p.contiguity == length ? p.divisor : element_divisor(p);
+}
+
+// Runs never reach past a row of the last dimension (except constancy of values equal everywhere).
+AccessPattern clamp(const ir::Node& n, AccessPattern p) {
+  p.contiguity = std::min(p.contiguity, last_dim(n));
+  p.constancy = std::min(p.constancy, numel(n));
+  p.divisor = std::min(p.divisor, kLarge);
+  return p;
+}
+
+}  // namespace
+
+AccessPatterns::AccessPatterns(const ir::Function& f) {
+  for (const ir::NodeRef& p : f.params) known_[p.get()] = compute(*p);
+  visit(f.body);
+}
+
+void AccessPatterns::visit(const ir::Region& r) {
+  for (const ir::NodeRef& a : r.args) known_[a.get()] = compute(*a);
+  for (const ir::NodeRef& n : r.body) {
+    known_[n.get()] = compute(*n);
+    for (const ir::Region& inner : n->regions) visit(inner);
+  }
+}
+
+AccessPattern AccessPatterns::of(const ir::Node* n) const {
+  auto it = known_.find(n);
+  return it == known_.end() ? AccessPattern{} : it->second;
+}
+
+AccessPattern AccessPatterns::compute(const ir::Node& n) const {
+  auto operand = [&](size_t i) { return of(n.operands[i].get()); };
+  AccessPattern unknown;
+  switch (n.op) {
+    case Op::Param:
+      return {1, 1, n.attrs.ints.size() > 1 ? n.attrs.ints[1] : 1};
+    case Op::Constant:
+      if (!n.type.dtype.is_int()) return unknown;
+      return clamp(n, {1, numel(n), power_of_two_dividing(static_cast<int64_t>(n.attrs.number))});
+    case Op::Arange:
+      return clamp(n, {numel(n), 1, power_of_two_dividing(n.attrs.ints[0])});
+    case Op::Add:
+    case Op::Sub:
+    case Op::PtrAdd: {
+      AccessPattern a = operand(0), b = operand(1);
+      int64_t scale = 1;  // an offset counts elements; a pointer's divisor counts bytes
+      if (n.op == Op::PtrAdd) scale = DType{n.type.dtype.scalar, false}.bytes();  // of the pointee
+      AccessPattern out;
+      // A run stays consecutive where one side runs and the other holds still (subtracting a running
+      // value would run backwards: only a constant may be subtracted).
+      out.contiguity = std::min(a.contiguity, b.constancy);
+      if (n.op != Op::Sub) out.contiguity = std::max(out.contiguity, std::min(a.constancy, b.contiguity));
+      out.constancy = std::min(a.constancy, b.constancy);
+      out = clamp(n, out);
+      out.divisor = std::gcd(run_divisor(a, out.contiguity), run_divisor(b, out.contiguity) * scale);
+      return out;
+    }
+    case Op::Mul: {
+      AccessPattern a = operand(0), b = operand(1);
+      return clamp(n, {1, std::min(a.constancy, b.constancy), std::min(kLarge, element_divisor(a) * element_divisor(b))});
+    }
+    case Op::Cast:
+      if (n.type.dtype.is_int() && !n.type.dtype.is_bool() && n.operands[0]->type.dtype.bits() <= n.type.dtype.bits())
+        return operand(0);  // widening keeps the values
+      return unknown;
+    case Op::Broadcast: {
+      const ir::Node& x = *n.operands[0];
+      AccessPattern p = operand(0);
+      if (x.type.shape.empty() || numel(x) == 1) return clamp(n, {1, numel(n), p.divisor});
+      if (last_dim(x) == last_dim(n)) return clamp(n, p);        // leading dimensions repeat whole rows
+      if (last_dim(x) == 1) return clamp(n, {1, last_dim(n), element_divisor(p)});  // each value spreads along a row
+      return {1, 1, element_divisor(p)};
+    }
+    case Op::Reshape: {
+      const ir::Node& x = *n.operands[0];
+      AccessPattern p = operand(0);
+      if (last_dim(x) == last_dim(n)) return clamp(n, p);  // same rows
+      return {1, 1, element_divisor(p)};
+    }
+    default:  // loop indices, program ids, variables, loads …: nothing known
+      return unknown;
+  }
+}
+
+}  // namespace weft::passes
