@@ -1,0 +1,64 @@
+// The access-pattern analysis (src/passes/access_patterns.h) that lets the GPU code generator use 16-byte
+// accesses without run-time checks: what it proves must hold, and what does not hold must not be proven.
+#include <catch2/catch.hpp>
+
+#include <weft/weft.h>
+
+#include "dsl/trace.h"
+#include "passes/access_patterns.h"
+
+using namespace weft;
+
+namespace {
+
+// Traces body(ptr, stride) as a kernel (Ptr<float>, Int) whose parameters are marked multiples of 16 as
+// `divisible` says, and returns the pattern of the pointer tile the body returns.
+template <class Body> passes::AccessPattern pattern_of(uint64_t divisible, Body body) {
+  std::vector<detail::ParamInfo> params = {{false, dtype_of<Pointer<float>>}, {false, dtype_of<int32_t>}};
+  detail::NodeRef result;
+  auto f = dsl::trace_kernel(
+      "patterns", params,
+      [&](const detail::TraceInputs& in) {
+        Ptr<float> ptrs = body(Ptr<float>(in.values[0]), Int(in.values[1]));
+        result = ptrs.node();
+        store(ptrs, 1.0f);
+      },
+      std::vector<detail::KernelArg>(2), divisible, SourceLoc::current());
+  return passes::AccessPatterns(*f).of(result.get());
+}
+
+}  // namespace
+
+TEST_CASE("a block of consecutive elements from an aligned pointer is proven contiguous and aligned", "[passes]") {
+  auto p = pattern_of(0b11, [](Ptr<float> x, Int) { return x + program_id(0) * 128 + arange(0, 128); });
+  CHECK(p.contiguity == 128);
+  CHECK(p.divisor % 16 == 0);  // bytes: a multiple of 128 floats past a 16-byte-aligned address
+  auto unaligned = pattern_of(0b10, [](Ptr<float> x, Int) { return x + program_id(0) * 128 + arange(0, 128); });
+  CHECK(unaligned.contiguity == 128);
+  CHECK(unaligned.divisor % 16 != 0);  // the pointer itself may be misaligned
+}
+
+TEST_CASE("rows of a 2-D tile are aligned only when the row stride is a multiple of 16", "[passes]") {
+  auto rows = [](Ptr<float> x, Int stride) {
+    return x + expand_dims(arange(0, 8), 1) * stride + expand_dims(arange(0, 16), 0);
+  };
+  auto any_stride = pattern_of(0b01, rows);  // stride not known to be a multiple of 16
+  CHECK(any_stride.contiguity == 16);
+  CHECK(any_stride.divisor % 16 != 0);
+  auto stride16 = pattern_of(0b11, rows);
+  CHECK(stride16.contiguity == 16);
+  CHECK(stride16.divisor % 16 == 0);
+}
+
+TEST_CASE("scaled or permuted indices are not consecutive, and only run starts carry the divisor", "[passes]") {
+  auto scaled = pattern_of(0b11, [](Ptr<float> x, Int) { return x + arange(0, 64) * 2; });
+  CHECK(scaled.contiguity == 1);
+  CHECK(scaled.divisor <= 8);  // element i is at 8 i bytes: nothing more than 8 divides them all
+  auto transposed = pattern_of(0b11, [](Ptr<float> x, Int) {
+    return x + trans(expand_dims(arange(0, 8), 1) * 16 + expand_dims(arange(0, 16), 0));
+  });
+  CHECK(transposed.contiguity == 1);
+  auto shifted = pattern_of(0b11, [](Ptr<float> x, Int) { return x + arange(0, 64) + 3; });
+  CHECK(shifted.contiguity == 64);
+  CHECK(shifted.divisor == 4);  // 3 floats past an aligned address
+}
