@@ -45,11 +45,10 @@ class KernelImpl {
   // `divisible`: bit i set when Tile parameter i is a 16-byte-aligned pointer or an integer divisible by
   // 16 at this launch (0 for Kernel::ir / compile, which see no arguments). Code generators use it to
   // prove 16-byte accesses at compile time; kernels specialize on it as they do on Const values.
-  Specialization& specialization(const std::vector<KernelArg>& consts, uint64_t divisible, SourceLoc at);
+  Specialization& specialization(const std::vector<KernelArg>& consts, uint64_t divisible);
   // The specialization compiled for `backend` (compiled now if it was not yet). Call with `mutex` held.
-  std::shared_ptr<CompiledKernel> compiled(const std::vector<KernelArg>& consts, uint64_t divisible, Backend& backend,
-                                           SourceLoc at) {
-    Specialization& s = specialization(consts, divisible, at);
+  std::shared_ptr<CompiledKernel> compiled(const std::vector<KernelArg>& consts, uint64_t divisible, Backend& backend) {
+    Specialization& s = specialization(consts, divisible);
     std::shared_ptr<CompiledKernel>& slot = s.compiled[&backend];
     if (!slot) slot = backend.compile(*s.function, options);
     return slot;
@@ -177,12 +176,10 @@ void check_grid(const Grid& g, const KernelImpl& k) {
 
 }  // namespace
 
-KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelArg>& consts, uint64_t divisible,
-                                                      SourceLoc at) {
+KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelArg>& consts, uint64_t divisible) {
   std::string key = const_key(consts) + fmt::format("d{}", divisible);
   auto it = specializations.find(key);
   if (it != specializations.end()) return it->second;
-  (void)at;
   Specialization s;
   s.function = dsl::trace_kernel(name, params, tracer, consts, divisible, loc);
   support::dump("ir", name, "ir", ir::print(*s.function, {.locations = true}));
@@ -287,7 +284,7 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
       std::vector<KernelArg> by_position(count);
       for (size_t i = 0; i < count; ++i)
         if (k.params[i].is_const) by_position[i] = const_value(k, i, args[i], grid.loc);
-      compiled = k.compiled(by_position, divisible, backend, grid.loc).get();
+      compiled = k.compiled(by_position, divisible, backend).get();
       k.last_backend = &backend;
       k.last_consts.assign(consts.data(), consts.data() + num_consts);
       k.last_compiled = compiled;
@@ -324,7 +321,7 @@ std::string kernel_ir(KernelImpl& k, const std::vector<KernelArg>& const_args) {
   refuse_inside_kernel_body(k, "ir", k.loc);
   std::vector<KernelArg> consts = consts_by_position(k, const_args, "ir");
   std::lock_guard<std::mutex> lock(k.mutex);
-  return ir::print(*k.specialization(consts, 0, k.loc).function);
+  return ir::print(*k.specialization(consts, 0).function);
 }
 
 std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl& k, Backend& backend,
@@ -332,7 +329,7 @@ std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl& k, Backend& bac
   refuse_inside_kernel_body(k, "compile", k.loc);
   std::vector<KernelArg> consts = consts_by_position(k, const_args, "compile");
   std::lock_guard<std::mutex> lock(k.mutex);
-  return k.compiled(consts, 0, backend, k.loc);
+  return k.compiled(consts, 0, backend);
 }
 
 }  // namespace weft::detail

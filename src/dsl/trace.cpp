@@ -16,7 +16,6 @@ using ir::Type;
 
 // The state of one kernel being traced on this thread.
 struct TraceContext {
-  Function* function = nullptr;
   std::vector<Region*> open_regions;     // innermost last
   std::vector<int> open_serials;         // parallel to open_regions
   std::unordered_map<const Node*, int> defined_in;  // node -> serial of the region that defines it
@@ -158,7 +157,6 @@ NodeRef constant(DType dtype, double value, const Shape& shape, SourceLoc loc) {
 
 DType node_dtype(const NodeRef& n) { return n->type.dtype; }
 const Shape& node_shape(const NodeRef& n) { return n->type.shape; }
-bool is_var(const NodeRef& n) { return n->type.kind == Type::Kind::Var; }
 
 void trace_for(NodeRef lo, NodeRef hi, NodeRef step, const std::function<void(NodeRef)>& body, SourceLoc loc) {
   TraceContext& ctx = context(loc);
@@ -205,7 +203,6 @@ std::shared_ptr<const ir::Function> trace_kernel(const std::string& name, const 
   function->name = name;
   function->loc = loc;
   TraceContext ctx;
-  ctx.function = function.get();
   current = &ctx;
   struct Reset {
     ~Reset() { current = nullptr; }

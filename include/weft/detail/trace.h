@@ -49,7 +49,6 @@ NodeRef constant(DType dtype, double value, const Shape& shape, SourceLoc loc);
 
 DType node_dtype(const NodeRef&);
 const Shape& node_shape(const NodeRef&);
-bool is_var(const NodeRef&);
 
 // Structured control flow: the bodies are traced into new regions.
 void trace_for(NodeRef lo, NodeRef hi, NodeRef step, const std::function<void(NodeRef)>& body, SourceLoc loc);
