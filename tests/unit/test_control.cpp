@@ -62,7 +62,7 @@ TEST_CASE("for_range with bounds and step from kernel arguments carries a Var", 
       cpp_range(c.lo, c.hi, c.step, [&](int32_t i) { acc += x[i] * (i % 3 + p); });
       return acc;
     });
-    check_near<int32_t>(out.read(), want);
+    check_near<int32_t>(out, want);
   }
 }
 
@@ -87,7 +87,7 @@ TEST_CASE("for_range near the limits of i32: the index neither overflows nor wra
     launch(k, Grid(1), out, lo, hi, step);
     Ints want = {0, -1};
     cpp_range(lo, hi, step, [&](int32_t i) { ++want[0], want[1] = i; });
-    check_near<int32_t>(out.read(), want);
+    check_near<int32_t>(out, want);
   }
 }
 
@@ -105,7 +105,7 @@ TEST_CASE("for_range with literal bounds: step > 1 and bodies that never run", "
   Ints x = random_ints(rng, 40, -50, 50);
   Output<int32_t> out(programs), never(programs);
   launch(k, Grid(programs), Input<int32_t>(x), out, never);
-  check_near<int32_t>(out.read(), per_program(programs, [&](int p) {
+  check_near<int32_t>(out, per_program(programs, [&](int p) {
                         int32_t acc = 0;
                         cpp_range(3, 40, 4, [&](int32_t i) { acc = acc * 2 + x[i] - p; });
                         return acc;
@@ -132,7 +132,7 @@ TEST_CASE("nested for_range: a bound from the outer index, a Var declared in the
   Ints x = random_ints(rng, size_t(rows) * cols, -100, 100);
   Output<int32_t> out(programs);
   launch(k, Grid(programs), Input<int32_t>(x), out, rows, cols);
-  check_near<int32_t>(out.read(), per_program(programs, [&](int p) {
+  check_near<int32_t>(out, per_program(programs, [&](int p) {
                         int32_t total = 0;
                         for (int i = 0; i < rows; ++i) {
                           int32_t row_sum = 0;
@@ -173,8 +173,8 @@ TEST_CASE("tile Vars carried through for_range: running sum and maximum of block
         want_sum[p * kWidth + l] += v;
         want_max[p * kWidth + l] = std::max(want_max[p * kWidth + l], v);
       }
-  check_near<int32_t>(sums.read(), want_sum, {}, "sums");
-  check_near<int32_t>(maxima.read(), want_max, {}, "maxima");
+  check_near<int32_t>(sums, want_sum, {}, "sums");
+  check_near<int32_t>(maxima, want_max, {}, "maxima");
 }
 
 // ---- if_ ----------------------------------------------------------------------------------------------
@@ -196,8 +196,8 @@ TEST_CASE("if_ with and without else: program instances take different branches"
   INFO("threshold " << threshold);
   Output<int32_t> a(programs), b(programs), c(programs);
   launch(k, Grid(programs), Input<int32_t>(x), a, b, c, threshold);
-  check_near<int32_t>(a.read(), per_program(programs, [&](int p) { return x[p] > threshold ? x[p] * 2 : -x[p]; }), {}, "a");
-  check_near<int32_t>(c.read(), per_program(programs, [&](int p) { return (p & 1 ? x[p] - threshold : 7) * 10; }), {}, "c");
+  check_near<int32_t>(a, per_program(programs, [&](int p) { return x[p] > threshold ? x[p] * 2 : -x[p]; }), {}, "a");
+  check_near<int32_t>(c, per_program(programs, [&](int p) { return (p & 1 ? x[p] - threshold : 7) * 10; }), {}, "c");
   Ints got_b = b.read();
   for (int p = 0; p < programs; ++p) {
     INFO("b[" << p << "]");
@@ -234,8 +234,8 @@ TEST_CASE("if_ inside for_range updates Vars conditionally", "[control]") {
   for (int r = 0; r < rows; ++r)
     for (int j = 0; j < cols; ++j)
       if (int32_t v = x[r * cols + j]; v > threshold) ++want_count[r], want_sum[r] += v;
-  check_near<int32_t>(counts.read(), want_count, {}, "counts");
-  check_near<int32_t>(sums.read(), want_sum, {}, "sums");
+  check_near<int32_t>(counts, want_count, {}, "counts");
+  check_near<int32_t>(sums, want_sum, {}, "sums");
 }
 
 // ---- Var ----------------------------------------------------------------------------------------------
@@ -284,10 +284,10 @@ TEST_CASE("Vars of rank 0 and of tiles: compound and plain assignment", "[contro
       want_t[p * kWidth + l] = (f[p * kWidth + l] * 0.5f + 1) / 4.f - float(l);
     }
   }
-  check_near<int32_t>(out_s.read(), want_s, {}, "s");
-  check_near<int32_t>(out_u.read(), want_u, {}, "u");
-  check_near<int32_t>(out_w.read(), want_w, {}, "w");
-  check_near<float>(out_t.read(), want_t, {}, "t");
+  check_near<int32_t>(out_s, want_s, {}, "s");
+  check_near<int32_t>(out_u, want_u, {}, "u");
+  check_near<int32_t>(out_w, want_w, {}, "w");
+  check_near<float>(out_t, want_t, {}, "t");
 }
 
 // ---- the launch grid ----------------------------------------------------------------------------------
@@ -306,10 +306,10 @@ TEST_CASE("3-D grid: every program instance sees its own program_id and the grid
   INFO("salt " << salt);
   Output<int32_t> ids(total), sizes(total);
   launch(k, Grid(nx, ny, nz), ids, sizes, salt);
-  check_near<int32_t>(ids.read(), per_program(total, [&](int l) {
+  check_near<int32_t>(ids, per_program(total, [&](int l) {
                         return l % nx + 100 * (l / nx % ny) + 10000 * (l / (nx * ny)) + salt;
                       }), {}, "ids");
-  check_near<int32_t>(sizes.read(), Ints(total, nx + 100 * ny + 10000 * nz), {}, "sizes");
+  check_near<int32_t>(sizes, Ints(total, nx + 100 * ny + 10000 * nz), {}, "sizes");
 }
 
 TEST_CASE("1-D grid of 10000 program instances", "[control]") {
@@ -324,7 +324,7 @@ TEST_CASE("1-D grid of 10000 program instances", "[control]") {
   Ints x = random_ints(rng, size_t(programs) * kWidth, -100000, 100000);
   Output<int32_t> out(programs * kWidth);
   launch(k, Grid(programs), Input<int32_t>(x), out);
-  check_near<int32_t>(out.read(), per_program(programs * kWidth, [&](int i) { return x[i] * 3 + i / kWidth - programs; }));
+  check_near<int32_t>(out, per_program(programs * kWidth, [&](int i) { return x[i] * 3 + i / kWidth - programs; }));
 }
 
 // ---- Const specialization and the device ---------------------------------------------------------------
@@ -356,7 +356,7 @@ TEST_CASE("one Kernel launched with different Const values computes each correct
     std::vector<float> want(x);
     for (float& v : want)
       for (int r = 0; r < s.repeat; ++r) v *= s.scale;
-    check_near<float>(out.read(), want);
+    check_near<float>(out, want);
   }
 }
 

@@ -30,7 +30,7 @@ void check_elementwise(Rng& rng, const std::string& what, Body body, Ref ref, To
           Output<R> out(n);
           launch(k, grid_for(n, kBlock), out, n, Input<Ts>(x)...);
           Context context = [&](size_t i) { return ((show<Ts>(x[i]) + " ") + ...); };
-          check_near<R>(out.read(), want, tol, what + " on " + ((type_name<Ts>() + " ") + ...) + "n=" + std::to_string(n),
+          check_near<R>(out, want, tol, what + " on " + ((type_name<Ts>() + " ") + ...) + "n=" + std::to_string(n),
                         context);
         },
         inputs);
@@ -347,7 +347,7 @@ TEST_CASE("casts from wide integers and f64 and literals round once to f16 and b
     });
     Output<To> out(src.size());
     launch(k, Grid(1), out, int64_t(src.size()), Input<From>(src));
-    check_near<To>(out.read(), want, {}, "cast " + type_name<From>() + " -> " + type_name<To>());
+    check_near<To>(out, want, {}, "cast " + type_name<From>() + " -> " + type_name<To>());
   };
   // 2^25 + 2^17 + 1 lies just above a bf16 midpoint, but f32 rounds it onto the midpoint itself.
   run.operator()<int32_t, bf16>({(1 << 25) + (1 << 17) + 1, -((1 << 25) + (1 << 17) + 1), 12345});
@@ -360,7 +360,7 @@ TEST_CASE("casts from wide integers and f64 and literals round once to f16 and b
     Kernel k("literal_edges", [v](Ptr<T> out) { store(out + arange(0, 16), full<T>({16}, v)); });
     Output<T> out(16);
     launch(k, Grid(1), out);
-    check_near<T>(out.read(), std::vector<host_t<T>>(16, from_ref<T>(v)), {}, "full<" + type_name<T>() + ">");
+    check_near<T>(out, std::vector<host_t<T>>(16, from_ref<T>(v)), {}, "full<" + type_name<T>() + ">");
   };
   literal.operator()<f16>(1 + 0x1p-11 + 0x1p-40);
   literal.operator()<bf16>(-(1 + 0x1p-8 + 0x1p-40));
@@ -418,8 +418,8 @@ TEST_CASE("rank-0 and splat values are rounded to their type after every op", "[
     }
     Output<T> out(n), splat_out(4 * n);
     launch(k, Grid(n), out, splat_out, Input<T>(x), Input<T>(y));
-    check_near<T>(out.read(), want, {}, "(a * b + 3) / (b - 0.1) on rank-0 " + type_name<T>());
-    check_near<T>(splat_out.read(), want_splat, {}, "(a * b + 3) / (b - 0.1) on splats of " + type_name<T>());
+    check_near<T>(out, want, {}, "(a * b + 3) / (b - 0.1) on rank-0 " + type_name<T>());
+    check_near<T>(splat_out, want_splat, {}, "(a * b + 3) / (b - 0.1) on splats of " + type_name<T>());
   });
 }
 
@@ -447,7 +447,7 @@ TEST_CASE("a scalar kernel argument broadcasts against a tile", "[ops][elementwi
       Output<T> out(n);
       launch(k, grid_for(n, kBlock), out, n, Input<T>(x), s);
       INFO("s = " << s);
-      check_near<T>(out.read(), want, {}, "(s - x) * s + maximum(x, s) on " + type_name<T>());
+      check_near<T>(out, want, {}, "(s - x) * s + maximum(x, s) on " + type_name<T>());
     }
   });
 }

@@ -88,16 +88,16 @@ template <class T> void check_scalar_access(Rng& rng) {
     launch(k, Grid(n), Input<T>(x), out, odd, first, n);
     std::vector<host_t<T>> want(n);
     for (int64_t i = 0; i < n; ++i) want[i] = i % 2 == 0 ? x[i] : x[n - 1 - i];
-    check_near<T>(out.read(), want, {}, "scalar load and store");
+    check_near<T>(out, want, {}, "scalar load and store");
     std::vector<host_t<T>> got_odd = odd.read();
     for (int64_t i = 0; i < n; ++i) {
       if (i % 2 == 0)
         check_untouched<T>(got_odd, i, i + 1, "masked-off scalar store");
       else
-        check_near<T>({got_odd[i]}, {x[i]}, {}, "masked scalar store");
+        check_near<T>(std::vector{got_odd[i]}, {x[i]}, {}, "masked scalar store");
     }
     std::vector<host_t<T>> got_first = first.read();
-    check_near<T>({got_first[0]}, {x[0]}, {}, "load through the pointer argument");
+    check_near<T>(std::vector{got_first[0]}, {x[0]}, {}, "load through the pointer argument");
     check_untouched<T>(got_first, 1, 2, "past a scalar store");
   }
 }
@@ -125,7 +125,7 @@ TEST_CASE("i64 offsets keep all 64 bits", "[ops][memory]") {
     for (int64_t i = 0; i < n; ++i) want[i] = 2 * x[i], want[n + i] = x[i];
     Output<double> out(2 * n);
     launch(k, grid_for(n, 256), Input<double>(x), out, n, int64_t(1) << 31);
-    check_near<double>(out.read(), want);
+    check_near<double>(out, want);
   }
 }
 
@@ -160,9 +160,9 @@ TEST_CASE("2-D tiles addressed with expand_dims and broadcasting", "[ops][memory
     Output<int32_t> out(R * C), xt(R * C), xt2(R * C);
     launch(k, Grid((R + BM - 1) / BM, (C + BN - 1) / BN), Input<int32_t>(x), Input<int32_t>(bias),
            Input<int32_t>(scale), out, xt, xt2, R, C);
-    check_near<int32_t>(out.read(), want, {}, "2 * x + bias - scale");
-    check_near<int32_t>(xt.read(), want_t, {}, "transpose by addressing");
-    check_near<int32_t>(xt2.read(), want_t, {}, "transpose with trans()");
+    check_near<int32_t>(out, want, {}, "2 * x + bias - scale");
+    check_near<int32_t>(xt, want_t, {}, "transpose by addressing");
+    check_near<int32_t>(xt2, want_t, {}, "transpose with trans()");
   }
 }
 
@@ -246,7 +246,7 @@ template <class T, class Op> void check_shape_op(Rng& rng, const std::string& wh
   }
   Output<T> out(n_out);
   launch(k, Grid(1), Input<T>(x), out);
-  check_near<T>(out.read(), want, {}, what + " on " + type_name<T>());
+  check_near<T>(out, want, {}, what + " on " + type_name<T>());
 }
 
 using ShapeTypes = std::tuple<float, bf16, int64_t, bool>;

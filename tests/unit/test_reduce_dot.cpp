@@ -81,13 +81,13 @@ template <class T, class G> void check_reductions(Rng& rng, const Shape& s, int 
   for (int64_t d : s) shape += (shape.empty() ? "" : "x") + std::to_string(d);
   std::string what = type_name<T>() + "[" + shape + "] axis " + std::to_string(axis) + ": ";
   if constexpr (is_float_elem<T>)
-    check_within<T>(sums.read(), r.sum, sum_tolerance<T>(r, s[positive_axis]), what + "sum");
+    check_within<T>(sums, r.sum, sum_tolerance<T>(r, s[positive_axis]), what + "sum");
   else  // wraps like the integer type
-    check_near<T>(sums.read(), as_host<T>(r.sum), {}, what + "sum");
-  check_near<T>(maxes.read(), as_host<T>(r.max), {}, what + "max");
-  check_near<T>(mins.read(), as_host<T>(r.min), {}, what + "min");
-  check_near<int32_t>(argmaxes.read(), r.argmax, {}, what + "argmax");
-  check_near<int32_t>(argmins.read(), r.argmin, {}, what + "argmin");
+    check_near<T>(sums, as_host<T>(r.sum), {}, what + "sum");
+  check_near<T>(maxes, as_host<T>(r.max), {}, what + "max");
+  check_near<T>(mins, as_host<T>(r.min), {}, what + "min");
+  check_near<int32_t>(argmaxes, r.argmax, {}, what + "argmax");
+  check_near<int32_t>(argmins, r.argmin, {}, what + "argmin");
 }
 
 using ReduceTypes = std::tuple<float, int32_t, f16, bf16>;
@@ -145,8 +145,8 @@ TEST_CASE("argmax and argmin return the first index of the extreme", "[ops][redu
   for (const auto& r : rows) x.insert(x.end(), r.begin(), r.end());
   Output<int32_t> amax(4), amin(4);
   launch(k, Grid(1), Input<float>(x), amax, amin);
-  check_near<int32_t>(amax.read(), {0, 0, 1, 6}, {}, "argmax");
-  check_near<int32_t>(amin.read(), {4, 0, 2, 0}, {}, "argmin");
+  check_near<int32_t>(amax, {0, 0, 1, 6}, {}, "argmax");
+  check_near<int32_t>(amin, {4, 0, 2, 0}, {}, "argmin");
 }
 
 TEST_CASE("masked row reductions of odd-sized rows", "[ops][reduce]") {
@@ -178,9 +178,9 @@ TEST_CASE("masked row reductions of odd-sized rows", "[ops][reduce]") {
       want_max[r] = float(ref.max[0]), want_argmin[r] = ref.argmin[0];
     }
     INFO("n = " << n);
-    check_within<float>(sums.read(), want_sum, tol, "row sum");
-    check_near<float>(maxes.read(), want_max, {}, "row max");
-    check_near<int32_t>(argmins.read(), want_argmin, {}, "row argmin");
+    check_within<float>(sums, want_sum, tol, "row sum");
+    check_near<float>(maxes, want_max, {}, "row max");
+    check_near<int32_t>(argmins, want_argmin, {}, "row argmin");
   }
 }
 
@@ -222,8 +222,8 @@ template <class T> void check_dot(Rng& rng, int64_t M, int64_t N, int64_t K) {
   Output<float> out(M * N), out_acc(M * N);
   launch(k, Grid(1), Input<T>(a), Input<T>(b), Input<float>(c), out, out_acc);
   DotRef plain = dot_reference<T>(a, b, nullptr, M, N, K), with_acc = dot_reference<T>(a, b, &c, M, N, K);
-  check_within<float>(out.read(), plain.value, plain.tol, "dot(a, b)");
-  check_within<float>(out_acc.read(), with_acc.value, with_acc.tol, "dot(a, b, c)");
+  check_within<float>(out, plain.value, plain.tol, "dot(a, b)");
+  check_within<float>(out_acc, with_acc.value, with_acc.tol, "dot(a, b, c)");
 }
 
 using DotTypes = std::tuple<f16, bf16, float>;
@@ -263,7 +263,7 @@ template <class T> void check_tiled_matmul(Rng& rng, int M, int N, int K, int BM
   launch(k, Grid((M + BM - 1) / BM, (N + BN - 1) / BN), Input<T>(a), Input<T>(b), Input<float>(c0), c, M, N, K, BM, BN,
          BK);
   DotRef want = dot_reference<T>(a, b, &c0, M, N, K);
-  check_within<float>(c.read(), want.value, want.tol, "C0 + A @ B");
+  check_within<float>(c, want.value, want.tol, "C0 + A @ B");
 }
 
 TEST_CASE("dot in a for_range K loop with a Var accumulator", "[ops][dot]") {

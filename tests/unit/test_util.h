@@ -201,10 +201,21 @@ template <class T> bool is_poison(host_t<T> v) {
   return std::memcmp(&v, &p, sizeof v) == 0;
 }
 
+template <class T> std::string show(host_t<T> v) {
+  std::ostringstream os;
+  os.precision(17);
+  if (is_poison<T>(v)) return "<poison>";
+  if constexpr (is_float_elem<T>)
+    os << to_ref<T>(v);
+  else
+    os << static_cast<int64_t>(v);
+  return os.str();
+}
+
 template <class T> class DeviceArray {
  public:
-  explicit DeviceArray(size_t n) : buf_(Device::current().alloc<host_t<T>>(n)) {}
-  explicit DeviceArray(const std::vector<host_t<T>>& host) : buf_(Device::current().upload(host)) {}
+  explicit DeviceArray(size_t n, Device d = Device::current()) : buf_(d.alloc<host_t<T>>(n)) {}
+  explicit DeviceArray(const std::vector<host_t<T>>& host, Device d = Device::current()) : buf_(d.upload(host)) {}
   size_t size() const { return buf_.size(); }
   // The launch argument: the buffer, or for bool its address typed bool*.
   auto arg() const {
@@ -224,12 +235,19 @@ template <class T> class DeviceArray {
 };
 
 template <class T> struct Input : DeviceArray<T> {
-  explicit Input(const std::vector<host_t<T>>& host) : DeviceArray<T>(host) {}
+  explicit Input(const std::vector<host_t<T>>& host, Device d = Device::current()) : DeviceArray<T>(host, d) {}
 };
-// An output buffer; `launch` fills it with poison before every launch.
+// An output buffer; `launch` fills it with poison before every launch. On a GPU, `launch` also runs the
+// kernel on the CPU backend with the same inputs and keeps that result here (`cpu_result`), so that the
+// checks below compare the GPU with the CPU backend as well as with the double reference.
 template <class T> struct Output : DeviceArray<T> {
-  explicit Output(size_t n) : DeviceArray<T>(n) {}
+  explicit Output(size_t n, Device d = Device::current()) : DeviceArray<T>(n, d) {}
   void poison() const { this->write(std::vector<host_t<T>>(this->size(), poison_value<T>())); }
+  const std::vector<host_t<T>>* cpu_result() const { return cpu_result_ ? cpu_result_.get() : nullptr; }
+  void set_cpu_result(std::vector<host_t<T>> v) const { cpu_result_ = std::make_shared<std::vector<host_t<T>>>(std::move(v)); }
+
+ private:
+  mutable std::shared_ptr<std::vector<host_t<T>>> cpu_result_;
 };
 
 template <class X> struct is_device_array : std::false_type {};
@@ -237,6 +255,11 @@ template <class T> struct is_device_array<Input<T>> : std::true_type {};
 template <class T> struct is_device_array<Output<T>> : std::true_type {};
 template <class X> struct is_output : std::false_type {};
 template <class T> struct is_output<Output<T>> : std::true_type {};
+template <class X> struct is_input : std::false_type {};
+template <class T> struct is_input<Input<T>> : std::true_type {};
+// Launch arguments that are neither test arrays nor plain values (raw Buffers, pointers): a kernel taking
+// one cannot be replayed on the CPU backend by `launch`.
+template <class X> inline constexpr bool is_plain_value = std::is_arithmetic_v<X> || std::is_same_v<X, f16> || std::is_same_v<X, bf16>;
 
 template <class X> auto device_arg(const X& x) {
   if constexpr (is_device_array<X>::value)
@@ -245,13 +268,57 @@ template <class X> auto device_arg(const X& x) {
     return x;
 }
 
-// Poisons every Output among `args`, then launches k with them.
+// The CPU-backend copy of one launch argument: inputs copied over, outputs poisoned, values as they are.
+template <class X> X cpu_twin(const X& x) {
+  if constexpr (is_input<X>::value) {
+    return X(x.read(), Device::cpu());
+  } else if constexpr (is_output<X>::value) {
+    X twin(x.size(), Device::cpu());
+    twin.poison();
+    return twin;
+  } else {
+    return x;
+  }
+}
+
+namespace detail_ {
+// The GPU and the CPU backend must write the same elements, and the same integers; floats are compared by
+// the checks (check_near, check_within) with the test's own tolerance.
+template <class T> void check_same_writes(const Output<T>& gpu, const Output<T>& cpu) {
+  std::vector<host_t<T>> g = gpu.read(), c = cpu.read();
+  size_t bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    bool same = is_poison<T>(g[i]) == is_poison<T>(c[i]);
+    if constexpr (!is_float_elem<T>) same = same && g[i] == c[i];
+    if (!same && ++bad <= 8)
+      FAIL_CHECK("GPU vs CPU backend [" << i << "]: GPU " << show<T>(g[i]) << ", CPU " << show<T>(c[i]));
+  }
+  CHECK(bad == 0);
+}
+}  // namespace detail_
+
+// Poisons every Output among `args`, then launches k with them. On a GPU the same launch also runs on the
+// CPU backend (when every argument can be copied there), each output is compared with its CPU twin for
+// which elements were written (and for integers their values), and the CPU result is kept for the checks.
 template <class... A> void launch(const Kernel& k, const Grid& grid, const A&... args) {
   auto poison = [](const auto& a) {
     if constexpr (is_output<std::remove_cvref_t<decltype(a)>>::value) a.poison();
   };
   (poison(args), ...);
   k.launch(grid, device_arg(args)...);
+  constexpr bool replayable = ((is_device_array<A>::value || is_plain_value<A>) && ...);
+  if constexpr (replayable) {
+    if (Device::current().kind() == BackendKind::cpu) return;
+    std::tuple<A...> twins{cpu_twin(args)...};
+    std::apply([&](const auto&... t) { k.launch(Device::cpu().stream(), grid, device_arg(t)...); }, twins);
+    auto keep = [](const auto& gpu, const auto& cpu) {
+      if constexpr (is_output<std::remove_cvref_t<decltype(gpu)>>::value) {
+        detail_::check_same_writes(gpu, cpu);
+        gpu.set_cpu_result(cpu.read());
+      }
+    };
+    std::apply([&](const auto&... t) { (keep(args, t), ...); }, twins);
+  }
 }
 
 // ---- kernel-side helpers ------------------------------------------------------------------------------
@@ -284,16 +351,6 @@ template <class T> Tol ulps(double k, double scale = 1) { return {k * eps<T>(), 
 
 using Context = std::function<std::string(size_t)>;  // describes the inputs of element i
 
-template <class T> std::string show(host_t<T> v) {
-  std::ostringstream os;
-  os.precision(17);
-  if (is_poison<T>(v)) return "<poison>";
-  if constexpr (is_float_elem<T>)
-    os << to_ref<T>(v);
-  else
-    os << static_cast<int64_t>(v);
-  return os.str();
-}
 
 namespace detail_ {
 // Counts the elements for which ok(i) is false, reporting the first few, then asserts there were none.
@@ -350,6 +407,29 @@ void check_within(const std::vector<host_t<T>>& got, const std::vector<double>& 
     return os.str();
   };
   detail_::check_all(got.size(), what, ok, describe, context);
+}
+
+// The same checks of an Output: its GPU values against the reference and, where `launch` ran the kernel on
+// the CPU backend too, against that result, within twice the tolerance (each within `tol` of the reference).
+template <class T>
+void check_near(const Output<T>& out, const std::vector<host_t<T>>& want, Tol tol = {}, const std::string& what = "result",
+                const Context& context = {}) {
+  std::vector<host_t<T>> got = out.read();
+  check_near<T>(got, want, tol, what, context);
+  if (const auto* cpu = out.cpu_result())
+    check_near<T>(got, *cpu, {2 * tol.rel, 2 * tol.abs}, what + " (GPU vs CPU backend)", context);
+}
+template <class T>
+void check_within(const Output<T>& out, const std::vector<double>& want, const std::vector<double>& tol,
+                  const std::string& what = "result", const Context& context = {}) {
+  std::vector<host_t<T>> got = out.read();
+  check_within<T>(got, want, tol, what, context);
+  if (const auto* cpu = out.cpu_result()) {
+    std::vector<double> cpu_values(cpu->size()), twice(tol.size());
+    for (size_t i = 0; i < cpu->size(); ++i) cpu_values[i] = to_ref<T>((*cpu)[i]);
+    for (size_t i = 0; i < tol.size(); ++i) twice[i] = 2 * tol[i];
+    check_within<T>(got, cpu_values, twice, what + " (GPU vs CPU backend)", context);
+  }
 }
 
 // Asserts that every element of `got` is poison (memory that must not have been written).
