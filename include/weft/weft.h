@@ -1,6 +1,7 @@
 // weft — a C++ embedded DSL and JIT compiler for GPU kernels. Include this one header.
 #pragma once
 
+#include "weft/async.h"
 #include "weft/control.h"
 #include "weft/dtype.h"
 #include "weft/error.h"

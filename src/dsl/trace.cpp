@@ -5,6 +5,8 @@
 #include <unordered_map>
 
 #include "ir/verifier.h"
+#include "passes/shared_memory_plan.h"
+#include "passes/task_plan.h"
 
 namespace weft {
 namespace {
@@ -185,6 +187,20 @@ void trace_if(NodeRef cond, const std::function<void()>& then_body, const std::f
   append(ctx, make_node(ctx, Op::If, {std::move(cond)}, {}, std::move(regions), loc));
 }
 
+void trace_tasks(const std::vector<TaskSpec>& tasks, SourceLoc loc) {
+  TraceContext& ctx = context(loc);
+  if (tasks.empty()) throw Error("async_tasks needs at least one task", loc);
+  std::vector<Region> regions(tasks.size());
+  Attrs attrs;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    RegionScope scope(ctx, regions[i]);
+    tasks[i].body();
+    attrs.ints.insert(attrs.ints.end(), {tasks[i].warps, tasks[i].regs, tasks[i].replicas});
+    attrs.names.push_back(tasks[i].name);
+  }
+  append(ctx, make_node(ctx, Op::AsyncTasks, {}, std::move(attrs), std::move(regions), loc));
+}
+
 }  // namespace detail
 
 namespace dsl {
@@ -230,6 +246,9 @@ std::shared_ptr<const ir::Function> trace_kernel(const std::string& name, const 
   }
   tracer(inputs);
   ir::verify(*function);
+  // The plans are made again by each backend; here they report budget and placement errors at trace time.
+  passes::plan_tasks(*function, 1);
+  passes::plan_shared_memory(*function);
   return function;
 }
 

@@ -46,6 +46,10 @@ std::string Type::str() const {
       return shape.empty() ? dtype.str() : dtype.str() + shape_str(shape);
     case Kind::Var:
       return "var " + (shape.empty() ? dtype.str() : dtype.str() + shape_str(shape));
+    case Kind::Shared:
+      return "shared " + dtype.str() + shape_str(shape);
+    case Kind::Barrier:
+      return shape.empty() ? "mbarrier" : "mbarrier" + shape_str(shape);
   }
   return "?";
 }

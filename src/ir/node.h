@@ -25,22 +25,26 @@ enum class OpCategory { Leaf, Unary, Binary, Compare, Special };
 std::string_view op_name(Op);
 OpCategory op_category(Op);
 
-// What a node produces: nothing (a statement), a value, or a variable slot holding values.
+// What a node produces: nothing (a statement), a value, a variable slot holding values, shared memory
+// (a buffer of all its stages, shape [stages, dims...], or a view of one stage) or mbarriers ([n] or one).
 struct Type {
-  enum class Kind : uint8_t { None, Value, Var } kind = Kind::None;
+  enum class Kind : uint8_t { None, Value, Var, Shared, Barrier } kind = Kind::None;
   DType dtype{};
   Shape shape;  // empty: rank 0
 
   static Type none() { return {}; }
   static Type value(DType d, Shape s) { return {Kind::Value, d, std::move(s)}; }
   static Type var(DType d, Shape s) { return {Kind::Var, d, std::move(s)}; }
+  static Type shared(DType d, Shape s) { return {Kind::Shared, d, std::move(s)}; }
+  static Type barrier(Shape s) { return {Kind::Barrier, DType{}, std::move(s)}; }
 
   bool is_value() const { return kind == Kind::Value; }
   bool is_scalar() const { return kind == Kind::Value && shape.empty(); }
   int rank() const { return static_cast<int>(shape.size()); }
   int64_t numel() const;
   bool same_value_type(const Type& o) const { return dtype == o.dtype && shape == o.shape; }
-  std::string str() const;  // "f32", "i32[128]", "ptr<bf16>[64x64]", "var f32[16x16]"
+  // "f32", "i32[128]", "ptr<bf16>[64x64]", "var f32[16x16]", "shared bf16[4x128x64]", "mbarrier[4]"
+  std::string str() const;
 };
 
 std::string shape_str(const Shape&);  // "[64x32]", "[]"

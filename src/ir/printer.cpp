@@ -47,6 +47,8 @@ class Printer {
         return " " + shape_str(a.shape);
       case Op::Cast:
         return " to " + a.dtype.str();
+      case Op::LocalAlloc:
+        return " " + a.dtype.str() + shape_str(a.shape);
       default:
         break;
     }
@@ -92,7 +94,20 @@ class Printer {
       out_ += std::string(2 * depth, ' ') + "}\n";
       return;
     }
+    if (n->op == Op::AsyncTasks) {
+      line(depth, "async_tasks {", *n);
+      for (size_t t = 0; t < n->regions.size(); ++t) {
+        const int64_t* o = &n->attrs.ints.at(3 * t);
+        out_ += fmt::format("{}task \"{}\" warps {} regs {} replicas {} {{\n", std::string(2 * depth + 2, ' '),
+                            n->attrs.names.at(t), o[0], o[1], o[2]);
+        region(n->regions[t], depth + 2);
+        out_ += std::string(2 * depth + 2, ' ') + "}\n";
+      }
+      out_ += std::string(2 * depth, ' ') + "}\n";
+      return;
+    }
     std::string body = fmt::format("{}{}{}", op_name(n->op), operands, attrs(*n));
+    for (const std::string& nm : n->attrs.names) body += fmt::format(" \"{}\"", nm);
     if (n->type.kind == Type::Kind::None)
       line(depth, body, *n);
     else

@@ -19,11 +19,23 @@ bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 std::string name(Op op) { return std::string(op_name(op)); }
 
+std::string kind_name(const Type& t) {
+  switch (t.kind) {
+    case Type::Kind::Var: return "a Var slot";
+    case Type::Kind::Shared: return "shared memory";
+    case Type::Kind::Barrier: return "an mbarrier";
+    case Type::Kind::Value: return "a value";
+    case Type::Kind::None: break;
+  }
+  return "a statement";
+}
+
 const Type& value_operand(Op op, const std::vector<NodeRef>& operands, size_t i, SourceLoc loc) {
   const Type& t = operands.at(i)->type;
   if (!t.is_value())
-    fail(loc, fmt::format("{}: operand {} is {}, not a value{}", name(op), i, t.kind == Type::Kind::Var ? "a Var slot" : "a statement",
-                          t.kind == Type::Kind::Var ? " (read the Var instead)" : ""));
+    fail(loc, fmt::format("{}: operand {} is {}, not a value{}", name(op), i, kind_name(t),
+                          t.kind == Type::Kind::Var ? " (read the Var instead)"
+                          : t.kind == Type::Kind::Shared ? " (read it with local_load)" : ""));
   return t;
 }
 
@@ -93,6 +105,37 @@ Type infer_reduce(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sou
   s.erase(s.begin() + axis);
   bool is_arg = op == Op::ArgMax || op == Op::ArgMin;
   return Type::value(is_arg ? DType{ScalarType::i32, false} : x.dtype, s);
+}
+
+// A shared-memory operand: a whole buffer (`stage_view` false) or one stage of it.
+const Type& shared_operand(Op op, const std::vector<NodeRef>& operands, size_t i, bool stage_view, SourceLoc loc) {
+  const NodeRef& o = operands.at(i);
+  const Type& t = o->type;
+  if (t.kind != Type::Kind::Shared)
+    fail(loc, fmt::format("{}: operand {} must be shared memory (from local_alloc), got {}", name(op), i, kind_name(t)));
+  bool is_view = o->op != Op::LocalAlloc;
+  if (stage_view && !is_view)
+    fail(loc, fmt::format("{} takes one stage of a buffer: index the buffer from local_alloc (made at {}) with "
+                          "local_view(buffer, stage) or buffer[stage]",
+                          name(op), o->loc.str()));
+  if (!stage_view && is_view) fail(loc, fmt::format("{} takes a whole buffer from local_alloc, not a view", name(op)));
+  return t;
+}
+
+// One mbarrier: an element of an alloc_barriers array.
+void require_one_barrier(Op op, const std::vector<NodeRef>& operands, SourceLoc loc) {
+  const Type& t = operands.at(0)->type;
+  if (t.kind != Type::Kind::Barrier)
+    fail(loc, fmt::format("{} needs an mbarrier (an element of alloc_barriers), got {}", name(op), kind_name(t)));
+  if (!t.shape.empty())
+    fail(loc, fmt::format("{} needs one mbarrier, got the array of {} (made at {}); pick one with bars[i]", name(op),
+                          t.shape[0], operands[0]->loc.str()));
+}
+
+void require_i32_scalar(Op op, const std::vector<NodeRef>& operands, size_t i, std::string_view what, SourceLoc loc) {
+  const Type& t = require_scalar(op, operands, i, what, loc);
+  if (t.dtype != DType{ScalarType::i32, false})
+    fail(loc, fmt::format("{}: {} must be i32, got {}; convert it with cast<int32_t>(...)", name(op), what, t.str()));
 }
 
 Type infer_dot(const std::vector<NodeRef>& operands, SourceLoc loc) {
@@ -368,6 +411,73 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
                               declared.str(), slot->loc.str(), x.str()));
       return Type::none();
     }
+    case Op::LocalAlloc: {
+      if (attrs.shape.size() < 2 || attrs.shape[0] < 1)
+        fail(loc, "local_alloc: give a tile shape and a stage count of at least 1");
+      Shape stage(attrs.shape.begin() + 1, attrs.shape.end());
+      check_tile_shape(stage, "local_alloc", loc);
+      if (attrs.dtype.pointer || attrs.dtype.is_bool())
+        fail(loc, fmt::format("local_alloc: shared buffers hold numbers, not {}", attrs.dtype.str()));
+      return Type::shared(attrs.dtype, attrs.shape);
+    }
+    case Op::LocalView: {
+      const Type& buf = shared_operand(op, operands, 0, false, loc);
+      require_i32_scalar(op, operands, 1, "the stage", loc);
+      return Type::shared(buf.dtype, Shape(buf.shape.begin() + 1, buf.shape.end()));
+    }
+    case Op::LocalLoad: {
+      const Type& v = shared_operand(op, operands, 0, true, loc);
+      return Type::value(v.dtype, v.shape);
+    }
+    case Op::LocalStore: {
+      const Type& v = shared_operand(op, operands, 0, true, loc);
+      const Type& x = value_operand(op, operands, 1, loc);
+      if (!x.same_value_type(Type::value(v.dtype, v.shape)))
+        fail(loc, fmt::format("local_store of a {} tile into a buffer stage of {}; the tile must have the stage's shape "
+                              "and element type",
+                              x.str(), Type::value(v.dtype, v.shape).str()));
+      return Type::none();
+    }
+    case Op::AllocBarriers: {
+      int64_t count = attrs.ints.at(0), arrivals = attrs.ints.at(1);
+      if (count < 1 || count > 1024) fail(loc, fmt::format("alloc_barriers: {} barriers; allocate 1 to 1024", count));
+      if (arrivals < 1 || arrivals > (1 << 20) - 1)
+        fail(loc, fmt::format("alloc_barriers: an arrive count of {} is out of range; a phase needs 1 to 2^20 - 1 arrivals",
+                              arrivals));
+      return Type::barrier({count});
+    }
+    case Op::BarrierAt: {
+      const Type& t = operands.at(0)->type;
+      if (t.kind != Type::Kind::Barrier || t.shape.empty())
+        fail(loc, fmt::format("indexing needs the array from alloc_barriers, got {}", kind_name(t)));
+      require_i32_scalar(op, operands, 1, "the index", loc);
+      return Type::barrier({});
+    }
+    case Op::BarrierExpectBytes:
+      require_one_barrier(op, operands, loc);
+      require_i32_scalar(op, operands, 1, "the byte count", loc);
+      return Type::none();
+    case Op::BarrierArrive:
+      require_one_barrier(op, operands, loc);
+      return Type::none();
+    case Op::BarrierWait:
+      require_one_barrier(op, operands, loc);
+      require_i32_scalar(op, operands, 1, "the phase", loc);
+      return Type::none();
+    case Op::NamedBarrierArrive:
+    case Op::NamedBarrierWait: {
+      int64_t id = attrs.ints.at(0), threads = attrs.ints.at(1);
+      if (id < 0 || id > 15)
+        fail(loc, fmt::format("{}: barrier id {} does not exist; the hardware has named barriers 0 to 15", name(op), id));
+      if (threads < 32 || threads % 32 != 0 || threads > 1024)
+        fail(loc, fmt::format("{}: {} threads; the count must be a multiple of 32 (whole warps) from 32 to 1024",
+                              name(op), threads));
+      return Type::none();
+    }
+    case Op::AsyncTasks:
+      return Type::none();
+    case Op::TaskReplicaId:
+      return Type::value(i32, {});
     default:
       break;
   }
@@ -376,8 +486,46 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
 
 namespace {
 
+// Where the Hopper constructs may appear: shared memory and barriers are allocated once per block, so
+// only at the top of the kernel body (not inside loops, ifs or tasks); async_tasks at most once, at the
+// top; task_replica_id only inside a task.
+struct PlacementChecker {
+  int depth = 0;
+  bool in_task = false;
+  const Node* tasks = nullptr;
+
+  void check(const Node& n) {
+    switch (n.op) {
+      case Op::LocalAlloc:
+      case Op::AllocBarriers:
+        if (depth > 0)
+          fail(n.loc, fmt::format("{} is inside a for_range, if_ or task body; shared memory and barriers are allocated "
+                                  "once per block: call it at the top of the kernel body, before the loops and tasks",
+                                  name(n.op)));
+        break;
+      case Op::AsyncTasks:
+        if (depth > 0)
+          fail(n.loc, "async_tasks is inside a for_range, if_ or task body; call it at the top of the kernel body (each "
+                      "task's body holds its own loops)");
+        if (tasks)
+          fail(n.loc, fmt::format("a second async_tasks; a kernel has one set of tasks (the first is at {}): put all "
+                                  "tasks in that call",
+                                  tasks->loc.str()));
+        tasks = &n;
+        break;
+      case Op::TaskReplicaId:
+        if (!in_task)
+          fail(n.loc, "task_replica_id() is outside every task; call it inside a task body of async_tasks");
+        break;
+      default:
+        break;
+    }
+  }
+};
+
 struct ScopeChecker {
   std::unordered_set<const Node*> visible;
+  PlacementChecker placement;
 
   void region(const Region& r) {
     std::vector<const Node*> added;
@@ -398,7 +546,13 @@ struct ScopeChecker {
       if (t.kind != n->type.kind || !t.same_value_type(n->type))
         throw InternalError(fmt::format("verifier: node %{} ({}) has type {} but its operands give {}", n->id,
                                         name(n->op), n->type.str(), t.str()));
+      placement.check(*n);
+      bool was_in_task = placement.in_task;
+      placement.in_task = was_in_task || n->op == Op::AsyncTasks;
+      ++placement.depth;
       for (const Region& inner : n->regions) region(inner);
+      --placement.depth;
+      placement.in_task = was_in_task;
       define(n);
     }
     for (const Node* n : added) visible.erase(n);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "weft/dtype.h"
@@ -36,6 +37,7 @@ struct Attrs {
   DType dtype{};              // constant / param / cast
   double number = 0;          // constant value
   bool has_dtype = false;
+  std::vector<std::string> names;  // the user's names of allocations and tasks
 };
 
 // Append a node of kind `op` to the region being traced and return it; throws weft::Error (naming `loc`)
@@ -54,6 +56,14 @@ const Shape& node_shape(const NodeRef&);
 void trace_for(NodeRef lo, NodeRef hi, NodeRef step, const std::function<void(NodeRef)>& body, SourceLoc loc);
 void trace_if(NodeRef cond, const std::function<void()>& then_body, const std::function<void()>* else_body,
               SourceLoc loc);
+
+// Warp-specialized tasks: each body is traced into its own region of one AsyncTasks node.
+struct TaskSpec {
+  std::string name;
+  int warps = 4, regs = 0, replicas = 1;
+  std::function<void()> body;
+};
+void trace_tasks(const std::vector<TaskSpec>& tasks, SourceLoc loc);
 
 // Fails with a clear message when no kernel is being traced (a DSL call outside a kernel body).
 void require_tracing(SourceLoc loc);

@@ -1,0 +1,231 @@
+// weft — explicit shared memory, mbarriers and warp-specialized tasks (the Hopper constructs).
+//
+// Names follow TLX where the concept is the same. Each operation says what it becomes on sm_90a; the
+// CPU backend runs the same kernels with each task replica as a fiber (see README, "CPU semantics").
+//
+//   auto a_s  = local_alloc<bf16>({128, 64}, /*stages=*/4, "a_s");   // 4 x 16 KB of shared memory
+//   auto full = alloc_barriers(4, /*arrive_count=*/1, "full");       // 4 mbarriers
+//   async_tasks(
+//     task("producer", {.warps = 4, .regs = 40}, [&] { ... barrier_arrive(full[i]); ... }),
+//     task("consumer", {.warps = 4, .regs = 232, .replicas = 2}, [&] { ... barrier_wait(full[i], phase); ... }));
+//
+// Arrivals count task replicas: a replica arrives once when all of its threads have reached
+// barrier_arrive (on the GPU its threads meet at a named barrier and one thread arrives).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/ops.h"
+
+namespace weft {
+
+// ---- shared memory ------------------------------------------------------------------------------------
+
+template <class T> class SharedView;
+
+// A shared-memory allocation of `stages` buffers of one tile shape (local_alloc). Index it with a stage to
+// get a SharedView.
+template <class T> class SharedBuffer {
+ public:
+  explicit SharedBuffer(detail::NodeRef n) : node_(std::move(n)) {}
+  const detail::NodeRef& node() const { return node_; }
+  int stages() const { return static_cast<int>(detail::node_shape(node_)[0]); }
+  Shape stage_shape() const { return Shape(detail::node_shape(node_).begin() + 1, detail::node_shape(node_).end()); }
+  int64_t stage_bytes() const {
+    int64_t n = sizeof(T);
+    for (int64_t d : stage_shape()) n *= d;
+    return n;
+  }
+  SharedView<T> operator[](Operand<int32_t> stage) const;
+
+ private:
+  detail::NodeRef node_;
+};
+
+// One stage of a SharedBuffer.
+template <class T> class SharedView {
+ public:
+  explicit SharedView(detail::NodeRef n) : node_(std::move(n)) {}
+  const detail::NodeRef& node() const { return node_; }
+  const Shape& shape() const { return detail::node_shape(node_); }
+  int64_t bytes() const {
+    int64_t n = sizeof(T);
+    for (int64_t d : shape()) n *= d;
+    return n;
+  }
+
+ private:
+  detail::NodeRef node_;
+};
+
+// `stages` buffers of `shape` elements of T in the block's shared memory, for the whole block (call it at
+// the top of the kernel body). `name` appears in errors and deadlock reports. The block's total must fit
+// 227 KB; the error lists every allocation otherwise.
+template <class T>
+SharedBuffer<T> local_alloc(Shape shape, int stages = 1, std::string name = "smem", SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.shape = std::move(shape);
+  a.shape.insert(a.shape.begin(), stages);
+  a.dtype = dtype_of<T>;
+  a.has_dtype = true;
+  a.names = {std::move(name)};
+  return SharedBuffer<T>(detail::emit(detail::Op::LocalAlloc, {}, std::move(a), loc));
+}
+
+// Stage `stage` of `buffer` (TLX: local_view; also buffer[stage]).
+template <class T> SharedView<T> local_view(const SharedBuffer<T>& buffer, Operand<int32_t> stage) {
+  return SharedView<T>(detail::emit(detail::Op::LocalView, {buffer.node(), stage.node}, {}, stage.loc));
+}
+template <class T> SharedView<T> SharedBuffer<T>::operator[](Operand<int32_t> stage) const {
+  return local_view(*this, std::move(stage));
+}
+
+// The view's contents as a tile (ld.shared). Within one task, local_store before local_load needs no
+// barrier (weft orders them); between tasks, order them with an mbarrier.
+template <class T> Tile<T> local_load(const SharedView<T>& view, SourceLoc loc = SourceLoc::current()) {
+  return Tile<T>(detail::emit(detail::Op::LocalLoad, {view.node()}, {}, loc));
+}
+// Writes a tile of the view's shape into it (st.shared).
+template <class T> void local_store(const SharedView<T>& view, const Tile<T>& value, SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::LocalStore, {view.node(), detail::node_of(value, loc)}, {}, loc);
+}
+
+// ---- mbarriers ----------------------------------------------------------------------------------------
+
+// One mbarrier (an element of alloc_barriers).
+class Barrier {
+ public:
+  explicit Barrier(detail::NodeRef n) : node_(std::move(n)) {}
+  const detail::NodeRef& node() const { return node_; }
+
+ private:
+  detail::NodeRef node_;
+};
+
+// An array of mbarriers in shared memory, each completing a phase after `arrive_count` arrivals (plus any
+// bytes expected with barrier_expect_bytes).
+class Barriers {
+ public:
+  explicit Barriers(detail::NodeRef n) : node_(std::move(n)) {}
+  const detail::NodeRef& node() const { return node_; }
+  int size() const { return static_cast<int>(detail::node_shape(node_)[0]); }
+  Barrier operator[](Operand<int32_t> i) const {
+    return Barrier(detail::emit(detail::Op::BarrierAt, {node_, i.node}, {}, i.loc));
+  }
+
+ private:
+  detail::NodeRef node_;
+};
+
+// `count` mbarriers initialized for `arrive_count` arrivals per phase (mbarrier.init.shared.b64, by one
+// thread at the start of the block, before any user code).
+inline Barriers alloc_barriers(int count, int arrive_count = 1, std::string name = "bar",
+                               SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {count, arrive_count};
+  a.names = {std::move(name)};
+  return Barriers(detail::emit(detail::Op::AllocBarriers, {}, std::move(a), loc));
+}
+
+// Arrives once and adds `bytes` to the bytes the current phase waits for (mbarrier.arrive.expect_tx): the
+// phase completes when its arrivals are in and asynchronous copies signalling this barrier have
+// delivered that many bytes.
+inline void barrier_expect_bytes(const Barrier& bar, Operand<int32_t> bytes) {
+  detail::emit(detail::Op::BarrierExpectBytes, {bar.node(), bytes.node}, {}, bytes.loc);
+}
+// One arrival of this task replica (mbarrier.arrive.shared.b64 by one thread, after the replica's threads
+// meet).
+inline void barrier_arrive(const Barrier& bar, SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::BarrierArrive, {bar.node()}, {}, loc);
+}
+// Waits until the phase of parity `phase` (0 or 1) has completed (mbarrier.try_wait.parity in a loop).
+// A fresh barrier is in phase 0: waiting for parity 1 returns at once, which is how a producer's first
+// pass over its empty buffers goes through.
+inline void barrier_wait(const Barrier& bar, Operand<int32_t> phase) {
+  detail::emit(detail::Op::BarrierWait, {bar.node(), phase.node}, {}, phase.loc);
+}
+
+// Named (hardware) barriers 0-15 among `threads` threads (bar.arrive / bar.sync). weft uses id 0 for the
+// whole block and the highest ids for each task replica's own syncs: the verifier says which are free.
+inline void named_barrier_arrive(int id, int threads, SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {id, threads};
+  detail::emit(detail::Op::NamedBarrierArrive, {}, std::move(a), loc);
+}
+inline void named_barrier_wait(int id, int threads, SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {id, threads};
+  detail::emit(detail::Op::NamedBarrierWait, {}, std::move(a), loc);
+}
+
+// A position in a ring of `stages` buffers: the stage index and the phase parity of its barriers. User
+// code never does phase arithmetic: wait/acquire/release act on the current stage, advance() moves on
+// (flipping the phase when the ring wraps). Lives in Vars, so it can be carried through loops.
+class Pipeline {
+ public:
+  explicit Pipeline(int stages, SourceLoc loc = SourceLoc::current()) : stages_(stages), index_(0, loc), phase_(0, loc) {}
+  Int index() const { return index_.read(); }
+  Int phase() const { return phase_.read(); }
+  // Consumer: wait until the current stage is full.
+  void wait(const Barriers& full, SourceLoc loc = SourceLoc::current()) const {
+    barrier_wait(full[Operand<int32_t>(index_, loc)], Operand<int32_t>(phase(), loc));
+  }
+  // Producer: wait until consumers released the current stage (the first pass through the ring goes
+  // straight through).
+  void acquire(const Barriers& empty, SourceLoc loc = SourceLoc::current()) const {
+    barrier_wait(empty[Operand<int32_t>(index_, loc)], Operand<int32_t>(phase() ^ 1, loc));
+  }
+  // Consumer: release the current stage to the producer.
+  void release(const Barriers& empty, SourceLoc loc = SourceLoc::current()) const {
+    barrier_arrive(empty[Operand<int32_t>(index_, loc)], loc);
+  }
+  void advance(SourceLoc loc = SourceLoc::current()) {
+    Int next = index_.read(loc) + 1;
+    Bool wrap = next == stages_;
+    index_ = Operand<int32_t>(where(wrap, 0, next), loc);
+    phase_ = Operand<int32_t>(where(wrap, phase_.read(loc) ^ 1, phase_.read(loc)), loc);
+  }
+
+ private:
+  int stages_;
+  Var<int32_t> index_, phase_;
+};
+
+// ---- warp-specialized tasks ---------------------------------------------------------------------------
+
+struct TaskOptions {
+  int warps = 4;     // per replica
+  int regs = 0;      // registers per thread (setmaxnreg); 0 keeps the compiler's cap
+  int replicas = 1;  // copies of the task, each on its own warps (task_replica_id tells them apart)
+};
+
+struct Task {
+  detail::TaskSpec spec;
+  SourceLoc loc;
+};
+
+// One task of async_tasks: `body` runs on its own warps, `replicas` times.
+template <class Body>
+Task task(std::string name, TaskOptions options, Body&& body, SourceLoc loc = SourceLoc::current()) {
+  return Task{{std::move(name), options.warps, options.regs, options.replicas, std::function<void()>(std::forward<Body>(body))},
+              loc};
+}
+
+// Runs the tasks side by side, each on its own warps of the block (warp-group branches with setmaxnreg on
+// sm_90a). Call once, at the top of the kernel body; code before it runs on every warp.
+template <class... T>
+  requires(std::is_same_v<std::remove_cvref_t<T>, Task> && ...)
+void async_tasks(const Task& first, const T&... rest) {
+  std::vector<detail::TaskSpec> specs{first.spec, rest.spec...};
+  detail::trace_tasks(specs, first.loc);
+}
+
+// Which replica of its task this code runs as (0 .. replicas - 1).
+inline Int task_replica_id(SourceLoc loc = SourceLoc::current()) {
+  return Int(detail::emit(detail::Op::TaskReplicaId, {}, {}, loc));
+}
+
+}  // namespace weft

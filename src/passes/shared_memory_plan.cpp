@@ -1,0 +1,52 @@
+#include "passes/shared_memory_plan.h"
+
+#include <fmt/format.h>
+
+#include "weft/error.h"
+
+namespace weft::passes {
+
+std::string SharedMemoryPlan::table() const {
+  std::string rows;
+  for (const SharedAllocation& a : allocations) {
+    const ir::Node& n = *a.node;
+    std::string what = n.op == ir::Op::LocalAlloc ? n.type.dtype.str() + ir::shape_str(n.type.shape)
+                                                  : fmt::format("{} mbarriers", n.type.shape.at(0));
+    rows += fmt::format("\n  '{}' {}: {} bytes at offset {} ({})", a.name, what, a.bytes, a.offset, n.loc.str());
+  }
+  return rows;
+}
+
+SharedMemoryPlan plan_shared_memory(const ir::Function& f, int64_t limit) {
+  SharedMemoryPlan plan;
+  const ir::Node* last = nullptr;
+  for (const ir::NodeRef& n : f.body.body) {
+    int64_t bytes = 0, align = 0;
+    if (n->op == ir::Op::LocalAlloc) {
+      bytes = n->type.numel() * n->type.dtype.bytes();
+      align = 1024;
+    } else if (n->op == ir::Op::AllocBarriers) {
+      bytes = n->type.shape.at(0) * kMbarrierBytes;
+      align = kMbarrierBytes;
+    } else {
+      continue;
+    }
+    SharedAllocation a;
+    a.node = n.get();
+    a.name = n->attrs.names.empty() ? "" : n->attrs.names[0];
+    a.offset = (plan.bytes + align - 1) / align * align;
+    a.bytes = bytes;
+    plan.bytes = a.offset + bytes;
+    plan.index[n.get()] = plan.allocations.size();
+    plan.allocations.push_back(a);
+    last = n.get();
+  }
+  if (plan.bytes > limit)
+    throw Error(fmt::format("kernel '{}' allocates {} bytes of shared memory per block but a block has at most {} ({} "
+                            "KB):{}\nuse fewer stages or smaller tiles",
+                            f.name, plan.bytes, limit, limit / 1024, plan.table()),
+                last->loc);
+  return plan;
+}
+
+}  // namespace weft::passes

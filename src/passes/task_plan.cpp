@@ -1,0 +1,100 @@
+#include "passes/task_plan.h"
+
+#include <fmt/format.h>
+
+#include "weft/error.h"
+
+namespace weft::passes {
+
+int TaskPlan::fibers() const {
+  int n = 0;
+  for (const TaskSlot& s : slots) n += s.replicas;
+  return n;
+}
+
+namespace {
+
+const ir::Node* find_tasks(const ir::Function& f) {
+  for (const ir::NodeRef& n : f.body.body)
+    if (n->op == ir::Op::AsyncTasks) return n.get();
+  return nullptr;
+}
+
+std::string budget_table(const TaskPlan& plan) {
+  std::string rows;
+  for (const TaskSlot& s : plan.slots) {
+    int regs = s.regs ? s.regs : plan.entry_regs;
+    rows += fmt::format("\n  task '{}': {} warps x {} replicas x 32 threads x {} registers{} = {}", s.name, s.warps,
+                        s.replicas, regs, s.regs ? "" : " (entry cap)", s.warps * s.replicas * 32 * regs);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TaskPlan plan_tasks(const ir::Function& f, int default_warps) {
+  TaskPlan plan;
+  plan.tasks = find_tasks(f);
+  if (!plan.tasks) {
+    plan.slots.push_back({"main", 0, default_warps, 1, 0});
+    plan.total_warps = default_warps;
+    return plan;
+  }
+  const ir::Node& n = *plan.tasks;
+  SourceLoc loc = n.loc;
+  bool any_regs = false;
+  int warp = 0;
+  for (size_t t = 0; t < n.regions.size(); ++t) {
+    TaskSlot s;
+    s.name = n.attrs.names.at(t);
+    s.warps = static_cast<int>(n.attrs.ints.at(3 * t));
+    s.regs = static_cast<int>(n.attrs.ints.at(3 * t + 1));
+    s.replicas = static_cast<int>(n.attrs.ints.at(3 * t + 2));
+    s.first_warp = warp;
+    if (s.warps < 1 || s.replicas < 1)
+      throw Error(fmt::format("task '{}' has {} warps and {} replicas; each must be at least 1", s.name, s.warps,
+                              s.replicas),
+                  loc);
+    if (s.regs) {
+      any_regs = true;
+      if (s.regs < 24 || s.regs > 256 || s.regs % 8 != 0)
+        throw Error(fmt::format("task '{}' asks for {} registers per thread; setmaxnreg takes a multiple of 8 from 24 "
+                                "to 256",
+                                s.name, s.regs),
+                    loc);
+      if (s.warps % 4 != 0)
+        throw Error(fmt::format("task '{}' sets regs but has {} warps; register budgets (setmaxnreg) apply to whole "
+                                "warp groups: give it a multiple of 4 warps, or drop regs",
+                                s.name, s.warps),
+                    loc);
+      if (s.first_warp % 4 != 0)
+        throw Error(fmt::format("task '{}' starts at warp {}, but a task that sets regs must start a warp group (a "
+                                "multiple of 4 warps); the tasks before it have {} warps in all: give them a multiple "
+                                "of 4, or list '{}' first",
+                                s.name, s.first_warp, s.first_warp, s.name),
+                    loc);
+    }
+    warp += s.warps * s.replicas;
+    plan.slots.push_back(s);
+  }
+  plan.total_warps = warp;
+  if (plan.threads() > 1024)
+    throw Error(fmt::format("the tasks need {} warps ({} threads) but a block has at most 1024 threads (32 warps); use "
+                            "fewer warps or replicas",
+                            plan.total_warps, plan.threads()),
+                loc);
+  if (any_regs) {
+    // ptxas gives every thread at most 64K / threads registers (a multiple of 8) when one block must fit.
+    plan.entry_regs = std::min(255, kRegisterFile / plan.threads()) / 8 * 8;
+    int64_t total = 0;
+    for (const TaskSlot& s : plan.slots) total += int64_t(s.warps) * s.replicas * 32 * (s.regs ? s.regs : plan.entry_regs);
+    if (total > kRegisterFile)
+      throw Error(fmt::format("the tasks' register budgets need {} registers but a block has {}:{}\nlower some task's "
+                              "regs (a producer that only issues copies needs about 40)",
+                              total, kRegisterFile, budget_table(plan)),
+                  loc);
+  }
+  return plan;
+}
+
+}  // namespace weft::passes

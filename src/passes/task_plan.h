@@ -1,0 +1,44 @@
+// Pass: where each warp-specialized task runs in the block, and whether the plan fits the hardware.
+//
+// A kernel with async_tasks runs each task's replicas on consecutive warps, in the order the tasks were
+// given: replica r of a task of w warps starting at warp s covers warps [s + r*w, s + (r+1)*w). The block
+// then has as many threads as all replicas together; code outside async_tasks runs on all of them. A
+// kernel without tasks is one implicit task of `default_warps` warps.
+//
+// Checked here, each with the user's line of async_tasks: warps >= 1 and replicas >= 1 per task; at most
+// 1024 threads; a task that sets `regs` (setmaxnreg) has whole warp groups (a multiple of 4 warps) that
+// start at a multiple of 4; regs is a multiple of 8 in [24, 256]; and the register file (64K 32-bit
+// registers per block, as the kernel is launched one block per SM) holds every thread's budget, the tasks
+// without `regs` counting at the cap the compiler gives all threads at entry.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/node.h"
+
+namespace weft::passes {
+
+struct TaskSlot {
+  std::string name;
+  int first_warp = 0;  // of replica 0
+  int warps = 0;       // per replica
+  int replicas = 1;
+  int regs = 0;        // per thread after setmaxnreg; 0: the entry cap
+};
+
+struct TaskPlan {
+  const ir::Node* tasks = nullptr;  // the AsyncTasks node, or null
+  std::vector<TaskSlot> slots;      // one per task (one implicit task without async_tasks)
+  int total_warps = 0;
+  int entry_regs = 0;  // per-thread register cap at entry when tasks set regs (0: no cap needed)
+
+  int threads() const { return total_warps * 32; }
+  int fibers() const;  // task replicas in all
+};
+
+constexpr int kRegisterFile = 64 * 1024;
+
+TaskPlan plan_tasks(const ir::Function& f, int default_warps);
+
+}  // namespace weft::passes
