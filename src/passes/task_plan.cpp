@@ -30,6 +30,21 @@ std::string budget_table(const TaskPlan& plan) {
   return rows;
 }
 
+// Named barrier ids the user may take: 1 .. first_reserved - 1.
+void check_named_barrier_ids(const ir::Region& r, int first_reserved) {
+  for (const ir::NodeRef& n : r.body) {
+    if (n->op == ir::Op::NamedBarrierArrive || n->op == ir::Op::NamedBarrierWait) {
+      int64_t id = n->attrs.ints.at(0);
+      if (id == 0 || id >= first_reserved)
+        throw Error(fmt::format("named barrier {} is reserved: weft syncs the whole block with 0 and each task replica "
+                                "with one of {} to 15; use an id from 1 to {}",
+                                id, first_reserved, first_reserved - 1),
+                    n->loc);
+    }
+    for (const ir::Region& inner : n->regions) check_named_barrier_ids(inner, first_reserved);
+  }
+}
+
 }  // namespace
 
 TaskPlan plan_tasks(const ir::Function& f, int default_warps) {
@@ -38,6 +53,7 @@ TaskPlan plan_tasks(const ir::Function& f, int default_warps) {
   if (!plan.tasks) {
     plan.slots.push_back({"main", 0, default_warps, 1, 0});
     plan.total_warps = default_warps;
+    check_named_barrier_ids(f.body, 16);
     return plan;
   }
   const ir::Node& n = *plan.tasks;
@@ -54,6 +70,11 @@ TaskPlan plan_tasks(const ir::Function& f, int default_warps) {
     if (s.warps < 1 || s.replicas < 1)
       throw Error(fmt::format("task '{}' has {} warps and {} replicas; each must be at least 1", s.name, s.warps,
                               s.replicas),
+                  loc);
+    if (s.warps & (s.warps - 1))
+      throw Error(fmt::format("task '{}' has {} warps; a task's warps must be a power of two (1, 2, 4, 8 or 16) so "
+                              "that its tiles spread evenly over its threads",
+                              s.name, s.warps),
                   loc);
     if (s.regs) {
       any_regs = true;
@@ -83,6 +104,14 @@ TaskPlan plan_tasks(const ir::Function& f, int default_warps) {
                             "fewer warps or replicas",
                             plan.total_warps, plan.threads()),
                 loc);
+  // Named barrier 0 syncs the block and 15, 14, ... each task replica (see codegen/nvptx): the user's ids
+  // must stay below those.
+  if (plan.fibers() > 15)
+    throw Error(fmt::format("the tasks have {} replicas in all; at most 15 can run side by side (each needs its own "
+                            "named barrier)",
+                            plan.fibers()),
+                loc);
+  check_named_barrier_ids(f.body, 16 - plan.fibers());
   if (any_regs) {
     // ptxas gives every thread at most 64K / threads registers (a multiple of 8) when one block must fit.
     plan.entry_regs = std::min(255, kRegisterFile / plan.threads()) / 8 * 8;

@@ -64,8 +64,7 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
                 f.loc);
   auto tm = make_target_machine(target);
   llvm::LLVMContext context;
-  int threads = options.num_warps * 32;
-  LoweredKernel lowered = lower_to_nvptx(f, context, threads, f.name);
+  LoweredKernel lowered = lower_to_nvptx(f, context, options.num_warps, f.name);
   llvm::Module& m = *lowered.module;
   m.setTargetTriple(llvm::Triple(kTriple));
   m.setDataLayout(tm->createDataLayout());
@@ -81,7 +80,7 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
   PtxKernel out;
   out.ptx = std::string(ptx.str());
   out.entry = lowered.symbol;
-  out.threads = threads;
+  out.threads = lowered.threads;
   out.shared_bytes = lowered.shared_bytes;
   support::dump("ptx", f.name, "ptx", out.ptx);
   return out;

@@ -8,6 +8,11 @@
 // with the same element count has the same layout, so elementwise ops and reshapes need no data
 // movement; broadcasts, permutes, reductions and dot exchange data through shared memory. Rank-0 values
 // are uniform: every thread holds the same value, so control flow on them never diverges.
+//
+// Groups: tile operations run on a group of threads — the whole block, or inside async_tasks one task
+// replica (its warps, renumbered from 0). A group syncs with bar.sync 0 (the block) or its own named
+// barrier (id 15 - replica number) and has its own scratch shared memory for exchanges, after the user's
+// allocations (passes/shared_memory_plan.h).
 #include "codegen/nvptx/lower_nvptx.h"
 
 #include <fmt/format.h>
@@ -19,12 +24,15 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <functional>
+#include <tuple>
 #include <unordered_map>
 
 #include "codegen/element_ops.h"
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/ptx_instructions.h"
 #include "passes/access_patterns.h"
+#include "passes/shared_memory_plan.h"
+#include "passes/task_plan.h"
 
 namespace weft::codegen::nvptx {
 namespace {
@@ -35,13 +43,17 @@ using llvm::Value;
 
 constexpr unsigned kGlobal = 1;
 constexpr unsigned kShared = 3;
-constexpr int64_t kMaxSharedBytes = 227 * 1024;  // per block on sm_90
+constexpr int64_t kMaxSharedBytes = passes::kMaxSharedBytesPerBlock;
+constexpr int64_t kScratchAlign = 16;
 constexpr int64_t kMaxVector = 8;                // consecutive elements per thread in the blocked layout
 constexpr int64_t kMaxAccessBytes = 16;          // the widest global load/store of one thread
 
 struct Regs {
   std::vector<Value*> v;  // see the layout above
 };
+
+bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 std::vector<int64_t> strides(const ir::Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
@@ -51,14 +63,18 @@ std::vector<int64_t> strides(const ir::Shape& s) {
 
 class Lowering {
  public:
-  Lowering(const ir::Function& f, llvm::LLVMContext& c, int threads, const std::string& symbol)
-      : f_(f), c_(c), b_(c), ops_(b_, MathTarget::Nvptx, kGlobal), ptx_(b_), patterns_(f), threads_(threads) {
+  Lowering(const ir::Function& f, llvm::LLVMContext& c, int num_warps, const std::string& symbol)
+      : f_(f), c_(c), b_(c), ops_(b_, MathTarget::Nvptx, kGlobal), ptx_(b_), patterns_(f),
+        tasks_(passes::plan_tasks(f, num_warps)), allocations_(passes::plan_shared_memory(f)),
+        threads_(tasks_.threads()) {
     mod_ = std::make_unique<llvm::Module>(symbol, c);
     std::vector<llvm::Type*> params(f.params.size(), b_.getInt64Ty());
     auto* type = llvm::FunctionType::get(b_.getVoidTy(), params, false);
     fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage, symbol, *mod_);
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
-    fn_->addFnAttr("nvvm.maxntid", std::to_string(threads));
+    fn_->addFnAttr("nvvm.maxntid", std::to_string(threads_));
+    // setmaxnreg needs a register cap at entry, which one block per SM gives (launch_bounds(threads, 1)).
+    if (tasks_.entry_regs) fn_->addFnAttr("nvvm.minctasm", "1");
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     smem_ = new llvm::GlobalVariable(*mod_, llvm::ArrayType::get(b_.getInt8Ty(), 0), false,
                                      llvm::GlobalValue::ExternalLinkage, nullptr, "weft_shared", nullptr,
@@ -66,14 +82,30 @@ class Lowering {
     smem_->setAlignment(llvm::Align(16));
     entry_ = llvm::BasicBlock::Create(c, "entry", fn_);
     b_.SetInsertPoint(entry_);
-    tid_ = ptx_.thread_index();
+    tid_ = block_tid_ = ptx_.thread_index();
+    scratch_start_ = round_up(allocations_.bytes, kScratchAlign);
+    scratch_ = i32c(scratch_start_);
+    // The byte stride between task replicas' scratch areas: known once every task is lowered (run()).
+    scratch_stride_ = new llvm::GlobalVariable(*mod_, b_.getInt32Ty(), true, llvm::GlobalValue::InternalLinkage,
+                                               nullptr, "weft_scratch_stride");
   }
 
   LoweredKernel run() {
     for (size_t i = 0; i < f_.params.size(); ++i)
       regs_[f_.params[i].get()] = {{ops_.from_slot(f_.params[i]->type.dtype, fn_->getArg(i))}};
+    init_barriers();
     region(f_.body);
     b_.CreateRetVoid();
+    int64_t stride = round_up(scratch_bytes_, kScratchAlign);
+    scratch_stride_->setInitializer(b_.getInt32(static_cast<uint32_t>(stride)));
+    int64_t total = scratch_start_ + (tasks_.tasks ? std::max<int64_t>(1, tasks_.fibers()) : 1) * stride;
+    if (total > kMaxSharedBytes)
+      throw Error(fmt::format("kernel '{}' needs {} bytes of shared memory per block but a block has at most {}: the "
+                              "allocations take {} and the exchanges between threads {} per {}:{}\nuse fewer stages or "
+                              "smaller tiles",
+                              f_.name, total, kMaxSharedBytes, allocations_.bytes, stride,
+                              tasks_.tasks ? "task replica" : "block", allocations_.table()),
+                  f_.loc);
     std::string problems;
     llvm::raw_string_ostream os(problems);
     if (llvm::verifyModule(*mod_, &os))
@@ -81,7 +113,8 @@ class Lowering {
     LoweredKernel out;
     out.symbol = fn_->getName().str();
     out.module = std::move(mod_);
-    out.shared_bytes = shared_bytes_;
+    out.shared_bytes = total;
+    out.threads = tasks_.threads();
     return out;
   }
 
@@ -118,16 +151,21 @@ class Lowering {
     return d.is_bool() ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
   }
   // Address of element `index` (i32) of an array of `t` starting `byte_offset` into shared memory.
+  // Address of element `index` (i32) of an array of `t` starting `byte_offset` into the group's scratch.
   Value* shared_at(llvm::Type* t, int64_t byte_offset, Value* index) {
-    Value* base = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), smem_, byte_offset);
+    return shared_element(t, b_.CreateAdd(scratch_, i32c(byte_offset)), index);
+  }
+  // Address of element `index` of an array of `t` at `byte_offset` (i32) of the block's shared memory.
+  Value* shared_element(llvm::Type* t, Value* byte_offset, Value* index) {
+    Value* base = b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(byte_offset, b_.getInt64Ty()));
     return b_.CreateInBoundsGEP(t, base, b_.CreateZExt(index, b_.getInt64Ty()));
   }
   int64_t reserve_shared(int64_t bytes, SourceLoc loc) {
-    shared_bytes_ = std::max(shared_bytes_, bytes);
-    if (shared_bytes_ > kMaxSharedBytes)
-      throw Error(fmt::format("this operation needs {} bytes of shared memory to exchange data between threads, more "
-                              "than the {} a block can have; use smaller tiles",
-                              bytes, kMaxSharedBytes),
+    scratch_bytes_ = std::max(scratch_bytes_, bytes);
+    if (scratch_start_ + scratch_bytes_ > kMaxSharedBytes)
+      throw Error(fmt::format("this operation needs {} bytes of shared memory to exchange data between threads, and "
+                              "the kernel's allocations {}: more than the {} a block can have; use smaller tiles",
+                              bytes, allocations_.bytes, kMaxSharedBytes),
                   loc);
     return bytes;
   }
@@ -144,11 +182,11 @@ class Lowering {
     llvm::Type* t = shared_type(d);
     reserve_shared(n_src * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), loc);
     stage(src, d, n_src, 0);
-    ptx_.barrier();
+    sync_group();
     Regs out;
     for (int64_t r = 0; r < per_thread(n_dst); ++r)
       out.v.push_back(from_shared(d, b_.CreateLoad(t, shared_at(t, 0, source_of(flat_index(n_dst, r))))));
-    ptx_.barrier();
+    sync_group();
     return out;
   }
 
@@ -165,6 +203,11 @@ class Lowering {
   }
 
   void node(const NodeRef& n) {
+    if (n->type.is_value() && !n->type.shape.empty() && !is_pow2(threads_))
+      throw Error(fmt::format("{} makes a tile outside async_tasks, where all {} warps of the block run it; tile "
+                              "operations need a power-of-two number of warps: move it into a task",
+                              ir::op_name(n->op), threads_ / 32),
+                  n->loc);
     DType d = n->type.dtype;
     const auto& o = n->operands;
     auto at = [&](size_t i, size_t r) { return regs(o[i]).v[r]; };
@@ -227,9 +270,8 @@ class Lowering {
         for (size_t r = 0; r < slots.size(); ++r) b_.CreateStore(at(1, r), slots[r]);
         return;
       }
-      default: break;
+      default: return hopper_node(n);
     }
-    throw InternalError(fmt::format("NVPTX lowering: no rule for op '{}'", ir::op_name(n->op)));
   }
 
   void broadcast(const NodeRef& n) {
@@ -486,7 +528,7 @@ class Lowering {
     int64_t partials_at = total * elem_bytes;
     reserve_shared(partials_at + 2 * threads_ * 8, n->loc);
     stage(regs(x), d, total, 0);
-    ptx_.barrier();
+    sync_group();
 
     std::vector<Partial> results;
     Value* part = group == 1 ? i32c(0) : b_.CreateURem(tid_, i32c(group));
@@ -511,7 +553,7 @@ class Lowering {
       if (group > 32) p = combine_warps(op, d, p, group, partials_at);
       results.push_back(p);
     }
-    ptx_.barrier();
+    sync_group();
 
     Regs out;
     for (const Partial& p : results) out.v.push_back(ops_.round(n->type.dtype, is_arg ? p.index : p.value));
@@ -523,9 +565,9 @@ class Lowering {
         b_.CreateStore(to_shared(rd, out.v[0]), shared_at(st, 0, out_index));
         return nullptr;
       }, nullptr);
-      ptx_.barrier();
+      sync_group();
       out.v[0] = from_shared(rd, b_.CreateLoad(st, shared_at(st, 0, flat_index(outputs, 0))));
-      ptx_.barrier();
+      sync_group();
     }
     regs_[n.get()] = std::move(out);
   }
@@ -540,7 +582,7 @@ class Lowering {
       if (p.index) b_.CreateStore(p.index, shared_at(b_.getInt32Ty(), indices_at, warp));
       return nullptr;
     }, nullptr);
-    ptx_.barrier();
+    sync_group();
     int64_t warps = group / 32;
     Value* first = b_.CreateMul(b_.CreateUDiv(warp, i32c(warps)), i32c(warps));
     auto partial_of = [&](Value* w) -> Partial {
@@ -549,7 +591,7 @@ class Lowering {
     };
     Partial r = partial_of(first);
     for (int64_t w = 1; w < warps; ++w) r = combine(op, d, r, partial_of(b_.CreateAdd(first, i32c(w))));
-    ptx_.barrier();
+    sync_group();
     return r;
   }
 
@@ -587,7 +629,7 @@ class Lowering {
     stage_bits(bm, b_at);
     bool has_acc = n->operands.size() == 3;
     if (has_acc) stage(regs(n->operands[2]), DType{ScalarType::f32, false}, M * N, c_at);
-    ptx_.barrier();
+    sync_group();
 
     Value* lane = b_.CreateAnd(tid_, i32c(31));
     Value* warp = b_.CreateLShr(tid_, i32c(5));
@@ -638,11 +680,11 @@ class Lowering {
       else
         body();
     }
-    ptx_.barrier();
+    sync_group();
     Regs out;
     for (int64_t r = 0; r < per_thread(M * N); ++r)
       out.v.push_back(b_.CreateLoad(f32, shared_at(f32, c_at, flat_index(M * N, r))));
-    ptx_.barrier();
+    sync_group();
     regs_[n.get()] = std::move(out);
   }
 
@@ -662,7 +704,7 @@ class Lowering {
     };
     stage(as_f32(a), af, M * K, 0);
     stage(as_f32(bm), af, K * N, b_at);
-    ptx_.barrier();
+    sync_group();
     int64_t outputs = per_thread(M * N);
     std::vector<Value*> acc, row, col;
     llvm::IRBuilder<> eb(entry_, entry_->begin());
@@ -682,10 +724,161 @@ class Lowering {
         b_.CreateStore(ops_.fma(av, bv, b_.CreateLoad(f32, acc[r])), acc[r]);
       }
     });
-    ptx_.barrier();
+    sync_group();
     Regs out;
     for (int64_t r = 0; r < outputs; ++r) out.v.push_back(b_.CreateLoad(f32, acc[r]));
     regs_[n.get()] = std::move(out);
+  }
+
+  // ---- groups, shared buffers, mbarriers and tasks -----------------------------------------------------
+
+  void sync_group() {
+    if (group_barrier_)
+      ptx_.barrier(group_barrier_, i32c(threads_));
+    else
+      ptx_.barrier();
+  }
+
+  // Thread 0 initializes every mbarrier before any user code; the fence and bar.sync publish them.
+  void init_barriers() {
+    bool any = false;
+    for (const passes::SharedAllocation& a : allocations_.allocations) any = any || a.node->op == Op::AllocBarriers;
+    if (!any) return;
+    guarded(b_.CreateICmpEQ(block_tid_, i32c(0)), [&]() -> Value* {
+      for (const passes::SharedAllocation& a : allocations_.allocations) {
+        if (a.node->op != Op::AllocBarriers) continue;
+        for (int64_t i = 0; i < a.node->type.shape[0]; ++i)
+          ptx_.mbarrier_init(shared_address(i32c(a.offset + i * passes::kMbarrierBytes)),
+                             static_cast<int>(a.node->attrs.ints[1]));
+      }
+      ptx_.fence_mbarrier_init();
+      return nullptr;
+    }, nullptr);
+    ptx_.barrier();
+  }
+
+  // The 32-bit shared-state-space address of byte `offset` of the block's shared memory.
+  Value* shared_address(Value* offset) {
+    return b_.CreateAdd(b_.CreatePtrToInt(smem_, b_.getInt32Ty()), offset);
+  }
+
+  // Runs `body` on one thread of the group after all of the group's threads got here: how a task replica
+  // arrives once at an mbarrier.
+  void once_per_group(const std::function<void()>& body) {
+    sync_group();
+    guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+      body();
+      return nullptr;
+    }, nullptr);
+  }
+
+  // Loads (or stores) a tile from (to) a stage of a shared buffer in the group's blocked layout: each
+  // chunk of V consecutive elements is one aligned vector access of at most 16 bytes per piece (buffers
+  // are 1024-byte aligned and a chunk starts at a multiple of V).
+  void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value) {
+    Value* offset = regs(view).v[0];
+    llvm::Type* mt = ops_.memory_type(d);
+    int64_t width = vector_width(numel), per = std::min(width, piece_elems(d));
+    auto* piece = llvm::FixedVectorType::get(mt, static_cast<unsigned>(per));
+    llvm::Align align(static_cast<uint64_t>(per * d.bytes()));
+    Regs out;
+    if (value) sync_group();  // earlier reads of this group are done before anything is overwritten
+    for (int64_t first = 0; first < per_thread(numel); first += width) {
+      for (int64_t j = 0; j < width; j += per) {
+        Value* at = shared_element(mt, offset, flat_index(numel, first + j));
+        if (value) {
+          Value* vec = llvm::PoisonValue::get(piece);
+          for (int64_t e = 0; e < per; ++e)
+            vec = b_.CreateInsertElement(vec, ops_.to_memory(d, value->v[first + j + e]), static_cast<uint64_t>(e));
+          b_.CreateAlignedStore(vec, at, align);
+        } else {
+          Value* vec = b_.CreateAlignedLoad(piece, at, align);
+          for (int64_t e = 0; e < per; ++e)
+            out.v.push_back(ops_.to_compute(d, b_.CreateExtractElement(vec, static_cast<uint64_t>(e))));
+        }
+      }
+    }
+    if (value)
+      sync_group();  // the whole tile is written before any thread of the group reads it
+    else
+      regs_[n.get()] = std::move(out);
+  }
+
+  void hopper_node(const NodeRef& n) {
+    const auto& o = n->operands;
+    switch (n->op) {
+      case Op::LocalAlloc:
+      case Op::AllocBarriers:
+        regs_[n.get()] = {{i32c(allocations_.of(n.get()).offset)}};
+        return;
+      case Op::LocalView: {
+        int64_t stage_bytes = n->type.numel() * n->type.dtype.bytes();
+        regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(stage_bytes)))}};
+        return;
+      }
+      case Op::LocalLoad: return shared_tile(o[0], n, n->type.dtype, n->type.numel(), nullptr);
+      case Op::LocalStore: return shared_tile(o[0], n, o[1]->type.dtype, o[1]->type.numel(), &regs(o[1]));
+      case Op::BarrierAt:
+        regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(passes::kMbarrierBytes)))}};
+        return;
+      case Op::BarrierArrive: {
+        Value* bar = shared_address(regs(o[0]).v[0]);
+        return once_per_group([&] { ptx_.mbarrier_arrive(bar); });
+      }
+      case Op::BarrierExpectBytes: {
+        Value* bar = shared_address(regs(o[0]).v[0]);
+        Value* bytes = regs(o[1]).v[0];
+        return once_per_group([&] { ptx_.mbarrier_arrive_expect_tx(bar, bytes); });
+      }
+      case Op::BarrierWait: return barrier_wait(shared_address(regs(o[0]).v[0]), b_.CreateAnd(regs(o[1]).v[0], i32c(1)));
+      case Op::NamedBarrierWait:
+        ptx_.barrier(i32c(n->attrs.ints[0]), i32c(n->attrs.ints[1]));
+        return;
+      case Op::NamedBarrierArrive:
+        ptx_.barrier_arrive(i32c(n->attrs.ints[0]), i32c(n->attrs.ints[1]));
+        return;
+      case Op::AsyncTasks: return async_tasks(n);
+      case Op::TaskReplicaId: regs_[n.get()] = {{replica_}}; return;
+      default: break;
+    }
+    throw InternalError(fmt::format("NVPTX lowering: no rule for op '{}'", ir::op_name(n->op)));
+  }
+
+  // Every thread of the group polls until the phase of parity `parity` has completed.
+  void barrier_wait(Value* bar, Value* parity) {
+    auto* poll = llvm::BasicBlock::Create(c_, "mbarrier.wait", fn_);
+    auto* done = llvm::BasicBlock::Create(c_, "mbarrier.done", fn_);
+    b_.CreateBr(poll);
+    b_.SetInsertPoint(poll);
+    b_.CreateCondBr(ptx_.mbarrier_try_wait_parity(bar, parity), done, poll);
+    b_.SetInsertPoint(done);
+  }
+
+  // Each task is a branch on the warp index; its replicas share the code, told apart at run time. Inside,
+  // the group is the replica: its threads renumbered from 0, its own named barrier and scratch.
+  void async_tasks(const NodeRef& n) {
+    Value* warp = b_.CreateLShr(block_tid_, i32c(5));
+    int fiber = 0;
+    for (size_t t = 0; t < n->regions.size(); ++t) {
+      const passes::TaskSlot& slot = tasks_.slots[t];
+      int first = slot.first_warp, last = first + slot.warps * slot.replicas;
+      Value* mine = b_.CreateAnd(b_.CreateICmpUGE(warp, i32c(first)), b_.CreateICmpULT(warp, i32c(last)));
+      emit_if(b_, mine, [&] {
+        if (slot.regs && slot.regs != tasks_.entry_regs) ptx_.set_max_registers(slot.regs > tasks_.entry_regs, slot.regs);
+        Value* replica = b_.CreateUDiv(b_.CreateSub(warp, i32c(first)), i32c(slot.warps));
+        Value* fiber_index = b_.CreateAdd(replica, i32c(fiber));
+        Value* group_start = b_.CreateMul(b_.CreateAdd(b_.CreateMul(replica, i32c(slot.warps)), i32c(first)), i32c(32));
+        auto saved = std::make_tuple(tid_, threads_, group_barrier_, replica_, scratch_);
+        tid_ = b_.CreateSub(block_tid_, group_start);
+        threads_ = slot.warps * 32;
+        group_barrier_ = b_.CreateSub(i32c(15), fiber_index);
+        replica_ = replica;
+        scratch_ = b_.CreateAdd(i32c(scratch_start_), b_.CreateMul(fiber_index, b_.CreateLoad(b_.getInt32Ty(), scratch_stride_)));
+        region(n->regions[t]);
+        std::tie(tid_, threads_, group_barrier_, replica_, scratch_) = saved;
+      }, [] {});
+      fiber += slot.replicas;
+    }
   }
 
   // ---- control flow ------------------------------------------------------------------------------------
@@ -715,21 +908,29 @@ class Lowering {
   ElementOps ops_;
   PtxInstructions ptx_;
   passes::AccessPatterns patterns_;
-  int64_t threads_;
+  passes::TaskPlan tasks_;
+  passes::SharedMemoryPlan allocations_;
+  int64_t threads_;  // of the current group
   std::unique_ptr<llvm::Module> mod_;
   llvm::Function* fn_ = nullptr;
   llvm::BasicBlock* entry_ = nullptr;
   llvm::GlobalVariable* smem_ = nullptr;
   Value* tid_ = nullptr;
-  int64_t shared_bytes_ = 0;
+  Value* block_tid_ = nullptr;        // %tid.x
+  Value* group_barrier_ = nullptr;    // the group's named barrier id (i32); null: the whole block (bar.sync 0)
+  Value* replica_ = nullptr;          // task_replica_id inside a task
+  Value* scratch_ = nullptr;          // byte offset of the group's scratch in shared memory (i32)
+  int64_t scratch_start_ = 0;         // where scratch begins: after the user's allocations
+  int64_t scratch_bytes_ = 0;         // the most scratch any group needs
+  llvm::GlobalVariable* scratch_stride_ = nullptr;
   std::unordered_map<const ir::Node*, Regs> regs_;
   std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;
 };
 
 }  // namespace
 
-LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int threads, const std::string& symbol) {
-  return Lowering(f, context, threads, symbol).run();
+LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int num_warps, const std::string& symbol) {
+  return Lowering(f, context, num_warps, symbol).run();
 }
 
 }  // namespace weft::codegen::nvptx

@@ -17,8 +17,10 @@ struct LoweredKernel {
   std::unique_ptr<llvm::Module> module;
   std::string symbol;
   int64_t shared_bytes = 0;  // dynamic shared memory the kernel uses
+  int threads = 0;           // per block: num_warps * 32, or all warps of the kernel's tasks
 };
 
-LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int threads, const std::string& symbol);
+// `num_warps`: the block's warps when the kernel has no async_tasks (its tasks say how many otherwise).
+LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int num_warps, const std::string& symbol);
 
 }  // namespace weft::codegen::nvptx

@@ -3,6 +3,9 @@
 #include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
+#include <string>
+#include <vector>
+
 namespace weft::codegen::nvptx {
 
 using llvm::Intrinsic::ID;
@@ -25,6 +28,58 @@ llvm::Value* PtxInstructions::grid_size(int axis) {
 
 void PtxInstructions::barrier() {
   b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+}
+
+void PtxInstructions::barrier(llvm::Value* id, llvm::Value* threads) {
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count, {}, {id, threads});
+}
+
+void PtxInstructions::barrier_arrive(llvm::Value* id, llvm::Value* threads) {
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_arrive_aligned_count, {}, {id, threads});
+}
+
+void PtxInstructions::warp_sync() {
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_bar_warp_sync, {}, {b_.getInt32(0xffffffffu)});
+}
+
+void PtxInstructions::set_max_registers(bool increase, int regs) {
+  b_.CreateIntrinsic(increase ? llvm::Intrinsic::nvvm_setmaxnreg_inc_sync_aligned_u32
+                              : llvm::Intrinsic::nvvm_setmaxnreg_dec_sync_aligned_u32,
+                     {}, {b_.getInt32(static_cast<uint32_t>(regs))});
+}
+
+// Inline PTX with side effects (barrier state changes must not be moved or merged).
+static llvm::Value* asm_call(llvm::IRBuilder<>& b, llvm::Type* result, const std::string& text, const std::string& constraints,
+                             std::vector<llvm::Value*> args) {
+  std::vector<llvm::Type*> types;
+  for (llvm::Value* a : args) types.push_back(a->getType());
+  auto* type = llvm::FunctionType::get(result, types, false);
+  return b.CreateCall(llvm::InlineAsm::get(type, text, constraints, /*hasSideEffects=*/true), args);
+}
+
+void PtxInstructions::mbarrier_init(llvm::Value* bar, int arrivals) {
+  asm_call(b_, b_.getVoidTy(), "mbarrier.init.shared::cta.b64 [$0], $1;", "r,n,~{memory}", {bar, b_.getInt32(arrivals)});
+}
+
+void PtxInstructions::fence_mbarrier_init() {
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_fence_mbarrier_init_release_cluster, llvm::ArrayRef<llvm::Type*>{},
+                     llvm::ArrayRef<llvm::Value*>{});
+}
+
+void PtxInstructions::mbarrier_arrive(llvm::Value* bar) {
+  asm_call(b_, b_.getVoidTy(), "{ .reg .b64 state; mbarrier.arrive.shared::cta.b64 state, [$0]; }", "r,~{memory}", {bar});
+}
+
+void PtxInstructions::mbarrier_arrive_expect_tx(llvm::Value* bar, llvm::Value* bytes) {
+  asm_call(b_, b_.getVoidTy(), "{ .reg .b64 state; mbarrier.arrive.expect_tx.shared::cta.b64 state, [$0], $1; }",
+           "r,r,~{memory}", {bar, bytes});
+}
+
+llvm::Value* PtxInstructions::mbarrier_try_wait_parity(llvm::Value* bar, llvm::Value* parity) {
+  llvm::Value* done = asm_call(b_, b_.getInt32Ty(),
+                               "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; selp.u32 $0, 1, 0, p; }",
+                               "=r,r,r,~{memory}", {bar, parity});
+  return b_.CreateICmpNE(done, b_.getInt32(0));
 }
 
 llvm::Value* PtxInstructions::shuffle_xor(llvm::Value* v, int64_t lane_mask) {
