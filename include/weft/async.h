@@ -194,6 +194,67 @@ class Pipeline {
   Var<int32_t> index_, phase_;
 };
 
+// ---- TMA (the tensor memory accelerator) -------------------------------------------------------------
+
+// A kernel parameter: a TMA descriptor of a global tensor of T, passed at launch as a host-built
+// descriptor (see weft::tma in runtime.h). Its box — the tile one copy moves — and swizzle are part of
+// the kernel's specialization, so the kernel knows them while it is traced.
+template <class T> class TensorDesc {
+ public:
+  explicit TensorDesc(detail::NodeRef n) : node_(std::move(n)) {}
+  const detail::NodeRef& node() const { return node_; }
+  const Shape& box() const { return detail::node_shape(node_); }
+  int64_t box_bytes() const {
+    int64_t n = sizeof(T);
+    for (int64_t d : box()) n *= d;
+    return n;
+  }
+
+ private:
+  detail::NodeRef node_;
+};
+
+namespace detail {
+template <class T> std::vector<NodeRef> coordinate_nodes(std::initializer_list<Operand<int32_t>> coords) {
+  std::vector<NodeRef> out;
+  for (const Operand<int32_t>& c : coords) out.push_back(c.node);
+  return out;
+}
+}  // namespace detail
+
+// Copies the box of `desc` at element coordinates `coords` (outermost first) into `view`, completing
+// `bytes` of `bar`'s expected transaction count (cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::
+// complete_tx::bytes, issued by one thread of the group). Out-of-bounds elements read as zero.
+template <class T>
+void async_descriptor_load(const TensorDesc<T>& desc, const SharedView<T>& view, std::initializer_list<Operand<int32_t>> coords,
+                           const Barrier& bar, SourceLoc loc = SourceLoc::current()) {
+  std::vector<detail::NodeRef> o{desc.node(), view.node(), bar.node()};
+  for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
+  detail::emit(detail::Op::AsyncDescriptorLoad, std::move(o), {}, loc);
+}
+// Copies `view` to the box of `desc` at `coords` (cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group,
+// one thread of the group, after fence.proxy.async and a sync of the group); out-of-bounds elements are
+// not written. Wait with async_store_wait before overwriting `view`.
+template <class T>
+void async_descriptor_store(const TensorDesc<T>& desc, const SharedView<T>& view, std::initializer_list<Operand<int32_t>> coords,
+                            SourceLoc loc = SourceLoc::current()) {
+  std::vector<detail::NodeRef> o{desc.node(), view.node()};
+  for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
+  detail::emit(detail::Op::AsyncDescriptorStore, std::move(o), {}, loc);
+}
+// Waits until at most `pending` of this group's TMA stores still read shared memory
+// (cp.async.bulk.wait_group.read pending).
+inline void async_store_wait(int pending = 0, SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {pending};
+  detail::emit(detail::Op::AsyncStoreWait, {}, std::move(a), loc);
+}
+// Orders this thread's earlier shared-memory writes before later asynchronous-proxy accesses (TMA, wgmma):
+// fence.proxy.async.shared::cta.
+inline void fence_async_shared(SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::FenceAsyncShared, {}, {}, loc);
+}
+
 // ---- warp-specialized tasks ---------------------------------------------------------------------------
 
 struct TaskOptions {

@@ -50,6 +50,8 @@ std::string Type::str() const {
       return "shared " + dtype.str() + shape_str(shape);
     case Kind::Barrier:
       return shape.empty() ? "mbarrier" : "mbarrier" + shape_str(shape);
+    case Kind::TensorDesc:
+      return "tensordesc " + dtype.str() + shape_str(shape);
   }
   return "?";
 }

@@ -26,9 +26,10 @@ std::string_view op_name(Op);
 OpCategory op_category(Op);
 
 // What a node produces: nothing (a statement), a value, a variable slot holding values, shared memory
-// (a buffer of all its stages, shape [stages, dims...], or a view of one stage) or mbarriers ([n] or one).
+// (a buffer of all its stages, shape [stages, dims...], or a view of one stage), mbarriers ([n] or one)
+// or a TMA descriptor.
 struct Type {
-  enum class Kind : uint8_t { None, Value, Var, Shared, Barrier } kind = Kind::None;
+  enum class Kind : uint8_t { None, Value, Var, Shared, Barrier, TensorDesc } kind = Kind::None;
   DType dtype{};
   Shape shape;  // empty: rank 0
 
@@ -37,13 +38,16 @@ struct Type {
   static Type var(DType d, Shape s) { return {Kind::Var, d, std::move(s)}; }
   static Type shared(DType d, Shape s) { return {Kind::Shared, d, std::move(s)}; }
   static Type barrier(Shape s) { return {Kind::Barrier, DType{}, std::move(s)}; }
+  // A TMA descriptor parameter: its element type and box (the tile one copy moves).
+  static Type tensor_desc(DType d, Shape box) { return {Kind::TensorDesc, d, std::move(box)}; }
 
   bool is_value() const { return kind == Kind::Value; }
   bool is_scalar() const { return kind == Kind::Value && shape.empty(); }
   int rank() const { return static_cast<int>(shape.size()); }
   int64_t numel() const;
   bool same_value_type(const Type& o) const { return dtype == o.dtype && shape == o.shape; }
-  // "f32", "i32[128]", "ptr<bf16>[64x64]", "var f32[16x16]", "shared bf16[4x128x64]", "mbarrier[4]"
+  // "f32", "i32[128]", "ptr<bf16>[64x64]", "var f32[16x16]", "shared bf16[4x128x64]", "mbarrier[4]",
+  // "tensordesc bf16[128x64]"
   std::string str() const;
 };
 

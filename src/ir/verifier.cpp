@@ -24,6 +24,7 @@ std::string kind_name(const Type& t) {
     case Type::Kind::Var: return "a Var slot";
     case Type::Kind::Shared: return "shared memory";
     case Type::Kind::Barrier: return "an mbarrier";
+    case Type::Kind::TensorDesc: return "a TMA descriptor";
     case Type::Kind::Value: return "a value";
     case Type::Kind::None: break;
   }
@@ -239,6 +240,8 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
 
   switch (op) {
     case Op::Param:
+      // ints = {index, known divisor[, 1 = TMA descriptor, swizzle bytes]}; a descriptor's box is the shape attr.
+      if (attrs.ints.size() >= 4 && attrs.ints[2] == 1) return Type::tensor_desc(attrs.dtype, attrs.shape);
       return Type::value(attrs.dtype, {});
     case Op::ProgramId:
     case Op::NumPrograms: {
@@ -474,6 +477,34 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
                               name(op), threads));
       return Type::none();
     }
+    case Op::AsyncDescriptorLoad:
+    case Op::AsyncDescriptorStore: {
+      bool is_load = op == Op::AsyncDescriptorLoad;
+      const Type& d = operands.at(0)->type;
+      if (d.kind != Type::Kind::TensorDesc)
+        fail(loc, fmt::format("{}: operand 0 must be a TensorDesc kernel parameter, got {}", name(op), kind_name(d)));
+      const Type& v = shared_operand(op, operands, 1, true, loc);
+      if (v.dtype != d.dtype || v.shape != d.shape)
+        fail(loc, fmt::format("{}: the descriptor moves boxes of {}{} but the shared buffer stage is {}{}; make the "
+                              "buffer's tile shape the descriptor's box (or the box the tile shape)",
+                              name(op), d.dtype.str(), shape_str(d.shape), v.dtype.str(), shape_str(v.shape)));
+      size_t first_coord = is_load ? 3 : 2;
+      if (is_load) {
+        std::vector<NodeRef> bar{operands.at(2)};
+        require_one_barrier(op, bar, loc);
+      }
+      if (operands.size() - first_coord != d.shape.size())
+        fail(loc, fmt::format("{}: {} coordinates for a {}-dimensional descriptor; give one per dimension",
+                              name(op), operands.size() - first_coord, d.shape.size()));
+      for (size_t i = first_coord; i < operands.size(); ++i) require_i32_scalar(op, operands, i, "a coordinate", loc);
+      return Type::none();
+    }
+    case Op::AsyncStoreWait:
+      if (attrs.ints.at(0) < 0 || attrs.ints.at(0) > 63)
+        fail(loc, fmt::format("async_store_wait({}): the number of stores left in flight must be 0 to 63", attrs.ints[0]));
+      return Type::none();
+    case Op::FenceAsyncShared:
+      return Type::none();
     case Op::AsyncTasks:
       return Type::none();
     case Op::TaskReplicaId:
