@@ -93,6 +93,34 @@ template <class T> void local_store(const SharedView<T>& view, const Tile<T>& va
   detail::emit(detail::Op::LocalStore, {view.node(), detail::node_of(value, loc)}, {}, loc);
 }
 
+// The same bytes seen transposed: a [R, C] stage as [C, R] (TLX: local_trans). async_dot reads a B
+// operand stored N x K (K contiguous) through local_trans as K x N.
+template <class T> SharedView<T> local_trans(const SharedView<T>& view, SourceLoc loc = SourceLoc::current()) {
+  return SharedView<T>(detail::emit(detail::Op::LocalTrans, {view.node()}, {}, loc));
+}
+
+// ---- tensor cores (wgmma) -----------------------------------------------------------------------------
+
+// acc + a @ b on the tensor cores, asynchronously: a is an [M, K] stage (K contiguous), b a [K, N] view
+// (a stage stored [N, K] seen through local_trans), bf16 or f16, accumulating in f32 (wgmma.fence;
+// wgmma.mma_async.sync.aligned.m64nNk16 per 64 rows and 16 of K; wgmma.commit_group). The result is
+// pending: read it only through async_dot_wait, and keep a and b unchanged until then. Runs on a group
+// of exactly 4 warps (one warp group), e.g. a task of 4 warps.
+template <class T>
+Tile<float> async_dot(const SharedView<T>& a, const SharedView<T>& b, const Tile<float>& acc, SourceLoc loc = SourceLoc::current()) {
+  return Tile<float>(detail::emit(detail::Op::AsyncDot, {a.node(), b.node(), detail::node_of(acc, loc)}, {}, loc));
+}
+// Waits until at most `pending` groups of this warp group's async_dots are in flight
+// (wgmma.wait_group.sync.aligned pending) and returns the finished value of `result`, an async_dot's.
+inline Tile<float> async_dot_wait(int pending, const Tile<float>& result, SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {pending};
+  return Tile<float>(detail::emit(detail::Op::AsyncDotWait, {detail::node_of(result, loc)}, std::move(a), loc));
+}
+inline Tile<float> async_dot_wait(int pending, const Var<float>& result, SourceLoc loc = SourceLoc::current()) {
+  return async_dot_wait(pending, result.read(loc), loc);
+}
+
 // ---- mbarriers ----------------------------------------------------------------------------------------
 
 // One mbarrier (an element of alloc_barriers).

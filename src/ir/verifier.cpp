@@ -505,6 +505,42 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       return Type::none();
     case Op::FenceAsyncShared:
       return Type::none();
+    case Op::LocalTrans: {
+      const Type& v = shared_operand(op, operands, 0, true, loc);
+      if (v.rank() != 2) fail(loc, fmt::format("local_trans transposes a 2-D buffer stage, got {}", v.str()));
+      if (operands[0]->op == Op::LocalTrans) fail(loc, "local_trans of a transposed view: use the view itself");
+      return Type::shared(v.dtype, {v.shape[1], v.shape[0]});
+    }
+    case Op::AsyncDot: {
+      const Type& a = shared_operand(op, operands, 0, true, loc);
+      const Type& b = shared_operand(op, operands, 1, true, loc);
+      const Type& acc = value_operand(op, operands, 2, loc);
+      if (a.rank() != 2 || b.rank() != 2)
+        fail(loc, fmt::format("async_dot multiplies 2-D shared buffer stages, got a: {} and b: {}", a.str(), b.str()));
+      if (a.dtype != b.dtype || (a.dtype.scalar != ScalarType::bf16 && a.dtype.scalar != ScalarType::f16))
+        fail(loc, fmt::format("async_dot takes bf16 or f16 operands of one type, got a: {} and b: {}", a.dtype.str(),
+                              b.dtype.str()));
+      int64_t M = a.shape[0], K = a.shape[1], N = b.shape[1];
+      if (b.shape[0] != K)
+        fail(loc, fmt::format("async_dot: a is {} and b is {}; a's columns must equal b's rows", shape_str(a.shape),
+                              shape_str(b.shape)));
+      if (M % 64 != 0 || K % 16 != 0 || N % 8 != 0 || N > 256)
+        fail(loc, fmt::format("async_dot of [{}x{}] by [{}x{}]: wgmma needs M a multiple of 64, K a multiple of 16 and N "
+                              "a multiple of 8 up to 256",
+                              M, K, K, N));
+      Type result = Type::value(DType{ScalarType::f32, false}, {M, N});
+      if (!acc.same_value_type(result))
+        fail(loc, fmt::format("async_dot: the accumulator is {} but the product is {}", acc.str(), result.str()));
+      return result;
+    }
+    case Op::AsyncDotWait: {
+      const Type& x = value_operand(op, operands, 0, loc);
+      if (operands[0]->op != Op::AsyncDot && operands[0]->op != Op::VarGet)
+        fail(loc, "async_dot_wait takes the value of an async_dot (directly or through a Var)");
+      if (attrs.ints.at(0) < 0 || attrs.ints.at(0) > 7)
+        fail(loc, fmt::format("async_dot_wait({}): the number of groups left in flight must be 0 to 7", attrs.ints[0]));
+      return x;
+    }
     case Op::AsyncTasks:
       return Type::none();
     case Op::TaskReplicaId:

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "passes/shared_layouts.h"
 #include "weft/error.h"
 
 namespace weft::passes {
@@ -12,18 +13,25 @@ std::string SharedMemoryPlan::table() const {
     const ir::Node& n = *a.node;
     std::string what = n.op == ir::Op::LocalAlloc ? n.type.dtype.str() + ir::shape_str(n.type.shape)
                                                   : fmt::format("{} mbarriers", n.type.shape.at(0));
+    if (a.swizzle) what += fmt::format(", {}-byte swizzle", a.swizzle);
     rows += fmt::format("\n  '{}' {}: {} bytes at offset {} ({})", a.name, what, a.bytes, a.offset, n.loc.str());
   }
   return rows;
 }
 
 SharedMemoryPlan plan_shared_memory(const ir::Function& f, int64_t limit) {
+  SharedLayouts layouts = assign_shared_layouts(f);
   SharedMemoryPlan plan;
   const ir::Node* last = nullptr;
   for (const ir::NodeRef& n : f.body.body) {
-    int64_t bytes = 0, align = 0;
+    int64_t bytes = 0, align = 0, stage_bytes = 0;
+    int swizzle = 0;
     if (n->op == ir::Op::LocalAlloc) {
-      bytes = n->type.numel() * n->type.dtype.bytes();
+      swizzle = layouts.of(n.get());
+      int64_t stages = n->type.shape[0];
+      stage_bytes = n->type.numel() / stages * n->type.dtype.bytes();
+      if (swizzle) stage_bytes = (stage_bytes + 1023) / 1024 * 1024;
+      bytes = stages * stage_bytes;
       align = 1024;
     } else if (n->op == ir::Op::AllocBarriers) {
       bytes = n->type.shape.at(0) * kMbarrierBytes;
@@ -36,6 +44,8 @@ SharedMemoryPlan plan_shared_memory(const ir::Function& f, int64_t limit) {
     a.name = n->attrs.names.empty() ? "" : n->attrs.names[0];
     a.offset = (plan.bytes + align - 1) / align * align;
     a.bytes = bytes;
+    a.stage_bytes = stage_bytes;
+    a.swizzle = swizzle;
     plan.bytes = a.offset + bytes;
     plan.index[n.get()] = plan.allocations.size();
     plan.allocations.push_back(a);

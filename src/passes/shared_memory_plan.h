@@ -18,8 +18,10 @@ namespace weft::passes {
 struct SharedAllocation {
   const ir::Node* node = nullptr;  // LocalAlloc or AllocBarriers
   std::string name;
-  int64_t offset = 0;  // bytes from the start of the block's shared memory
+  int64_t offset = 0;       // bytes from the start of the block's shared memory
   int64_t bytes = 0;
+  int64_t stage_bytes = 0;  // the distance between stages: a swizzled stage starts 1024-byte aligned
+  int swizzle = 0;          // bytes (passes/shared_layouts.h)
 };
 
 struct SharedMemoryPlan {
@@ -35,7 +37,8 @@ struct SharedMemoryPlan {
 constexpr int64_t kMaxSharedBytesPerBlock = 227 * 1024;
 constexpr int64_t kMbarrierBytes = 8;
 
-// Throws weft::Error when the allocations exceed `limit` bytes.
+// Throws weft::Error when the allocations exceed `limit` bytes. Assigns the buffers' layouts first
+// (passes/shared_layouts.h).
 SharedMemoryPlan plan_shared_memory(const ir::Function& f, int64_t limit = kMaxSharedBytesPerBlock);
 
 }  // namespace weft::passes

@@ -26,11 +26,13 @@
 #include <functional>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "codegen/element_ops.h"
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/ptx_instructions.h"
 #include "passes/access_patterns.h"
+#include "passes/shared_layouts.h"
 #include "passes/shared_memory_plan.h"
 #include "passes/task_plan.h"
 
@@ -50,9 +52,13 @@ constexpr int64_t kMaxAccessBytes = 16;          // the widest global load/store
 
 struct Regs {
   std::vector<Value*> v;  // see the layout above
+  bool uniform = false;   // every register holds the same value (fits any layout)
+  bool wgmma = false;     // the wgmma accumulator layout of a [rows, cols] tile instead (see wgmma_index)
+  int64_t rows = 0, cols = 0;
 };
 
 bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+bool is_descriptor(const ir::Node& param) { return param.type.kind == ir::Type::Kind::TensorDesc; }
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 std::vector<int64_t> strides(const ir::Shape& s) {
@@ -68,9 +74,20 @@ class Lowering {
         tasks_(passes::plan_tasks(f, num_warps)), allocations_(passes::plan_shared_memory(f)),
         threads_(tasks_.threads()) {
     mod_ = std::make_unique<llvm::Module>(symbol, c);
-    std::vector<llvm::Type*> params(f.params.size(), b_.getInt64Ty());
+    // Numbers and pointers travel as 64-bit slots; a TMA descriptor arrives by value (128 bytes, a
+    // grid-constant .param whose address the TMA instructions take).
+    std::vector<llvm::Type*> params;
+    for (const NodeRef& p : f.params) params.push_back(is_descriptor(*p) ? static_cast<llvm::Type*>(llvm::PointerType::get(c, 0)) : b_.getInt64Ty());
     auto* type = llvm::FunctionType::get(b_.getVoidTy(), params, false);
     fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage, symbol, *mod_);
+    for (size_t i = 0; i < f.params.size(); ++i) {
+      if (!is_descriptor(*f.params[i])) continue;
+      llvm::AttrBuilder attrs(c);
+      attrs.addByValAttr(llvm::ArrayType::get(b_.getInt8Ty(), 128));
+      attrs.addAlignmentAttr(64);
+      attrs.addAttribute("nvvm.grid_constant");
+      fn_->addParamAttrs(static_cast<unsigned>(i), attrs);
+    }
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
     fn_->addFnAttr("nvvm.maxntid", std::to_string(threads_));
     // setmaxnreg needs a register cap at entry, which one block per SM gives (launch_bounds(threads, 1)).
@@ -92,7 +109,13 @@ class Lowering {
 
   LoweredKernel run() {
     for (size_t i = 0; i < f_.params.size(); ++i)
-      regs_[f_.params[i].get()] = {{ops_.from_slot(f_.params[i]->type.dtype, fn_->getArg(i))}};
+      regs_[f_.params[i].get()] = {{is_descriptor(*f_.params[i])
+                                        ? b_.CreatePtrToInt(fn_->getArg(i), b_.getInt64Ty())
+                                        : ops_.from_slot(f_.params[i]->type.dtype, fn_->getArg(i))}};
+    for (bool changed = true; changed;) {
+      changed = false;
+      find_wgmma_vars(f_.body, changed);
+    }
     init_barriers();
     region(f_.body);
     b_.CreateRetVoid();
@@ -134,8 +157,52 @@ class Lowering {
     // consecutive, and fold the run-time check of the 16-byte accesses.
     return b_.CreateNSWAdd(b_.CreateNSWMul(tid_, i32c(v)), i32c(chunk * threads_ * v + j));
   }
-  Regs splat(Value* v, int64_t n) { return {std::vector<Value*>(per_thread(n), v)}; }
-  const Regs& regs(const NodeRef& n) { return regs_.at(n.get()); }
+  Regs splat(Value* v, int64_t n) { return {std::vector<Value*>(per_thread(n), v), true}; }
+  // A value's registers in the blocked layout (a wgmma-layout operand of this node is converted first).
+  const Regs& regs(const NodeRef& n) {
+    auto it = converted_.find(n.get());
+    return it != converted_.end() ? it->second : regs_.at(n.get());
+  }
+  // A value's registers in whatever layout it has.
+  const Regs& raw(const NodeRef& n) { return regs_.at(n.get()); }
+
+  // The wgmma accumulator layout of a [rows, cols] f32 tile on one warp group (128 threads): per 64 rows,
+  // for each 8 columns c0, thread t (warp w, lane l) holds 4 registers: (16w + l/4, c0 + 2(l%4) + {0, 1})
+  // and the same 8 rows lower (the D fragment of wgmma.m64nNk16 in the PTX ISA).
+  Value* wgmma_index(int64_t cols, int64_t r) {
+    int64_t per_block = cols / 2, block = r / per_block, q = r % per_block, i = q / 4, e = q % 4;
+    Value* warp = b_.CreateLShr(tid_, i32c(5));
+    Value* lane = b_.CreateAnd(tid_, i32c(31));
+    Value* row = b_.CreateAdd(b_.CreateAdd(b_.CreateMul(warp, i32c(16)), b_.CreateLShr(lane, i32c(2))),
+                              i32c(block * 64 + (e >= 2 ? 8 : 0)));
+    Value* col = b_.CreateAdd(b_.CreateShl(b_.CreateAnd(lane, i32c(3)), i32c(1)), i32c(8 * i + (e & 1)));
+    return b_.CreateAdd(b_.CreateMul(row, i32c(cols)), col);
+  }
+  Value* index_of(const Regs& r, int64_t n, int64_t k) { return r.wgmma ? wgmma_index(r.cols, k) : flat_index(n, k); }
+
+  // The same tile in the other layout, through the group's scratch shared memory.
+  Regs relayout(const Regs& src, DType d, const ir::Shape& shape, bool to_wgmma, SourceLoc loc) {
+    int64_t n = shape.empty() ? 1 : shape[0] * (shape.size() > 1 ? shape[1] : 1);
+    if (src.uniform) {
+      Regs out = src;
+      out.wgmma = to_wgmma;
+      out.rows = shape[0];
+      out.cols = shape.size() > 1 ? shape[1] : 1;
+      return out;
+    }
+    llvm::Type* t = shared_type(d);
+    reserve_shared(n * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), loc);
+    for (size_t r = 0; r < src.v.size(); ++r) b_.CreateStore(to_shared(d, src.v[r]), shared_at(t, 0, index_of(src, n, r)));
+    sync_group();
+    Regs out;
+    out.wgmma = to_wgmma;
+    out.rows = shape[0];
+    out.cols = shape.size() > 1 ? shape[1] : 1;
+    for (int64_t r = 0; r < per_thread(n); ++r)
+      out.v.push_back(from_shared(d, b_.CreateLoad(t, shared_at(t, 0, index_of(out, n, r)))));
+    sync_group();
+    return out;
+  }
 
   // ---- shared memory -----------------------------------------------------------------------------------
 
@@ -196,10 +263,87 @@ class Lowering {
     for (const NodeRef& n : r.body) node(n);
   }
 
-  void elementwise(const NodeRef& n, const std::function<Value*(size_t r)>& element) {
+  void elementwise(const NodeRef& n, const std::function<Value*(size_t r)>& element, bool wgmma = false) {
     Regs out;
     for (int64_t r = 0; r < per_thread(n->type.numel()); ++r) out.v.push_back(ops_.round(n->type.dtype, element(r)));
+    if (wgmma) {
+      out.wgmma = true;
+      out.rows = n->type.shape[0];
+      out.cols = n->type.shape[1];
+    }
     regs_[n.get()] = std::move(out);
+  }
+
+  // ---- layouts -----------------------------------------------------------------------------------------
+
+  static bool elementwise_op(Op op) {
+    auto c = ir::op_category(op);
+    return c == ir::OpCategory::Unary || c == ir::OpCategory::Binary || c == ir::OpCategory::Compare ||
+           op == Op::Fma || op == Op::Select || op == Op::Cast;
+  }
+  static bool uniform_node(const ir::Node& n) {
+    return n.op == Op::Constant || (n.op == Op::Broadcast && n.operands[0]->type.numel() == 1);
+  }
+  // Whether a node's value lives in the wgmma layout (decided before lowering, so that Vars get it too):
+  // async_dot results, Vars assigned one, and elementwise ops on such values (with constants).
+  bool produces_wgmma(const ir::Node& n) {
+    if (n.op == Op::AsyncDot || n.op == Op::AsyncDotWait) return true;
+    if (n.op == Op::VarGet) return wgmma_vars_.count(n.operands[0].get()) > 0;
+    if (!elementwise_op(n.op)) return false;
+    bool any = false;
+    for (const NodeRef& o : n.operands) {
+      if (produces_wgmma(*o))
+        any = true;
+      else if (!uniform_node(*o))
+        return false;
+    }
+    return any;
+  }
+  void find_wgmma_vars(const ir::Region& r, bool& changed) {
+    for (const NodeRef& n : r.body) {
+      if (n->op == Op::VarSet && produces_wgmma(*n->operands[1]) && wgmma_vars_.insert(n->operands[0].get()).second)
+        changed = true;
+      for (const ir::Region& inner : n->regions) find_wgmma_vars(inner, changed);
+    }
+  }
+
+  // Converts this node's wgmma-layout operands to the blocked layout unless the node keeps them (then
+  // returns whether its own result is in the wgmma layout).
+  bool prepare_layouts(const NodeRef& n) {
+    converted_.clear();
+    const auto& o = n->operands;
+    bool any = false, all = true;
+    for (const NodeRef& x : o) {
+      auto it = regs_.find(x.get());
+      if (it == regs_.end()) continue;
+      if (it->second.wgmma && !it->second.uniform)
+        any = true;
+      else if (!it->second.uniform)
+        all = false;
+    }
+    if (!any) return false;
+    if (elementwise_op(n->op) && all) return true;
+    if (n->op == Op::AsyncDot || n->op == Op::AsyncDotWait || n->op == Op::VarSet || n->op == Op::VarDecl ||
+        n->op == Op::LocalStore)
+      return false;  // these handle the wgmma layout themselves
+    for (const NodeRef& x : o) {
+      const Regs& r = raw(x);
+      if (r.wgmma && !r.uniform) converted_[x.get()] = relayout(r, x->type.dtype, x->type.shape, false, n->loc);
+    }
+    return false;
+  }
+  // `x`'s registers in the layout of Var `var`.
+  Regs in_var_layout(const NodeRef& x, const ir::Node* var, SourceLoc loc) {
+    const Regs& r = raw(x);
+    bool want = wgmma_vars_.count(var) > 0;
+    if (r.uniform || r.wgmma == want) {
+      Regs out = r;
+      out.wgmma = want;
+      out.rows = want ? x->type.shape[0] : 0;
+      out.cols = want ? x->type.shape[1] : 0;
+      return out;
+    }
+    return relayout(r, x->type.dtype, x->type.shape, want, loc);
   }
 
   void node(const NodeRef& n) {
@@ -210,14 +354,16 @@ class Lowering {
                   n->loc);
     DType d = n->type.dtype;
     const auto& o = n->operands;
+    bool keep_wgmma = prepare_layouts(n);
     auto at = [&](size_t i, size_t r) { return regs(o[i]).v[r]; };
     switch (ir::op_category(n->op)) {
       case ir::OpCategory::Unary:
-        return elementwise(n, [&](size_t r) { return ops_.unary(n->op, d, at(0, r)); });
+        return elementwise(n, [&](size_t r) { return ops_.unary(n->op, d, at(0, r)); }, keep_wgmma);
       case ir::OpCategory::Binary:
-        return elementwise(n, [&](size_t r) { return ops_.binary(n->op, d, at(0, r), at(1, r)); });
+        return elementwise(n, [&](size_t r) { return ops_.binary(n->op, d, at(0, r), at(1, r)); }, keep_wgmma);
       case ir::OpCategory::Compare:
-        return elementwise(n, [&](size_t r) { return ops_.compare(n->op, o[0]->type.dtype, at(0, r), at(1, r)); });
+        return elementwise(n, [&](size_t r) { return ops_.compare(n->op, o[0]->type.dtype, at(0, r), at(1, r)); },
+                           keep_wgmma);
       default: break;
     }
     switch (n->op) {
@@ -228,9 +374,10 @@ class Lowering {
         int64_t start = n->attrs.ints[0];
         return elementwise(n, [&](size_t r) { return b_.CreateAdd(flat_index(n->type.numel(), r), i32c(start)); });
       }
-      case Op::Fma: return elementwise(n, [&](size_t r) { return ops_.fma(at(0, r), at(1, r), at(2, r)); });
-      case Op::Select: return elementwise(n, [&](size_t r) { return b_.CreateSelect(at(0, r), at(1, r), at(2, r)); });
-      case Op::Cast: return elementwise(n, [&](size_t r) { return ops_.cast(o[0]->type.dtype, d, at(0, r)); });
+      case Op::Fma: return elementwise(n, [&](size_t r) { return ops_.fma(at(0, r), at(1, r), at(2, r)); }, keep_wgmma);
+      case Op::Select:
+        return elementwise(n, [&](size_t r) { return b_.CreateSelect(at(0, r), at(1, r), at(2, r)); }, keep_wgmma);
+      case Op::Cast: return elementwise(n, [&](size_t r) { return ops_.cast(o[0]->type.dtype, d, at(0, r)); }, keep_wgmma);
       case Op::PtrAdd: {
         llvm::Type* pointee = ops_.memory_type(DType{d.scalar, false});
         return elementwise(
@@ -252,7 +399,7 @@ class Lowering {
       case Op::VarDecl: {
         std::vector<Value*> slots;
         llvm::IRBuilder<> eb(entry_, entry_->begin());
-        for (Value* v : regs(o[0]).v) {
+        for (Value* v : in_var_layout(o[0], n.get(), n->loc).v) {
           slots.push_back(eb.CreateAlloca(v->getType()));
           b_.CreateStore(v, slots.back());
         }
@@ -262,12 +409,18 @@ class Lowering {
       case Op::VarGet: {
         Regs out;
         for (Value* slot : vars_.at(o[0].get())) out.v.push_back(b_.CreateLoad(ops_.compute_type(d), slot));
+        if (wgmma_vars_.count(o[0].get())) {
+          out.wgmma = true;
+          out.rows = n->type.shape[0];
+          out.cols = n->type.shape[1];
+        }
         regs_[n.get()] = std::move(out);
         return;
       }
       case Op::VarSet: {
         const std::vector<Value*>& slots = vars_.at(o[0].get());
-        for (size_t r = 0; r < slots.size(); ++r) b_.CreateStore(at(1, r), slots[r]);
+        Regs value = in_var_layout(o[1], o[0].get(), n->loc);
+        for (size_t r = 0; r < slots.size(); ++r) b_.CreateStore(value.v[r], slots[r]);
         return;
       }
       default: return hopper_node(n);
@@ -772,20 +925,40 @@ class Lowering {
     }, nullptr);
   }
 
-  // Loads (or stores) a tile from (to) a stage of a shared buffer in the group's blocked layout: each
-  // chunk of V consecutive elements is one aligned vector access of at most 16 bytes per piece (buffers
-  // are 1024-byte aligned and a chunk starts at a multiple of V).
+  // Byte `byte` (i32) of a stage, where the buffer's swizzle puts it (passes/shared_layouts.h).
+  Value* swizzle(Value* byte, int swizzle_bytes) {
+    if (!swizzle_bytes) return byte;
+    Value* row_bits = b_.CreateAnd(b_.CreateLShr(byte, i32c(7)), i32c(swizzle_bytes / 16 - 1));
+    return b_.CreateXor(byte, b_.CreateShl(row_bits, i32c(4)));
+  }
+
+  // Loads (or stores) a tile from (to) a stage of a shared buffer. In the blocked layout each chunk of V
+  // consecutive elements is one aligned vector access of at most 16 bytes per piece (buffers are 1024-byte
+  // aligned, a chunk starts at a multiple of V, and a swizzle moves whole 16-byte units); transposed views
+  // and wgmma-layout values go element by element.
   void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value) {
     Value* offset = regs(view).v[0];
+    int swz = allocations_.of(passes::root_allocation(view.get())).swizzle;
+    bool transposed = view->op == Op::LocalTrans;
     llvm::Type* mt = ops_.memory_type(d);
-    int64_t width = vector_width(numel), per = std::min(width, piece_elems(d));
+    int64_t eb = d.bytes();
+    auto address = [&](Value* flat) {  // element `flat` of the view
+      if (transposed) {  // the view is [C, R] of storage [R, C]
+        int64_t R = view->type.shape[1], C = view->type.shape[0];
+        flat = b_.CreateAdd(b_.CreateMul(b_.CreateURem(flat, i32c(R)), i32c(C)), b_.CreateUDiv(flat, i32c(R)));
+      }
+      Value* byte = swizzle(b_.CreateMul(flat, i32c(eb)), swz);
+      return b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(b_.CreateAdd(offset, byte), b_.getInt64Ty()));
+    };
+    bool by_element = transposed || (value && value->wgmma && !value->uniform);
+    int64_t width = by_element ? 1 : vector_width(numel), per = std::min(width, piece_elems(d));
     auto* piece = llvm::FixedVectorType::get(mt, static_cast<unsigned>(per));
-    llvm::Align align(static_cast<uint64_t>(per * d.bytes()));
+    llvm::Align align(static_cast<uint64_t>(per * eb));
     Regs out;
     if (value) sync_group();  // earlier reads of this group are done before anything is overwritten
     for (int64_t first = 0; first < per_thread(numel); first += width) {
       for (int64_t j = 0; j < width; j += per) {
-        Value* at = shared_element(mt, offset, flat_index(numel, first + j));
+        Value* at = address(value ? index_of(*value, numel, first + j) : flat_index(numel, first + j));
         if (value) {
           Value* vec = llvm::PoisonValue::get(piece);
           for (int64_t e = 0; e < per; ++e)
@@ -798,10 +971,14 @@ class Lowering {
         }
       }
     }
-    if (value)
-      sync_group();  // the whole tile is written before any thread of the group reads it
-    else
+    if (!value) {
       regs_[n.get()] = std::move(out);
+      return;
+    }
+    // A swizzled buffer is read by TMA or wgmma (the async proxy): each thread fences its own writes
+    // before the group syncs.
+    if (swz) ptx_.fence_proxy_async_shared();
+    sync_group();  // the whole tile is written before any thread of the group reads it
   }
 
   void hopper_node(const NodeRef& n) {
@@ -812,12 +989,53 @@ class Lowering {
         regs_[n.get()] = {{i32c(allocations_.of(n.get()).offset)}};
         return;
       case Op::LocalView: {
-        int64_t stage_bytes = n->type.numel() * n->type.dtype.bytes();
+        int64_t stage_bytes = allocations_.of(o[0].get()).stage_bytes;
         regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(stage_bytes)))}};
         return;
       }
+      case Op::LocalTrans: regs_[n.get()] = regs(o[0]); return;  // the same bytes
+      case Op::AsyncDescriptorLoad: {
+        Value* desc = raw(o[0]).v[0];
+        Value* smem = shared_address(regs(o[1]).v[0]);
+        Value* bar = shared_address(regs(o[2]).v[0]);
+        std::vector<Value*> coords;
+        for (size_t i = o.size(); i-- > 3;) coords.push_back(regs(o[i]).v[0]);  // innermost first
+        guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+          ptx_.tma_load(smem, desc, coords, bar);
+          return nullptr;
+        }, nullptr);
+        return;
+      }
+      case Op::AsyncDescriptorStore: {
+        Value* desc = raw(o[0]).v[0];
+        Value* smem = shared_address(regs(o[1]).v[0]);
+        std::vector<Value*> coords;
+        for (size_t i = o.size(); i-- > 2;) coords.push_back(regs(o[i]).v[0]);
+        ptx_.fence_proxy_async_shared();  // this thread's writes to the stage, visible to the copy engine
+        once_per_group([&] {
+          ptx_.tma_store(desc, coords, smem);
+          ptx_.bulk_commit_group();
+        });
+        return;
+      }
+      case Op::AsyncStoreWait:
+        guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+          ptx_.bulk_wait_group_read(static_cast<int>(n->attrs.ints[0]));
+          return nullptr;
+        }, nullptr);
+        sync_group();  // no thread overwrites the stage before the copy engine has read it
+        return;
+      case Op::FenceAsyncShared: ptx_.fence_proxy_async_shared(); return;
+      case Op::AsyncDot: return async_dot(n);
+      case Op::AsyncDotWait: {
+        ptx_.wgmma_wait_group(static_cast<int>(n->attrs.ints[0]));
+        Regs out = raw(o[0]);
+        out.v = ptx_.fence_registers(out.v);
+        regs_[n.get()] = std::move(out);
+        return;
+      }
       case Op::LocalLoad: return shared_tile(o[0], n, n->type.dtype, n->type.numel(), nullptr);
-      case Op::LocalStore: return shared_tile(o[0], n, o[1]->type.dtype, o[1]->type.numel(), &regs(o[1]));
+      case Op::LocalStore: return shared_tile(o[0], n, o[1]->type.dtype, o[1]->type.numel(), &raw(o[1]));
       case Op::BarrierAt:
         regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(passes::kMbarrierBytes)))}};
         return;
@@ -842,6 +1060,58 @@ class Lowering {
       default: break;
     }
     throw InternalError(fmt::format("NVPTX lowering: no rule for op '{}'", ir::op_name(n->op)));
+  }
+
+  // The 64-bit wgmma descriptor of an operand in shared memory whose rows (its contiguous dimension) are
+  // `row_bytes` long, swizzled as wide, starting at byte `offset` (PTX ISA, "Matrix Descriptor"): start
+  // address >> 4, leading byte offset 16 (unused when swizzled), stride byte offset of 8 rows, swizzle mode.
+  Value* wgmma_descriptor(Value* offset, int64_t row_bytes) {
+    Value* address = b_.CreateZExt(b_.CreateLShr(b_.CreateAnd(shared_address(offset), i32c(0x3FFFF)), i32c(4)), b_.getInt64Ty());
+    uint64_t mode = row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : 3;
+    uint64_t fixed = (uint64_t(16 >> 4) << 16) | (uint64_t((8 * row_bytes) >> 4) << 32) | (mode << 62);
+    return b_.CreateOr(address, b_.getInt64(fixed));
+  }
+
+  // acc + a @ b with wgmma: per 64 rows of a and 16 of K one m64nNk16 instruction, both operands K-major
+  // from swizzled shared memory (b stored [N, K] and seen through local_trans).
+  void async_dot(const NodeRef& n) {
+    const auto& o = n->operands;
+    if (threads_ != 128)
+      throw Error(fmt::format("async_dot runs on one warp group (4 warps), but here the group has {} warps; call it in a "
+                              "task of 4 warps (or a kernel of num_warps = 4)",
+                              threads_ / 32),
+                  n->loc);
+    if (o[1]->op != Op::LocalTrans)
+      throw Error("async_dot: b must be a buffer stage stored [N, K] (K contiguous) and passed as local_trans(stage); a "
+                  "stage stored [K, N] is not supported yet",
+                  n->loc);
+    int64_t M = n->type.shape[0], N = n->type.shape[1], K = o[0]->type.shape[1];
+    const passes::SharedAllocation& a_alloc = allocations_.of(passes::root_allocation(o[0].get()));
+    const passes::SharedAllocation& b_alloc = allocations_.of(passes::root_allocation(o[1].get()));
+    int64_t elem = o[0]->type.dtype.bytes(), a_row = K * elem, b_row = K * elem;
+    if (a_alloc.swizzle != a_row || b_alloc.swizzle != b_row)
+      throw InternalError("async_dot: operand buffers without the swizzle of their row width");
+    Regs acc = raw(o[2]);
+    if (!acc.uniform && !acc.wgmma) acc = relayout(acc, o[2]->type.dtype, o[2]->type.shape, true, n->loc);
+    bool bf16 = o[0]->type.dtype.scalar == ScalarType::bf16;
+    Value* a_base = regs(o[0]).v[0];
+    Value* b_base = regs(o[1]).v[0];
+    ptx_.wgmma_fence();
+    Regs out;
+    out.wgmma = true;
+    out.rows = M;
+    out.cols = N;
+    for (int64_t block = 0; block < M / 64; ++block) {
+      std::vector<Value*> d(acc.v.begin() + block * N / 2, acc.v.begin() + (block + 1) * N / 2);
+      for (int64_t k = 0; k < K / 16; ++k) {
+        Value* a_desc = wgmma_descriptor(b_.CreateAdd(a_base, i32c(block * 64 * a_row + k * 32)), a_row);
+        Value* b_desc = wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 32)), b_row);
+        d = ptx_.wgmma(bf16, static_cast<int>(N), a_desc, b_desc, d, false);
+      }
+      out.v.insert(out.v.end(), d.begin(), d.end());
+    }
+    ptx_.wgmma_commit_group();
+    regs_[n.get()] = std::move(out);
   }
 
   // Every thread of the group polls until the phase of parity `parity` has completed.
@@ -924,6 +1194,8 @@ class Lowering {
   int64_t scratch_bytes_ = 0;         // the most scratch any group needs
   llvm::GlobalVariable* scratch_stride_ = nullptr;
   std::unordered_map<const ir::Node*, Regs> regs_;
+  std::unordered_map<const ir::Node*, Regs> converted_;  // this node's operands, converted to blocked
+  std::unordered_set<const ir::Node*> wgmma_vars_;
   std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;
 };
 

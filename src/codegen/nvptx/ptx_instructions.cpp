@@ -82,6 +82,100 @@ llvm::Value* PtxInstructions::mbarrier_try_wait_parity(llvm::Value* bar, llvm::V
   return b_.CreateICmpNE(done, b_.getInt32(0));
 }
 
+static std::string coordinate_list(size_t first, size_t count) {
+  std::string s;
+  for (size_t i = 0; i < count; ++i) s += (i ? ", $" : "$") + std::to_string(first + i);
+  return s;
+}
+
+void PtxInstructions::tma_load(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords,
+                               llvm::Value* bar) {
+  size_t rank = coords.size();
+  std::string text = "cp.async.bulk.tensor." + std::to_string(rank) +
+                     "d.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {" + coordinate_list(3, rank) +
+                     "}], [$2];";
+  std::vector<llvm::Value*> args{smem, desc, bar};
+  args.insert(args.end(), coords.begin(), coords.end());
+  std::string constraints = "r,l,r";
+  for (size_t i = 0; i < rank; ++i) constraints += ",r";
+  asm_call(b_, b_.getVoidTy(), text, constraints + ",~{memory}", args);
+}
+
+void PtxInstructions::tma_store(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* smem) {
+  size_t rank = coords.size();
+  std::string text = "cp.async.bulk.tensor." + std::to_string(rank) + "d.global.shared::cta.bulk_group [$0, {" +
+                     coordinate_list(2, rank) + "}], [$1];";
+  std::vector<llvm::Value*> args{desc, smem};
+  args.insert(args.end(), coords.begin(), coords.end());
+  std::string constraints = "l,r";
+  for (size_t i = 0; i < rank; ++i) constraints += ",r";
+  asm_call(b_, b_.getVoidTy(), text, constraints + ",~{memory}", args);
+}
+
+void PtxInstructions::bulk_commit_group() {
+  asm_call(b_, b_.getVoidTy(), "cp.async.bulk.commit_group;", "~{memory}", {});
+}
+
+void PtxInstructions::bulk_wait_group_read(int pending) {
+  asm_call(b_, b_.getVoidTy(), "cp.async.bulk.wait_group.read " + std::to_string(pending) + ";", "~{memory}", {});
+}
+
+void PtxInstructions::fence_proxy_async_shared() {
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_fence_proxy_async_shared_cta, llvm::ArrayRef<llvm::Type*>{},
+                     llvm::ArrayRef<llvm::Value*>{});
+}
+
+void PtxInstructions::wgmma_fence() { asm_call(b_, b_.getVoidTy(), "wgmma.fence.sync.aligned;", "~{memory}", {}); }
+
+void PtxInstructions::wgmma_commit_group() {
+  asm_call(b_, b_.getVoidTy(), "wgmma.commit_group.sync.aligned;", "~{memory}", {});
+}
+
+void PtxInstructions::wgmma_wait_group(int pending) {
+  asm_call(b_, b_.getVoidTy(), "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";", "~{memory}", {});
+}
+
+std::vector<llvm::Value*> PtxInstructions::wgmma(bool bf16, int n, llvm::Value* a_desc, llvm::Value* b_desc,
+                                                 const std::vector<llvm::Value*>& acc, bool trans_b) {
+  size_t k = acc.size();  // n / 2 registers
+  std::string outs, constraints;
+  for (size_t i = 0; i < k; ++i) {
+    outs += (i ? ",$" : "$") + std::to_string(i);
+    constraints += (i ? ",=f" : "=f");
+  }
+  constraints += ",l,l,r";
+  for (size_t i = 0; i < k; ++i) constraints += "," + std::to_string(i);
+  const char* type = bf16 ? "bf16" : "f16";
+  std::string text = "{ .reg .pred p; setp.ne.b32 p, $" + std::to_string(k + 2) +
+                     ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k16.f32." + type + "." + type +
+                     " {" + outs + "}, $" + std::to_string(k) + ", $" + std::to_string(k + 1) + ", p, 1, 1, 0, " +
+                     (trans_b ? "1" : "0") + "; }";
+  std::vector<llvm::Type*> fields(k, b_.getFloatTy());
+  auto* result = llvm::StructType::get(b_.getContext(), fields);
+  std::vector<llvm::Value*> args{a_desc, b_desc, b_.getInt32(1)};
+  args.insert(args.end(), acc.begin(), acc.end());
+  llvm::Value* d = asm_call(b_, result, text, constraints + ",~{memory}", args);
+  std::vector<llvm::Value*> out;
+  for (size_t i = 0; i < k; ++i) out.push_back(b_.CreateExtractValue(d, static_cast<unsigned>(i)));
+  return out;
+}
+
+std::vector<llvm::Value*> PtxInstructions::fence_registers(const std::vector<llvm::Value*>& values) {
+  if (values.empty()) return {};
+  std::string constraints;
+  std::vector<llvm::Type*> types;
+  for (size_t i = 0; i < values.size(); ++i) {
+    constraints += (i ? ",=f" : "=f");
+    types.push_back(values[i]->getType());
+  }
+  for (size_t i = 0; i < values.size(); ++i) constraints += "," + std::to_string(i);
+  auto* result = llvm::StructType::get(b_.getContext(), types);
+  llvm::Value* d = asm_call(b_, result, "", constraints, values);
+  std::vector<llvm::Value*> out;
+  for (size_t i = 0; i < values.size(); ++i) out.push_back(b_.CreateExtractValue(d, static_cast<unsigned>(i)));
+  return out;
+}
+
 llvm::Value* PtxInstructions::shuffle_xor(llvm::Value* v, int64_t lane_mask) {
   llvm::Type* t = v->getType();
   unsigned bits = t->getPrimitiveSizeInBits();

@@ -30,6 +30,27 @@ class PtxInstructions {
   void mbarrier_arrive_expect_tx(llvm::Value* bar, llvm::Value* bytes);
   // mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity -> i1: the phase of that parity completed
   llvm::Value* mbarrier_try_wait_parity(llvm::Value* bar, llvm::Value* parity);
+
+  // TMA. `desc`: the generic address (i64) of a CUtensorMap; `coords`: i32, innermost first; `smem`,
+  // `bar`: 32-bit shared addresses.
+  // cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes [smem], [desc, {coords}], [bar]
+  void tma_load(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* bar);
+  // cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group [desc, {coords}], [smem]
+  void tma_store(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* smem);
+  void bulk_commit_group();                  // cp.async.bulk.commit_group
+  void bulk_wait_group_read(int pending);    // cp.async.bulk.wait_group.read pending
+  void fence_proxy_async_shared();           // fence.proxy.async.shared::cta
+
+  // wgmma (sm_90a).
+  void wgmma_fence();                        // wgmma.fence.sync.aligned
+  void wgmma_commit_group();                 // wgmma.commit_group.sync.aligned
+  void wgmma_wait_group(int pending);        // wgmma.wait_group.sync.aligned pending
+  // wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16,f16}.{bf16,f16} {acc}, a_desc, b_desc, 1, 1, 1, 0, trans_b:
+  // acc (n / 2 f32 registers per thread) += A (64 x 16, from its shared-memory descriptor) * B (16 x n).
+  std::vector<llvm::Value*> wgmma(bool bf16, int n, llvm::Value* a_desc, llvm::Value* b_desc,
+                                  const std::vector<llvm::Value*>& acc, bool trans_b);
+  // Keeps the compiler from moving uses of `values` across a wgmma wait: an empty asm that "writes" them.
+  std::vector<llvm::Value*> fence_registers(const std::vector<llvm::Value*>& values);
   // shfl.sync.bfly.b32 across the full warp (values of 64 bits take two shuffles).
   llvm::Value* shuffle_xor(llvm::Value* v, int64_t lane_mask);
   // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32: d = a (16x16) * b (16x8) + c, one warp.

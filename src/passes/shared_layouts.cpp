@@ -1,0 +1,71 @@
+#include "passes/shared_layouts.h"
+
+#include <fmt/format.h>
+
+#include "weft/error.h"
+
+namespace weft::passes {
+
+const ir::Node* root_allocation(const ir::Node* view) {
+  while (view->op != ir::Op::LocalAlloc) view = view->operands.at(0).get();
+  return view;
+}
+
+namespace {
+
+struct Assigner {
+  SharedLayouts layouts;
+  std::unordered_map<const ir::Node*, const ir::Node*> decided_by;
+
+  void want(const ir::Node& use, const ir::Node* view, int swizzle, const char* why) {
+    const ir::Node* alloc = root_allocation(view);
+    auto [it, added] = layouts.swizzle.emplace(alloc, swizzle);
+    if (added) {
+      decided_by[alloc] = &use;
+      return;
+    }
+    if (it->second != swizzle)
+      throw Error(fmt::format("{} needs buffer '{}' with a {}-byte swizzle ({}), but {} at {} needs a {}-byte swizzle; "
+                              "use two buffers, or make the uses agree",
+                              ir::op_name(use.op), alloc->attrs.names.at(0), swizzle, why,
+                              ir::op_name(decided_by[alloc]->op), decided_by[alloc]->loc.str(), it->second),
+                  use.loc);
+  }
+
+  void region(const ir::Region& r) {
+    for (const ir::NodeRef& n : r.body) {
+      switch (n->op) {
+        case ir::Op::AsyncDescriptorLoad:
+        case ir::Op::AsyncDescriptorStore:
+          want(*n, n->operands[1].get(), static_cast<int>(n->operands[0]->attrs.ints.at(3)), "its TMA descriptor's");
+          break;
+        case ir::Op::AsyncDot:
+          for (int i = 0; i < 2; ++i) {
+            const ir::Node* alloc = root_allocation(n->operands[i].get());
+            int64_t row_bytes = alloc->type.shape.back() * alloc->type.dtype.bytes();
+            if (row_bytes != 32 && row_bytes != 64 && row_bytes != 128)
+              throw Error(fmt::format("async_dot reads buffer '{}' whose rows are {} bytes; wgmma operands in shared "
+                                      "memory need rows (the contiguous dimension) of 32, 64 or 128 bytes: for bf16, "
+                                      "tiles with 16, 32 or 64 columns",
+                                      alloc->attrs.names.at(0), row_bytes),
+                          n->loc);
+            want(*n, alloc, static_cast<int>(row_bytes), "wgmma's for its row width");
+          }
+          break;
+        default:
+          break;
+      }
+      for (const ir::Region& inner : n->regions) region(inner);
+    }
+  }
+};
+
+}  // namespace
+
+SharedLayouts assign_shared_layouts(const ir::Function& f) {
+  Assigner a;
+  a.region(f.body);
+  return std::move(a.layouts);
+}
+
+}  // namespace weft::passes

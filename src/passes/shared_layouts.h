@@ -1,0 +1,40 @@
+// Pass: the byte layout of each shared-memory buffer — which swizzle its stages use.
+//
+// A buffer that TMA fills or drains takes its descriptor's swizzle (the copy engine writes that layout);
+// a buffer that wgmma reads needs the swizzle its row width allows (rows of 128, 64 or 32 bytes, swizzled
+// as wide). Other buffers are plain row-major. Two uses that want different layouts are an error that
+// names both lines. Within each 1024-byte-aligned group of 8 rows (of 128 bytes for a 128-byte swizzle),
+// the swizzle XORs the 16-byte chunk index with the row index: physical = logical ^ ((logical >> 7) &
+// mask) << 4, mask 7, 3 or 1 for 128-, 64- and 32-byte swizzles (the layouts of the PTX ISA's TMA and
+// wgmma sections).
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "ir/node.h"
+
+namespace weft::passes {
+
+struct SharedLayouts {
+  std::unordered_map<const ir::Node*, int> swizzle;  // LocalAlloc -> swizzle bytes (0, 32, 64, 128)
+
+  int of(const ir::Node* alloc) const {
+    auto it = swizzle.find(alloc);
+    return it == swizzle.end() ? 0 : it->second;
+  }
+};
+
+// The LocalAlloc a view (LocalView, LocalTrans) comes from.
+const ir::Node* root_allocation(const ir::Node* view);
+
+SharedLayouts assign_shared_layouts(const ir::Function& f);
+
+// The byte offset within a stage where the swizzle puts logical byte `offset`.
+inline int64_t swizzled(int64_t offset, int swizzle_bytes) {
+  if (swizzle_bytes == 0) return offset;
+  int64_t mask = swizzle_bytes / 16 - 1;
+  return offset ^ (((offset >> 7) & mask) << 4);
+}
+
+}  // namespace weft::passes
