@@ -56,6 +56,13 @@ template <class T> class SharedView {
     for (int64_t d : shape()) n *= d;
     return n;
   }
+  // `count` rows of this stage starting at row `first` (a run-time value; count divides the rows). TLX:
+  // local_slice along the first dimension.
+  SharedView rows(Operand<int32_t> first, int count) const {
+    detail::Attrs a;
+    a.ints = {count};
+    return SharedView(detail::emit(detail::Op::LocalRows, {node_, first.node}, std::move(a), first.loc));
+  }
 
  private:
   detail::NodeRef node_;

@@ -213,6 +213,12 @@ template <class E> class Tile : public detail::Ops<E> {
     a.ints = std::move(perm);
     return Tile(detail::emit(detail::Op::Permute, {node_}, a, loc));
   }
+  // Elements [start, start + size) along `axis` (static; start a multiple of size).
+  Tile slice(int axis, int64_t start, int64_t size, SourceLoc loc = SourceLoc::current()) const {
+    detail::Attrs a;
+    a.ints = {axis, start, size};
+    return Tile(detail::emit(detail::Op::Slice, {node_}, a, loc));
+  }
   // Transpose of a rank-2 tile.
   Tile trans(SourceLoc loc = SourceLoc::current()) const { return permute({1, 0}, loc); }
 

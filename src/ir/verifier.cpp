@@ -333,6 +333,18 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       for (int i = 0; i < x.rank(); ++i) s[i] = x.shape[attrs.ints[i]];
       return Type::value(x.dtype, s);
     }
+    case Op::Slice: {
+      const Type& x = value_operand(op, operands, 0, loc);
+      int64_t axis = axis_attr(op, attrs, x.rank(), loc), start = attrs.ints.at(1), size = attrs.ints.at(2);
+      if (size < 1 || start < 0 || start + size > x.shape[axis] || start % size != 0)
+        fail(loc, fmt::format("slice of {} along axis {}: [{}, {}) must lie inside the tile and start at a multiple of "
+                              "its size",
+                              x.str(), axis, start, start + size));
+      Shape s = x.shape;
+      s[axis] = size;
+      check_tile_shape(s, "slice", loc);
+      return Type::value(x.dtype, s);
+    }
     case Op::Load: {
       const Type& p = value_operand(op, operands, 0, loc);
       if (!p.dtype.pointer) fail(loc, fmt::format("load needs a tile of pointers, got {}", p.str()));
@@ -505,6 +517,18 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       return Type::none();
     case Op::FenceAsyncShared:
       return Type::none();
+    case Op::LocalRows: {
+      const Type& v = shared_operand(op, operands, 0, true, loc);
+      require_i32_scalar(op, operands, 1, "the first row", loc);
+      if (operands[0]->op == Op::LocalTrans) fail(loc, "rows of a transposed view: take the rows first, then local_trans");
+      int64_t rows = attrs.ints.at(0);
+      if (v.rank() < 1 || rows < 1 || rows > v.shape[0] || v.shape[0] % rows != 0)
+        fail(loc, fmt::format("rows({}) of a {} stage: the count must divide the stage's {} rows", rows, shape_str(v.shape),
+                              v.rank() ? v.shape[0] : 0));
+      Shape s = v.shape;
+      s[0] = rows;
+      return Type::shared(v.dtype, s);
+    }
     case Op::LocalTrans: {
       const Type& v = shared_operand(op, operands, 0, true, loc);
       if (v.rank() != 2) fail(loc, fmt::format("local_trans transposes a 2-D buffer stage, got {}", v.str()));

@@ -263,6 +263,23 @@ class Lowering {
           return elem(ops[0], j);
         });
       }
+      case Op::Slice: {
+        if (uniform(ops[0])) {
+          vals_[n.get()] = val(ops[0]);
+          return;
+        }
+        int64_t axis = n->attrs.ints[0], start = n->attrs.ints[1];
+        std::vector<int64_t> src_st = strides(ops[0]->type.shape), dst_st = strides(n->type.shape);
+        return define_tile(n, [&](Value* i) {
+          Value* j = i64c(0);
+          for (size_t k = 0; k < n->type.shape.size(); ++k) {
+            Value* c = coord(i, dst_st[k], n->type.shape[k]);
+            if (static_cast<int64_t>(k) == axis) c = b_.CreateAdd(c, i64c(start));
+            j = b_.CreateAdd(j, b_.CreateMul(c, i64c(src_st[k])));
+          }
+          return elem(ops[0], j);
+        });
+      }
       case Op::Load:
         return define_tile(n, [&](Value* i) {
           Value* p = elem(ops[0], i);

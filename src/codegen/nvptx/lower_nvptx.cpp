@@ -289,6 +289,8 @@ class Lowering {
   bool produces_wgmma(const ir::Node& n) {
     if (n.op == Op::AsyncDot || n.op == Op::AsyncDotWait) return true;
     if (n.op == Op::VarGet) return wgmma_vars_.count(n.operands[0].get()) > 0;
+    if (n.op == Op::Slice)
+      return n.attrs.ints[0] == 1 && n.attrs.ints[1] % 8 == 0 && n.attrs.ints[2] % 8 == 0 && produces_wgmma(*n.operands[0]);
     if (!elementwise_op(n.op)) return false;
     bool any = false;
     for (const NodeRef& o : n.operands) {
@@ -324,7 +326,7 @@ class Lowering {
     if (!any) return false;
     if (elementwise_op(n->op) && all) return true;
     if (n->op == Op::AsyncDot || n->op == Op::AsyncDotWait || n->op == Op::VarSet || n->op == Op::VarDecl ||
-        n->op == Op::LocalStore)
+        n->op == Op::LocalStore || n->op == Op::Slice)
       return false;  // these handle the wgmma layout themselves
     for (const NodeRef& x : o) {
       const Regs& r = raw(x);
@@ -386,6 +388,7 @@ class Lowering {
       case Op::Reshape: regs_[n.get()] = regs(o[0]); return;  // same element count, same layout
       case Op::Broadcast: return broadcast(n);
       case Op::Permute: return permute(n);
+      case Op::Slice: return slice(n);
       case Op::Load: return load(n);
       case Op::Store: return store(n);
       case Op::ReduceSum:
@@ -444,6 +447,39 @@ class Lowering {
         if (from[k - offset] == 1) continue;
         Value* c = b_.CreateURem(b_.CreateUDiv(i, i32c(to_st[k])), i32c(to[k]));
         j = b_.CreateAdd(j, b_.CreateMul(c, i32c(from_st[k - offset])));
+      }
+      return j;
+    }, n->loc);
+  }
+
+  // A static part of a tile. Columns of a wgmma-layout tile in steps of 8 are a subset of its registers;
+  // anything else goes through shared memory.
+  void slice(const NodeRef& n) {
+    const NodeRef& src = n->operands[0];
+    int64_t axis = n->attrs.ints[0], start = n->attrs.ints[1], size = n->attrs.ints[2];
+    const Regs& r = raw(src);
+    if (r.wgmma && !r.uniform && axis == 1 && start % 8 == 0 && size % 8 == 0) {
+      Regs out;
+      out.wgmma = true;
+      out.rows = r.rows;
+      out.cols = size;
+      for (int64_t block = 0; block < r.rows / 64; ++block)
+        for (int64_t k = 0; k < size / 2; ++k) out.v.push_back(r.v[block * r.cols / 2 + start / 2 + k]);
+      regs_[n.get()] = std::move(out);
+      return;
+    }
+    if (r.uniform) {
+      regs_[n.get()] = splat(r.v[0], n->type.numel());
+      return;
+    }
+    Regs blocked = r.wgmma ? relayout(r, src->type.dtype, src->type.shape, false, n->loc) : r;
+    std::vector<int64_t> src_st = strides(src->type.shape), dst_st = strides(n->type.shape);
+    regs_[n.get()] = exchange(blocked, n->type.dtype, src->type.numel(), n->type.numel(), [&](Value* i) {
+      Value* j = i32c(0);
+      for (size_t k = 0; k < n->type.shape.size(); ++k) {
+        Value* c = b_.CreateURem(b_.CreateUDiv(i, i32c(dst_st[k])), i32c(n->type.shape[k]));
+        if (static_cast<int64_t>(k) == axis) c = b_.CreateAdd(c, i32c(start));
+        j = b_.CreateAdd(j, b_.CreateMul(c, i32c(src_st[k])));
       }
       return j;
     }, n->loc);
@@ -994,6 +1030,11 @@ class Lowering {
         return;
       }
       case Op::LocalTrans: regs_[n.get()] = regs(o[0]); return;  // the same bytes
+      case Op::LocalRows: {  // rows are contiguous; a swizzled stage's rows come in groups of 8 (one pattern)
+        int64_t row_bytes = o[0]->type.numel() / o[0]->type.shape[0] * o[0]->type.dtype.bytes();
+        regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(row_bytes)))}};
+        return;
+      }
       case Op::AsyncDescriptorLoad: {
         Value* desc = raw(o[0]).v[0];
         Value* smem = shared_address(regs(o[1]).v[0]);
