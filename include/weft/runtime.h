@@ -63,6 +63,9 @@ class Device {
 
   BackendKind kind() const;
   std::string name() const;
+  // How many blocks run at once: the GPU's multiprocessors (the CPU's cores): the grid of a persistent
+  // kernel.
+  int multiprocessors() const;
 
   template <class T> Buffer<T> alloc(size_t count, SourceLoc loc = SourceLoc::current()) const;
   template <class T> Buffer<T> upload(const std::vector<T>& host, SourceLoc loc = SourceLoc::current()) const;

@@ -27,6 +27,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual BackendKind kind() const = 0;
   virtual std::string name() const = 0;
+  // Blocks that run at once, for persistent kernels: streaming multiprocessors (the CPU's cores).
+  virtual int multiprocessors() const;
 
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* address) = 0;

@@ -1,8 +1,10 @@
 // Devices, buffers and streams on top of the backends.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <thread>
 
 #include "driver/backend.h"
 #include "support/env.h"
@@ -73,6 +75,11 @@ void Device::set_current(Device d) { current_backend.store(d.backend_); }
 
 BackendKind Device::kind() const { return backend_->kind(); }
 std::string Device::name() const { return backend_->name(); }
+int Device::multiprocessors() const { return backend_->multiprocessors(); }
+
+int detail::Backend::multiprocessors() const {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 Stream Device::stream() const { return Stream(backend_, backend_->default_stream()); }
 Stream Device::wrap_stream(void* native) const { return Stream(backend_, native); }
 void Device::synchronize() const { backend_->synchronize(backend_->default_stream()); }

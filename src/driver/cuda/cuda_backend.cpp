@@ -85,6 +85,7 @@ class CudaBackend final : public Backend {
 
   BackendKind kind() const override { return BackendKind::cuda; }
   std::string name() const override { return name_; }
+  int multiprocessors() const override { return device_.multiprocessors(); }
 
   void* allocate(size_t bytes) override {
     device_.make_current();

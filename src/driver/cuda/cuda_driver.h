@@ -70,6 +70,7 @@ class CudaDevice {
   int cc_minor() const { return cc_minor_; }
   int shared_bytes_per_block() const { return shared_per_block_; }              // without opt-in (48 KiB)
   int shared_bytes_per_block_optin() const { return shared_per_block_optin_; }  // the most a kernel can ask for
+  int multiprocessors() const { return multiprocessors_; }
 
  private:
   int ordinal_;
@@ -77,7 +78,7 @@ class CudaDevice {
   CUcontext context_ = nullptr;
   std::string name_;
   int cc_major_ = 0, cc_minor_ = 0;
-  int shared_per_block_ = 0, shared_per_block_optin_ = 0;
+  int shared_per_block_ = 0, shared_per_block_optin_ = 0, multiprocessors_ = 0;
 };
 
 // PTX -> cubin with the driver's own compiler (cuLinkCreate/AddData/Complete) for the device of the
