@@ -257,6 +257,25 @@ TEST_CASE("named barriers hand one shared buffer back and forth between two task
   }
 }
 
+TEST_CASE("code outside async_tasks runs in every task replica", "[async]") {
+  // The block-wide barrier before the tasks completes only if all 1 + 2 * 2 warps (160 threads) reach it;
+  // then each replica stores its own element.
+  Kernel k("prologue_everywhere", [](Ptr<int32_t> out) {
+    named_barrier_wait(1, 160);
+    Int base = program_id(0) * 3;
+    async_tasks(task("a", {.warps = 1}, [&] { store(out + base, scalar<int32_t>(10)); }),
+                task("b", {.warps = 2, .replicas = 2}, [&] {
+                  store(out + base + 1 + task_replica_id(), 20 + task_replica_id());
+                }));
+  });
+  const int programs = 4;
+  Output<int32_t> out(programs * 3);
+  launch(k, Grid(programs), out);
+  std::vector<int32_t> want;
+  for (int p = 0; p < programs; ++p) want.insert(want.end(), {10, 20, 21});
+  check_near<int32_t>(out, want);
+}
+
 TEST_CASE("WEFT_CPU_SCHED_SEED shuffles the order fibers resume in, the same way for the same seed", "[async][cpu-only]") {
   // A deliberate race: after the barrier both tasks store to the same element; the one resumed last wins.
   // Round-robin resumes task 'a' first, so 'b' completes the barrier, stores 1 and finishes; then 'a'
@@ -339,7 +358,7 @@ TEST_CASE("a producer waiting for the wrong phase deadlocks with a report of eve
   }
 }
 
-TEST_CASE("a missing release deadlocks after some phases; the report names the last arrival", "[async][cpu-only]") {
+TEST_CASE("a missing release deadlocks after some phases and the report names the last arrival", "[async][cpu-only]") {
   int producer_wait = 0, consumer_wait = 0, release = 0, fill = 0;
   // `empty` counts 2 releases per phase but only one consumer releases: after one pass through the ring
   // the producer waits for good, and so does the consumer for the next stage. A third task finishes.
@@ -434,5 +453,40 @@ TEST_CASE("a stage or barrier index out of range is an error naming the buffer, 
     require_error([&] { launch(k, Grid(2), out, 3); },
                   {at(line) + ": weft::Error: kernel 'bad_barrier', block (", "task 'waiter' replica 0: ",
                    "barrier 3 of 'bars' does not exist: it has 3 barriers (0 to 2)"});
+  }
+}
+
+TEST_CASE("named barriers: a missing arrival deadlocks, too many threads is an error", "[async][cpu-only]") {
+  int wait_line = 0, over_line = 0;
+  SECTION("the writer never arrives") {
+    Kernel k("named_deadlock", [&](Ptr<float> out) {
+      async_tasks(task("writer", {.warps = 2}, [&] { store(out, scalar<float>(1)); }),
+                  task("reader", {.warps = 4}, [&] {
+                    wait_line = __LINE__; named_barrier_wait(3, 192);
+                    store(out, scalar<float>(2));
+                  }));
+    });
+    (void)k.ir();
+    Output<float> out(1);
+    require_error([&] { launch(k, Grid(1), out); },
+                  {"deadlock in kernel 'named_deadlock', block (0, 0, 0), after 0 barrier phases completed:\n",
+                   "\n  task 'writer' replica 0  finished\n",
+                   "\n  task 'reader' replica 0  waits on named barrier 3    " + at(wait_line) + "\n",
+                   "\n  named barrier 3 has 128 of 192 threads"});
+  }
+  SECTION("a task of 8 warps at a barrier of 128 threads") {
+    // On the GPU its warps would complete two generations; the CPU runs a replica as one, so it refuses.
+    Kernel k("named_overflow", [&](Ptr<float> out) {
+      async_tasks(task("worker", {.warps = 8}, [&] {
+        over_line = __LINE__; named_barrier_wait(2, 128);
+        store(out, scalar<float>(1));
+      }));
+    });
+    (void)k.ir();
+    Output<float> out(1);
+    require_error([&] { launch(k, Grid(1), out); },
+                  {at(over_line) + ": weft::Error: kernel 'named_overflow', block (0, 0, 0), task 'worker' replica 0: ",
+                   "named_barrier_wait(2, 128): 256 threads would arrive at named barrier 2 (0 already, 256 of this "
+                   "task replica's 8 warps), more than the 128 it counts"});
   }
 }

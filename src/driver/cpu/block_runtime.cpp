@@ -74,7 +74,8 @@ uint64_t next_random(uint64_t& state) {
 
 struct BlockState {
   BlockState(const BlockPlan& p, KernelFn e, int64_t frame_bytes) : plan(p), entry(e) {
-    frame_stride = (frame_bytes + codegen::cpu::kFrameAlign - 1) / codegen::cpu::kFrameAlign * codegen::cpu::kFrameAlign;
+    const int64_t align = codegen::cpu::kFrameAlign;
+    frame_stride = (frame_bytes + align - 1) / align * align;
     for (size_t t = 0; t < plan.tasks.size(); ++t)
       for (int32_t r = 0; r < plan.tasks[t].replicas; ++r) {
         FiberState f;
@@ -85,7 +86,8 @@ struct BlockState {
         f.threads = plan.tasks[t].warps * 32;
         fibers.push_back(f);
       }
-    frames = static_cast<char*>(aligned_or_throw(codegen::cpu::kFrameAlign, frame_stride * int64_t(fibers.size()), "fiber frames"));
+    frames = static_cast<char*>(
+        aligned_or_throw(codegen::cpu::kFrameAlign, frame_stride * int64_t(fibers.size()), "fiber frames"));
     for (size_t i = 0; i < fibers.size(); ++i) fibers[i].frame = frames + frame_stride * int64_t(i);
     arena = static_cast<char*>(aligned_or_throw(kArenaAlign, plan.shared_bytes, "shared memory"));
     for (size_t a = 0; a < plan.barriers.size(); ++a) {
@@ -238,8 +240,11 @@ struct BlockState {
       abandon();
     }
     if (n.arrived + mine > threads) {
+      // On the GPU the surplus warps would start the next generation; the CPU runs a replica's warps as
+      // one, and such a split is almost always a wrong count.
       set_error(ctx, site, fmt::format("{}({}, {}): {} threads would arrive at named barrier {} ({} already, {} of this "
-                                       "task replica's {} warps), more than the {} it counts",
+                                       "task replica's {} warps), more than the {} it counts; a generation must take "
+                                       "whole task replicas",
                                        op, id, threads, n.arrived + mine, id, n.arrived, mine, mine / 32, threads));
       abandon();
     }
