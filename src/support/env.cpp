@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+
+#include "weft/error.h"
 
 namespace weft::support {
 
@@ -29,6 +32,17 @@ const Knobs& knobs() {
     return k;
   }();
   return k;
+}
+
+std::optional<uint64_t> cpu_sched_seed() {
+  const char* v = std::getenv("WEFT_CPU_SCHED_SEED");
+  if (!v || !*v) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  uint64_t seed = std::strtoull(v, &end, 0);
+  if (*end != '\0' || errno != 0 || *v == '-')
+    throw Error(fmt::format("WEFT_CPU_SCHED_SEED={} is not a seed; give a non-negative integer", v));
+  return seed;
 }
 
 bool Knobs::dumps(std::string_view stage) const {

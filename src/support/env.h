@@ -6,6 +6,9 @@
 //   WEFT_TARGET=sm_90a                with no such GPU present: compile for it anyway (dumps work, launches
 //                                     fail with an Error)
 //   WEFT_CPU_THREADS=n                host threads the CPU backend spreads a grid over (default: all cores)
+//   WEFT_CPU_SCHED_SEED=n             CPU backend: resume a block's fibers (task replicas) in an order
+//                                     shuffled by seed n each round, to expose races (default: round-robin
+//                                     in task order); read at every launch
 //   WEFT_DEBUG=1                      extra run-time checks (later: barrier timeouts, poison reports)
 //   WEFT_CHECK_PTX=sm_90a             also lower every traced kernel specialization to PTX for this
 //                                     architecture and assemble it with ptxas (from PATH, else
@@ -13,6 +16,8 @@
 //                                     ptxas, is an Error (src/driver/ptx_check.h)
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -32,6 +37,10 @@ struct Knobs {
 };
 
 const Knobs& knobs();
+
+// WEFT_CPU_SCHED_SEED, read anew at each call (unlike knobs(): tests and tools change it between
+// launches); nothing when unset or empty. Throws weft::Error when it is not a number.
+std::optional<uint64_t> cpu_sched_seed();
 
 // Emit one dump of `text` for `kernel` at `stage` (file suffix `ext`), when WEFT_DUMP names the stage.
 void dump(std::string_view stage, std::string_view kernel, std::string_view ext, std::string_view text);

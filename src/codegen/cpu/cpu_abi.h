@@ -5,19 +5,95 @@
 // `args` holds one 64-bit slot per Tile parameter; `ctx` says which program instance runs; `frame` is
 // scratch memory of `frame_bytes` (64-byte aligned) where the kernel keeps its tiles, one frame per
 // concurrently running program instance.
+//
+// Kernels that use shared memory, mbarriers, named barriers or async_tasks (the "block" ops) run each
+// program instance as a block of fibers, one per task replica (driver/cpu/block_runtime.h): every fiber
+// calls the kernel with its own frame and a ctx naming its task, replica and the block's runtime state.
+// The generated code reaches that state only through the C functions listed under BlockRuntimeFn, each
+// given the ctx and the index of its call site in BlockPlan::sites (what the runtime names in errors).
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weft/error.h"
 
 namespace weft::codegen::cpu {
 
 struct ProgramCtx {
   int32_t program_id[3];
   int32_t num_programs[3];
+  // Set for kernels with block ops only (the fast path leaves them 0 / null).
+  int32_t task = 0;       // which task of async_tasks this fiber runs (0: the only one, without async_tasks)
+  int32_t replica = 0;    // which replica of that task
+  int32_t fiber = 0;      // the fiber's index in its block
+  int32_t unused = 0;
+  void* block = nullptr;  // the block's runtime state (driver/cpu/block_runtime.cpp)
 };
 
 using KernelFn = void (*)(const uint64_t* args, const ProgramCtx* ctx, char* frame);
 
 constexpr int64_t kFrameAlign = 64;
+
+// ---- block ops --------------------------------------------------------------------------------------
+
+// The run-time functions the generated code calls, with their C signatures. `site` indexes
+// BlockPlan::sites; barriers are named by their byte offset in the block's shared memory (as on the GPU,
+// where an mbarrier is its shared address). A function that finds an error never returns: it records
+// the error and abandons the fiber (no unwinding through generated code).
+namespace block_fn {
+// char* (const ProgramCtx*, i32 site, i32 stage): the address of a buffer's stage; the stage is checked.
+inline constexpr const char* kLocalView = "weft_cpu_local_view";
+// i32 (const ProgramCtx*, i32 site, i32 index): the offset of element `index` of a barrier array; checked.
+inline constexpr const char* kBarrierAt = "weft_cpu_barrier_at";
+// void (const ProgramCtx*, i32 site, i32 barrier)
+inline constexpr const char* kBarrierArrive = "weft_cpu_barrier_arrive";
+// void (const ProgramCtx*, i32 site, i32 barrier, i32 bytes)
+inline constexpr const char* kBarrierExpectBytes = "weft_cpu_barrier_expect_bytes";
+// void (const ProgramCtx*, i32 site, i32 barrier, i32 phase)
+inline constexpr const char* kBarrierWait = "weft_cpu_barrier_wait";
+// void (const ProgramCtx*, i32 site, i32 id, i32 threads)
+inline constexpr const char* kNamedBarrierArrive = "weft_cpu_named_barrier_arrive";
+inline constexpr const char* kNamedBarrierWait = "weft_cpu_named_barrier_wait";
+}  // namespace block_fn
+
+// What the runtime needs to know about a kernel's block ops: the shared-memory layout, the tasks, and
+// every call site (its source line and what it refers to). Made by the lowering, kept with the code.
+struct SharedBufferInfo {
+  std::string name;
+  int64_t offset = 0;       // bytes into the block's shared memory
+  int64_t stage_bytes = 0;
+  int32_t stages = 0;
+  SourceLoc loc;            // the local_alloc
+};
+
+struct BarrierArrayInfo {
+  std::string name;
+  int64_t offset = 0;       // bytes into the block's shared memory (8 per mbarrier)
+  int32_t count = 0;
+  int32_t arrive_count = 0;
+  SourceLoc loc;            // the alloc_barriers
+};
+
+struct TaskInfo {
+  std::string name;
+  int32_t warps = 0;        // per replica; a fiber counts as warps * 32 threads at named barriers
+  int32_t replicas = 1;
+};
+
+struct BlockSite {
+  SourceLoc loc;            // the user's line of the call
+  int32_t target = -1;      // LocalView: index into buffers; BarrierAt: index into barriers; else unused
+};
+
+struct BlockPlan {
+  std::string kernel;
+  int64_t shared_bytes = 0;
+  std::vector<SharedBufferInfo> buffers;
+  std::vector<BarrierArrayInfo> barriers;
+  std::vector<TaskInfo> tasks;  // one implicit task without async_tasks
+  std::vector<BlockSite> sites;
+};
 
 }  // namespace weft::codegen::cpu

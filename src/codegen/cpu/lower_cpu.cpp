@@ -1,7 +1,8 @@
 // IR -> LLVM IR for the host CPU. See lower_cpu.h for the model: one function per kernel, called once per
 // program instance; rank-0 values are SSA registers; tiles live in the instance's frame and every tile
 // operation is a loop over elements. Values whose elements are all equal (constants, broadcast scalars)
-// stay "splats" and take no memory.
+// stay "splats" and take no memory. Block ops (shared memory, barriers, tasks) are calls into the block
+// runtime, each passing the index of its call site in the BlockPlan so that errors name the user's line.
 #include "codegen/cpu/lower_cpu.h"
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include <llvm/Support/raw_ostream.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <unordered_map>
@@ -20,6 +22,8 @@
 #include "codegen/cpu/cpu_abi.h"
 #include "codegen/element_ops.h"
 #include "codegen/llvm_builders.h"
+#include "passes/shared_memory_plan.h"
+#include "passes/task_plan.h"
 
 namespace weft::codegen::cpu {
 namespace {
@@ -39,10 +43,55 @@ int64_t numel(const ir::Shape& s) {
   return n;
 }
 
+bool is_block_op(Op op) {
+  switch (op) {
+    case Op::LocalAlloc: case Op::LocalView: case Op::LocalLoad: case Op::LocalStore: case Op::AllocBarriers:
+    case Op::BarrierAt: case Op::BarrierExpectBytes: case Op::BarrierArrive: case Op::BarrierWait:
+    case Op::NamedBarrierArrive: case Op::NamedBarrierWait: case Op::AsyncTasks: case Op::TaskReplicaId:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool uses_block_ops(const ir::Region& r) {
+  for (const NodeRef& n : r.body) {
+    if (is_block_op(n->op)) return true;
+    for (const ir::Region& inner : n->regions)
+      if (uses_block_ops(inner)) return true;
+  }
+  return false;
+}
+
+// The runtime's view of the kernel's shared memory and tasks, from the plans the GPU lowering uses too.
+std::shared_ptr<BlockPlan> make_block_plan(const ir::Function& f, int default_warps,
+                                           std::unordered_map<const ir::Node*, int32_t>& alloc_index) {
+  auto plan = std::make_shared<BlockPlan>();
+  plan->kernel = f.name;
+  passes::SharedMemoryPlan memory = passes::plan_shared_memory(f);
+  plan->shared_bytes = memory.bytes;
+  for (const passes::SharedAllocation& a : memory.allocations) {
+    const ir::Node& n = *a.node;
+    if (n.op == Op::LocalAlloc) {
+      alloc_index[&n] = static_cast<int32_t>(plan->buffers.size());
+      int32_t stages = static_cast<int32_t>(n.type.shape.at(0));
+      plan->buffers.push_back({a.name, a.offset, a.bytes / stages, stages, n.loc});
+    } else {
+      alloc_index[&n] = static_cast<int32_t>(plan->barriers.size());
+      plan->barriers.push_back({a.name, a.offset, static_cast<int32_t>(n.attrs.ints.at(0)),
+                                static_cast<int32_t>(n.attrs.ints.at(1)), n.loc});
+    }
+  }
+  for (const passes::TaskSlot& s : passes::plan_tasks(f, default_warps).slots)
+    plan->tasks.push_back({s.name, s.warps, s.replicas});
+  return plan;
+}
+
 class Lowering {
  public:
-  Lowering(const ir::Function& f, llvm::LLVMContext& c, const std::string& symbol)
+  Lowering(const ir::Function& f, llvm::LLVMContext& c, const std::string& symbol, int default_warps)
       : f_(f), c_(c), b_(c), ops_(b_, MathTarget::Host) {
+    if (uses_block_ops(f.body)) block_ = make_block_plan(f, default_warps, alloc_index_);
     mod_ = std::make_unique<llvm::Module>(symbol, c);
     ptr_ = llvm::PointerType::get(c, 0);
     i8_ = b_.getInt8Ty();
@@ -71,6 +120,7 @@ class Lowering {
     out.symbol = fn_->getName().str();
     out.module = std::move(mod_);
     out.frame_bytes = std::max<int64_t>(frame_bytes_, kFrameAlign);
+    out.block = block_;
     return out;
   }
 
@@ -345,6 +395,20 @@ class Lowering {
           copy_into(slot, ops[1]);
         return;
       }
+      case Op::LocalAlloc:
+      case Op::AllocBarriers:
+        return;  // placed by the BlockPlan; the runtime sets them up before the fibers start
+      case Op::LocalView: return local_view(n);
+      case Op::LocalLoad: return local_load(n);
+      case Op::LocalStore: return local_store(n);
+      case Op::BarrierAt: return barrier_at(n);
+      case Op::BarrierArrive: return barrier_arrive(n);
+      case Op::BarrierExpectBytes: return barrier_expect_bytes(n);
+      case Op::BarrierWait: return barrier_wait(n);
+      case Op::NamedBarrierArrive:
+      case Op::NamedBarrierWait: return named_barrier(n);
+      case Op::AsyncTasks: return async_tasks(n);
+      case Op::TaskReplicaId: return task_replica_id(n);
       default: break;
     }
     throw InternalError(fmt::format("CPU lowering: no rule for op '{}'", ir::op_name(n->op)));
@@ -413,6 +477,79 @@ class Lowering {
     vals_[n.get()] = {Val::Kind::Memory, c};
   }
 
+  // ---- block ops: calls into the block runtime (driver/cpu/block_runtime.cpp) -------------------------
+
+  // A call site the runtime can name in errors: its index in the BlockPlan, as an i32 constant.
+  Value* site(const NodeRef& n, int32_t target = -1) {
+    block_->sites.push_back({n->loc, target});
+    return b_.getInt32(static_cast<int32_t>(block_->sites.size() - 1));
+  }
+  Value* runtime_call(const char* name, llvm::Type* result, llvm::ArrayRef<Value*> args) {
+    std::vector<llvm::Type*> params;
+    for (Value* a : args) params.push_back(a->getType());
+    llvm::FunctionCallee callee = mod_->getOrInsertFunction(name, llvm::FunctionType::get(result, params, false));
+    llvm::cast<llvm::Function>(callee.getCallee())->addFnAttr(llvm::Attribute::NoUnwind);
+    return b_.CreateCall(callee, args);
+  }
+  Value* scalar(const NodeRef& n) { return elem(n, i64c(0)); }
+  Value* ctx_field(size_t offset) {
+    return b_.CreateLoad(i32_, b_.CreateConstInBoundsGEP1_64(i8_, ctx_, static_cast<int64_t>(offset)));
+  }
+
+  // A stage of a buffer: its address in the block's shared memory (the runtime checks the stage).
+  void local_view(const NodeRef& n) {
+    Value* s = site(n, alloc_index_.at(n->operands[0].get()));
+    vals_[n.get()] = {Val::Kind::Scalar, runtime_call(block_fn::kLocalView, ptr_, {ctx_, s, scalar(n->operands[1])})};
+  }
+  // Shared memory holds a stage row-major, like a tile in the frame: both copies are element loops.
+  void local_load(const NodeRef& n) {
+    Value* view = val(n->operands[0]).v;
+    define_tile(n, [&](Value* i) { return load_elem(n->type.dtype, view, i); });
+  }
+  void local_store(const NodeRef& n) {
+    Value* view = val(n->operands[0]).v;
+    const NodeRef& x = n->operands[1];
+    loop(numel(x->type.shape), [&](Value* i) { store_elem(x->type.dtype, view, i, elem(x, i)); });
+  }
+  // A barrier is its byte offset in shared memory (an i32 register).
+  void barrier_at(const NodeRef& n) {
+    Value* s = site(n, alloc_index_.at(n->operands[0].get()));
+    vals_[n.get()] = {Val::Kind::Scalar, runtime_call(block_fn::kBarrierAt, i32_, {ctx_, s, scalar(n->operands[1])})};
+  }
+  void barrier_arrive(const NodeRef& n) {
+    runtime_call(block_fn::kBarrierArrive, b_.getVoidTy(), {ctx_, site(n), scalar(n->operands[0])});
+  }
+  void barrier_expect_bytes(const NodeRef& n) {
+    runtime_call(block_fn::kBarrierExpectBytes, b_.getVoidTy(),
+                 {ctx_, site(n), scalar(n->operands[0]), scalar(n->operands[1])});
+  }
+  void barrier_wait(const NodeRef& n) {
+    runtime_call(block_fn::kBarrierWait, b_.getVoidTy(), {ctx_, site(n), scalar(n->operands[0]), scalar(n->operands[1])});
+  }
+  void named_barrier(const NodeRef& n) {
+    const char* fn = n->op == Op::NamedBarrierWait ? block_fn::kNamedBarrierWait : block_fn::kNamedBarrierArrive;
+    runtime_call(fn, b_.getVoidTy(),
+                 {ctx_, site(n), b_.getInt32(static_cast<int32_t>(n->attrs.ints.at(0))),
+                  b_.getInt32(static_cast<int32_t>(n->attrs.ints.at(1)))});
+  }
+  // Every fiber runs the kernel; each takes the branch of its own task.
+  void async_tasks(const NodeRef& n) {
+    llvm::BasicBlock* after = llvm::BasicBlock::Create(c_, "tasks.end", fn_);
+    llvm::SwitchInst* branch = b_.CreateSwitch(ctx_field(offsetof(ProgramCtx, task)), after,
+                                               static_cast<unsigned>(n->regions.size()));
+    for (size_t t = 0; t < n->regions.size(); ++t) {
+      llvm::BasicBlock* body = llvm::BasicBlock::Create(c_, fmt::format("task.{}", n->attrs.names.at(t)), fn_, after);
+      branch->addCase(b_.getInt32(static_cast<int32_t>(t)), body);
+      b_.SetInsertPoint(body);
+      region(n->regions[t]);
+      b_.CreateBr(after);
+    }
+    b_.SetInsertPoint(after);
+  }
+  void task_replica_id(const NodeRef& n) {
+    vals_[n.get()] = {Val::Kind::Scalar, ctx_field(offsetof(ProgramCtx, replica))};
+  }
+
   void for_loop(const NodeRef& n) {
     auto bound = [&](size_t k) { return elem(n->operands[k], i64c(0)); };
     emit_for(b_, bound(0), bound(1), bound(2), [&](Value* i) {
@@ -440,12 +577,15 @@ class Lowering {
   int64_t frame_bytes_ = 0;
   std::unordered_map<const ir::Node*, Val> vals_;
   std::unordered_map<const ir::Node*, Value*> vars_;
+  std::shared_ptr<BlockPlan> block_;                         // null without block ops
+  std::unordered_map<const ir::Node*, int32_t> alloc_index_;  // LocalAlloc/AllocBarriers -> BlockPlan index
 };
 
 }  // namespace
 
-CpuModule lower_to_cpu(const ir::Function& f, llvm::LLVMContext& context, const std::string& symbol) {
-  return Lowering(f, context, symbol).run();
+CpuModule lower_to_cpu(const ir::Function& f, llvm::LLVMContext& context, const std::string& symbol,
+                       int default_warps) {
+  return Lowering(f, context, symbol, default_warps).run();
 }
 
 }  // namespace weft::codegen::cpu

@@ -1,13 +1,19 @@
-// The CPU backend: host memory, kernels JIT-compiled by LLVM, a grid spread over host threads.
+// The CPU backend: host memory, kernels JIT-compiled by LLVM, a grid spread over host threads. Kernels
+// with block ops (shared memory, barriers, tasks) run each program instance as a block of fibers
+// (block_runtime.h); the others call the kernel once per program instance.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "driver/backend.h"
+#include "driver/cpu/block_runtime.h"
 #include "driver/cpu/cpu_jit.h"
 #include "support/env.h"
 
@@ -31,6 +37,29 @@ struct Frame {
   char* data;
 };
 
+// Runs work(thread, program) for every program in [0, total) on `threads` host threads (the caller's
+// among them). The first exception any of them throws stops the others from taking more programs and is
+// rethrown here, on the launching thread.
+template <class Work> void run_grid(int64_t total, int64_t threads, const Work& work) {
+  std::atomic<int64_t> next{0};
+  std::mutex mutex;
+  std::exception_ptr first_error;
+  auto worker = [&](int64_t t) {
+    try {
+      for (int64_t p = next++; p < total; p = next++) work(t, p);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!first_error) first_error = std::current_exception();
+      next = total;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker, t);
+  worker(0);
+  for (std::thread& t : pool) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
 class CpuBackend final : public Backend {
  public:
   BackendKind kind() const override { return BackendKind::cpu; }
@@ -45,10 +74,10 @@ class CpuBackend final : public Backend {
   void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 
-  std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions&) override {
+  std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) override {
     auto k = std::make_shared<CpuKernel>();
     k->name = f.name;
-    k->code = driver::cpu::jit_compile(f);
+    k->code = driver::cpu::jit_compile(f, options.num_warps);
     return k;
   }
 
@@ -59,22 +88,37 @@ class CpuBackend final : public Backend {
     int64_t threads = support::knobs().cpu_threads > 0 ? support::knobs().cpu_threads
                                                        : std::max<int64_t>(1, std::thread::hardware_concurrency());
     threads = std::min(threads, total);
+    const int32_t num_programs[3] = {int32_t(grid.x), int32_t(grid.y), int32_t(grid.z)};
+    auto program_id = [&](int64_t p, int32_t* id) {
+      id[0] = static_cast<int32_t>(p % grid.x);
+      id[1] = static_cast<int32_t>((p / grid.x) % grid.y);
+      id[2] = static_cast<int32_t>(p / (grid.x * grid.y));
+    };
+
+    if (k.code.block) {  // blocks of fibers, one runner (stacks, frames, shared memory) per thread
+      std::optional<uint64_t> seed = support::cpu_sched_seed();
+      std::vector<std::unique_ptr<driver::cpu::BlockRunner>> runners;
+      for (int64_t t = 0; t < threads; ++t)
+        runners.push_back(std::make_unique<driver::cpu::BlockRunner>(*k.code.block, k.code.entry, k.code.frame_bytes));
+      run_grid(total, threads, [&](int64_t t, int64_t p) {
+        int32_t id[3];
+        program_id(p, id);
+        runners[t]->run(args, id, num_programs, seed);
+      });
+      return;
+    }
+
     std::vector<std::unique_ptr<Frame>> frames;  // allocated here, so a failure is an Error, not a crash in a thread
     for (int64_t t = 0; t < threads; ++t) frames.push_back(std::make_unique<Frame>(k.code.frame_bytes));
-    std::atomic<int64_t> next{0};
-    auto worker = [&](char* frame) {
-      ProgramCtx ctx{{0, 0, 0}, {int32_t(grid.x), int32_t(grid.y), int32_t(grid.z)}};
-      for (int64_t p = next++; p < total; p = next++) {
-        ctx.program_id[0] = static_cast<int32_t>(p % grid.x);
-        ctx.program_id[1] = static_cast<int32_t>((p / grid.x) % grid.y);
-        ctx.program_id[2] = static_cast<int32_t>(p / (grid.x * grid.y));
-        k.code.entry(args, &ctx, frame);
-      }
+    struct alignas(64) ThreadCtx {  // one cache line each: threads write theirs for every program
+      ProgramCtx ctx;
     };
-    std::vector<std::thread> pool;
-    for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker, frames[t]->data);
-    worker(frames[0]->data);
-    for (std::thread& t : pool) t.join();
+    std::vector<ThreadCtx> contexts(threads);
+    for (ThreadCtx& c : contexts) std::copy(num_programs, num_programs + 3, c.ctx.num_programs);
+    run_grid(total, threads, [&](int64_t t, int64_t p) {
+      program_id(p, contexts[t].ctx.program_id);
+      k.code.entry(args, &contexts[t].ctx, frames[t]->data);
+    });
   }
 
   void synchronize(void*) override {}

@@ -1,6 +1,7 @@
 #include "driver/cpu/cpu_jit.h"
 
 #include <fmt/format.h>
+#include <llvm/ExecutionEngine/Orc/AbsoluteSymbols.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -16,6 +17,7 @@
 
 #include "codegen/cpu/lower_cpu.h"
 #include "codegen/llvm_builders.h"
+#include "driver/cpu/block_runtime.h"
 #include "support/env.h"
 
 namespace weft::driver::cpu {
@@ -53,12 +55,20 @@ class HostJit {
     auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(jit_->getDataLayout().getGlobalPrefix());
     if (!process) throw InternalError("CPU JIT: cannot search the process's symbols: " + to_string(process.takeError()));
     jit_->getMainJITDylib().addGenerator(std::move(*process));
+    // The block runtime's functions, by address: libweft's symbols are hidden from the process search.
+    llvm::orc::SymbolMap runtime;
+    for (const RuntimeSymbol& s : block_runtime_symbols())
+      runtime[jit_->mangleAndIntern(s.name)] =
+          llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(s.address),
+                                       llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
+    if (auto err = jit_->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(runtime))))
+      throw InternalError("CPU JIT: cannot define the block runtime's symbols: " + to_string(std::move(err)));
   }
 
-  JitKernel compile(const ir::Function& f) {
+  JitKernel compile(const ir::Function& f, int default_warps) {
     std::string symbol = fmt::format("weft_{}_{}", f.name, counter_++);
     auto context = std::make_unique<llvm::LLVMContext>();
-    codegen::cpu::CpuModule lowered = codegen::cpu::lower_to_cpu(f, *context, symbol);
+    codegen::cpu::CpuModule lowered = codegen::cpu::lower_to_cpu(f, *context, symbol, default_warps);
     llvm::Module& m = *lowered.module;
     m.setDataLayout(jit_->getDataLayout());
     m.setTargetTriple(target_machine_->getTargetTriple());
@@ -71,7 +81,7 @@ class HostJit {
     auto address = jit_->lookup(symbol);
     if (!address)
       throw InternalError(fmt::format("CPU JIT: compiling kernel '{}' failed: {}", f.name, to_string(address.takeError())));
-    return {address->toPtr<codegen::cpu::KernelFn>(), lowered.frame_bytes};
+    return {address->toPtr<codegen::cpu::KernelFn>(), lowered.frame_bytes, lowered.block};
   }
 
  private:
@@ -93,6 +103,6 @@ HostJit& host_jit() {
 
 }  // namespace
 
-JitKernel jit_compile(const ir::Function& f) { return host_jit().compile(f); }
+JitKernel jit_compile(const ir::Function& f, int default_warps) { return host_jit().compile(f, default_warps); }
 
 }  // namespace weft::driver::cpu

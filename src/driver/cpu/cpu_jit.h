@@ -11,9 +11,11 @@ namespace weft::driver::cpu {
 struct JitKernel {
   codegen::cpu::KernelFn entry = nullptr;
   int64_t frame_bytes = 0;
+  std::shared_ptr<const codegen::cpu::BlockPlan> block;  // set when the kernel runs as blocks of fibers
 };
 
-// Compiles `f` for the host; thread-safe. The code lives as long as the process.
-JitKernel jit_compile(const ir::Function& f);
+// Compiles `f` for the host; thread-safe. The code lives as long as the process. `default_warps`: the
+// warps of a kernel without async_tasks (what its named barriers count).
+JitKernel jit_compile(const ir::Function& f, int default_warps);
 
 }  // namespace weft::driver::cpu
