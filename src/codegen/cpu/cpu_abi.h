@@ -56,6 +56,13 @@ inline constexpr const char* kBarrierWait = "weft_cpu_barrier_wait";
 // void (const ProgramCtx*, i32 site, i32 id, i32 threads)
 inline constexpr const char* kNamedBarrierArrive = "weft_cpu_named_barrier_arrive";
 inline constexpr const char* kNamedBarrierWait = "weft_cpu_named_barrier_wait";
+// void (const ProgramCtx*, i32 site, const char* a, i32 a_transposed, const char* b, i32 b_transposed,
+//       i32 M, i32 N, i32 K, i32 is_f16, const float* acc, float* out): queues acc + a @ b (read from
+// shared memory when the dot retires) and fills `out` with NaNs that name the queued job.
+inline constexpr const char* kAsyncDot = "weft_cpu_async_dot";
+// void (const ProgramCtx*, i32 site, i32 pending, const float* value, float* out, i32 count): retires all
+// but the `pending` newest dots of the fiber; `out` is `value`, or the result of the job it names.
+inline constexpr const char* kAsyncDotWait = "weft_cpu_async_dot_wait";
 }  // namespace block_fn
 
 // What the runtime needs to know about a kernel's block ops: the shared-memory layout, the tasks, and

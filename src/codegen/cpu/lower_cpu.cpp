@@ -48,6 +48,8 @@ bool is_block_op(Op op) {
     case Op::LocalAlloc: case Op::LocalView: case Op::LocalLoad: case Op::LocalStore: case Op::AllocBarriers:
     case Op::BarrierAt: case Op::BarrierExpectBytes: case Op::BarrierArrive: case Op::BarrierWait:
     case Op::NamedBarrierArrive: case Op::NamedBarrierWait: case Op::AsyncTasks: case Op::TaskReplicaId:
+    case Op::LocalTrans: case Op::LocalRows: case Op::AsyncDot: case Op::AsyncDotWait: case Op::FenceAsyncShared:
+    case Op::AsyncDescriptorLoad: case Op::AsyncDescriptorStore: case Op::AsyncStoreWait:
       return true;
     default:
       return false;
@@ -409,6 +411,11 @@ class Lowering {
       case Op::NamedBarrierWait: return named_barrier(n);
       case Op::AsyncTasks: return async_tasks(n);
       case Op::TaskReplicaId: return task_replica_id(n);
+      case Op::LocalTrans: vals_[n.get()] = val(n->operands[0]); return;  // the same bytes, read transposed
+      case Op::LocalRows: return local_rows(n);
+      case Op::AsyncDot: return async_dot(n);
+      case Op::AsyncDotWait: return async_dot_wait(n);
+      case Op::FenceAsyncShared: return;  // one proxy on the CPU
       default: break;
     }
     throw InternalError(fmt::format("CPU lowering: no rule for op '{}'", ir::op_name(n->op)));
@@ -501,15 +508,52 @@ class Lowering {
     Value* s = site(n, alloc_index_.at(n->operands[0].get()));
     vals_[n.get()] = {Val::Kind::Scalar, runtime_call(block_fn::kLocalView, ptr_, {ctx_, s, scalar(n->operands[1])})};
   }
-  // Shared memory holds a stage row-major, like a tile in the frame: both copies are element loops.
+  // Shared memory holds a stage row-major, like a tile in the frame: both copies are element loops. (The
+  // GPU's swizzles are a matter of addresses there; here every access is logical.)
   void local_load(const NodeRef& n) {
     Value* view = val(n->operands[0]).v;
-    define_tile(n, [&](Value* i) { return load_elem(n->type.dtype, view, i); });
+    define_tile(n, [&](Value* i) { return load_elem(n->type.dtype, view, stored_index(n->operands[0], i)); });
   }
   void local_store(const NodeRef& n) {
     Value* view = val(n->operands[0]).v;
     const NodeRef& x = n->operands[1];
-    loop(numel(x->type.shape), [&](Value* i) { store_elem(x->type.dtype, view, i, elem(x, i)); });
+    loop(numel(x->type.shape), [&](Value* i) { store_elem(x->type.dtype, view, stored_index(n->operands[0], i), elem(x, i)); });
+  }
+  // Where element i of a view is stored: a local_trans view [C, R] reads storage [R, C].
+  Value* stored_index(const NodeRef& view, Value* i) {
+    if (view->op != Op::LocalTrans) return i;
+    int64_t R = view->type.shape[1], C = view->type.shape[0];
+    return b_.CreateAdd(b_.CreateMul(b_.CreateURem(i, i64c(R)), i64c(C)), b_.CreateUDiv(i, i64c(R)));
+  }
+  void local_rows(const NodeRef& n) {
+    const NodeRef& view = n->operands[0];
+    int64_t row_bytes = numel(view->type.shape) / view->type.shape[0] * view->type.dtype.bytes();
+    Value* first = b_.CreateSExt(scalar(n->operands[1]), i64_);
+    vals_[n.get()] = {Val::Kind::Scalar, b_.CreateGEP(i8_, val(view).v, b_.CreateMul(first, i64c(row_bytes)))};
+  }
+  // The address of a tile's elements in the frame (a splat is written out first).
+  Value* tile_address(const NodeRef& x) {
+    if (!uniform(x)) return val(x).v;
+    Value* slot = tile_slot(x->type.dtype, x->type.shape);
+    loop(numel(x->type.shape), [&](Value* i) { store_elem(x->type.dtype, slot, i, elem(x, i)); });
+    return slot;
+  }
+  void async_dot(const NodeRef& n) {
+    const auto& o = n->operands;
+    Value* out = tile_slot(n->type.dtype, n->type.shape);
+    auto i32c = [&](int64_t v) { return b_.getInt32(static_cast<uint32_t>(v)); };
+    runtime_call(block_fn::kAsyncDot, b_.getVoidTy(),
+                 {ctx_, site(n), val(o[0]).v, i32c(o[0]->op == Op::LocalTrans), val(o[1]).v,
+                  i32c(o[1]->op == Op::LocalTrans), i32c(n->type.shape[0]), i32c(n->type.shape[1]),
+                  i32c(o[0]->type.shape[1]), i32c(o[0]->type.dtype.scalar == ScalarType::f16), tile_address(o[2]), out});
+    vals_[n.get()] = {Val::Kind::Memory, out};
+  }
+  void async_dot_wait(const NodeRef& n) {
+    Value* out = tile_slot(n->type.dtype, n->type.shape);
+    runtime_call(block_fn::kAsyncDotWait, b_.getVoidTy(),
+                 {ctx_, site(n), b_.getInt32(static_cast<uint32_t>(n->attrs.ints[0])), tile_address(n->operands[0]), out,
+                  b_.getInt32(static_cast<uint32_t>(numel(n->type.shape)))});
+    vals_[n.get()] = {Val::Kind::Memory, out};
   }
   // A barrier is its byte offset in shared memory (an i32 register).
   void barrier_at(const NodeRef& n) {

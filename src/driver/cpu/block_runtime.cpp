@@ -11,9 +11,11 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <unordered_map>
 
 #include "driver/cpu/fibers.h"
 #include "passes/shared_memory_plan.h"  // kMbarrierBytes
+#include "weft/dtype.h"
 #include "weft/error.h"
 
 namespace weft::driver::cpu {
@@ -35,6 +37,21 @@ struct Mbarrier {
   int32_t parity = 0;        // of the current phase
   int32_t last_fiber = -1, last_site = -1;  // the last arrival
 };
+
+// An async_dot issued and not yet retired. Its operands are read from shared memory when it retires (as
+// late as the hardware may read them), so overwriting them before async_dot_wait shows up in a test.
+struct DotJob {
+  int32_t id = 0, fiber = 0;
+  const char *a = nullptr, *b = nullptr;
+  bool a_transposed = false, b_transposed = false, f16 = false;
+  int32_t M = 0, N = 0, K = 0;
+  std::vector<float> acc;
+};
+
+// A pending async_dot result is all NaNs; these carry the job's id so that the value can travel (through
+// Vars) to the async_dot_wait that retires it. Quiet NaNs with bit 21 set (weft's other poisons have it
+// clear).
+constexpr uint32_t kPendingTag = 0x7FE00000u, kPendingIdMask = 0x1FFFFFu;
 
 struct NamedBarrier {
   int32_t arrived = 0;   // threads in the current generation
@@ -118,6 +135,9 @@ struct BlockState {
   std::vector<Mbarrier> mbarriers;
   NamedBarrier named[kNamedBarriers];
   int64_t phases_completed = 0;
+  std::vector<DotJob> dot_jobs;                                   // issued, not retired, in issue order
+  std::unordered_map<int32_t, std::vector<float>> dot_results;    // retired, by job id
+  int32_t next_dot = 0;
   bool progress = false;  // in the current round: a fiber started, got past a wait or finished
   bool failed = false;
   std::string error;
@@ -137,6 +157,9 @@ struct BlockState {
       f.waiting = Waiting::Nothing;
     }
     phases_completed = 0;
+    dot_jobs.clear();
+    dot_results.clear();
+    next_dot = 0;
     failed = false;
     error.clear();
   }
@@ -226,6 +249,42 @@ struct BlockState {
     m.parity ^= 1;
     m.pending = m.arrive_count;
     ++phases_completed;
+  }
+
+  // ---- async dots ----
+
+  static float element(const char* base, int64_t i, bool f16) {
+    uint16_t bits;
+    std::memcpy(&bits, base + 2 * i, 2);
+    return f16 ? static_cast<float>(weft::f16::from_bits(bits)) : static_cast<float>(weft::bf16::from_bits(bits));
+  }
+  std::vector<float> compute(const DotJob& j) const {
+    std::vector<float> out(j.acc);
+    for (int32_t r = 0; r < j.M; ++r)
+      for (int32_t c = 0; c < j.N; ++c) {
+        double s = 0;  // exact products of 16-bit floats, summed more precisely than the tensor cores do
+        for (int32_t k = 0; k < j.K; ++k) {
+          float x = element(j.a, j.a_transposed ? int64_t(k) * j.M + r : int64_t(r) * j.K + k, j.f16);
+          float y = element(j.b, j.b_transposed ? int64_t(c) * j.K + k : int64_t(k) * j.N + c, j.f16);
+          s += double(x) * double(y);
+        }
+        out[size_t(r) * j.N + c] = static_cast<float>(double(out[size_t(r) * j.N + c]) + s);
+      }
+    return out;
+  }
+  // Retires the oldest dots of `fiber` until at most `pending` are left.
+  void retire_dots(int32_t fiber, int32_t pending) {
+    int32_t mine = 0;
+    for (const DotJob& j : dot_jobs) mine += j.fiber == fiber;
+    for (auto it = dot_jobs.begin(); it != dot_jobs.end() && mine > pending;) {
+      if (it->fiber != fiber) {
+        ++it;
+        continue;
+      }
+      dot_results[it->id] = compute(*it);
+      it = dot_jobs.erase(it);
+      --mine;
+    }
   }
 
   // ---- named barriers ----
@@ -319,6 +378,40 @@ void named_barrier_wait(const ProgramCtx* ctx, int32_t site, int32_t id, int32_t
                [&] { return n.generation != generation; });
 }
 
+void async_dot(const ProgramCtx* ctx, int32_t, const char* a, int32_t a_transposed, const char* b,
+               int32_t b_transposed, int32_t M, int32_t N, int32_t K, int32_t is_f16, const float* acc,
+               float* out) noexcept {
+  BlockState& s = state_of(ctx);
+  DotJob j;
+  j.id = s.next_dot++;
+  j.fiber = ctx->fiber;
+  j.a = a;
+  j.b = b;
+  j.a_transposed = a_transposed != 0;
+  j.b_transposed = b_transposed != 0;
+  j.f16 = is_f16 != 0;
+  j.M = M;
+  j.N = N;
+  j.K = K;
+  j.acc.assign(acc, acc + size_t(M) * N);  // registers: read at issue
+  uint32_t tag = kPendingTag | (static_cast<uint32_t>(j.id) & kPendingIdMask);
+  for (size_t i = 0; i < size_t(M) * N; ++i) std::memcpy(&out[i], &tag, 4);
+  s.dot_jobs.push_back(std::move(j));
+}
+
+void async_dot_wait(const ProgramCtx* ctx, int32_t, int32_t pending, const float* value, float* out,
+                    int32_t count) noexcept {
+  BlockState& s = state_of(ctx);
+  s.retire_dots(ctx->fiber, pending);
+  uint32_t first;
+  std::memcpy(&first, value, 4);
+  auto done = s.dot_results.find(static_cast<int32_t>(first & kPendingIdMask));
+  if ((first & ~kPendingIdMask) == kPendingTag && done != s.dot_results.end())
+    std::memcpy(out, done->second.data(), size_t(count) * 4);
+  else
+    std::memmove(out, value, size_t(count) * 4);  // a finished value, or one still in flight (NaNs)
+}
+
 void run_fiber(void* arg, int i) {
   auto* b = static_cast<BlockState*>(arg);
   FiberState& f = b->fibers[i];
@@ -394,6 +487,8 @@ const std::vector<RuntimeSymbol>& block_runtime_symbols() {
       {fn::kBarrierWait, reinterpret_cast<void*>(&barrier_wait)},
       {fn::kNamedBarrierArrive, reinterpret_cast<void*>(&named_barrier_arrive)},
       {fn::kNamedBarrierWait, reinterpret_cast<void*>(&named_barrier_wait)},
+      {fn::kAsyncDot, reinterpret_cast<void*>(&async_dot)},
+      {fn::kAsyncDotWait, reinterpret_cast<void*>(&async_dot_wait)},
   };
   return symbols;
 }
