@@ -117,6 +117,7 @@ class Lowering {
       find_wgmma_vars(f_.body, changed);
     }
     init_barriers();
+    defer_prologue_tiles();
     region(f_.body);
     b_.CreateRetVoid();
     int64_t stride = round_up(scratch_bytes_, kScratchAlign);
@@ -260,7 +261,26 @@ class Lowering {
   // ---- nodes -------------------------------------------------------------------------------------------
 
   void region(const ir::Region& r) {
-    for (const NodeRef& n : r.body) node(n);
+    for (const NodeRef& n : r.body)
+      if (!deferred_.count(n.get())) node(n);
+  }
+
+  // In a kernel with tasks, a tile made before async_tasks belongs to no group yet: its registers depend
+  // on the group's layout. Such tiles are lowered again at the start of each task, in the task's own
+  // layout (they are pure: values, not effects).
+  void defer_prologue_tiles() {
+    if (!tasks_.tasks) return;
+    for (const NodeRef& n : f_.body.body) {
+      if (n.get() == tasks_.tasks) break;
+      if (n->type.kind == ir::Type::Kind::Var && !n->type.shape.empty())
+        throw Error("a tile Var declared before async_tasks: each task holds tiles in its own layout, so declare it "
+                    "inside the task that uses it",
+                    n->loc);
+      if (n->type.is_value() && !n->type.shape.empty()) {
+        deferred_.insert(n.get());
+        deferred_order_.push_back(n);
+      }
+    }
   }
 
   void elementwise(const NodeRef& n, const std::function<Value*(size_t r)>& element, bool wgmma = false) {
@@ -1185,7 +1205,9 @@ class Lowering {
         group_barrier_ = b_.CreateSub(i32c(15), fiber_index);
         replica_ = replica;
         scratch_ = b_.CreateAdd(i32c(scratch_start_), b_.CreateMul(fiber_index, b_.CreateLoad(b_.getInt32Ty(), scratch_stride_)));
+        for (const NodeRef& d : deferred_order_) node(d);
         region(n->regions[t]);
+        for (const NodeRef& d : deferred_order_) regs_.erase(d.get());
         std::tie(tid_, threads_, group_barrier_, replica_, scratch_) = saved;
       }, [] {});
       fiber += slot.replicas;
@@ -1237,6 +1259,8 @@ class Lowering {
   std::unordered_map<const ir::Node*, Regs> regs_;
   std::unordered_map<const ir::Node*, Regs> converted_;  // this node's operands, converted to blocked
   std::unordered_set<const ir::Node*> wgmma_vars_;
+  std::unordered_set<const ir::Node*> deferred_;  // prologue tiles, lowered in each task (defer_prologue_tiles)
+  std::vector<NodeRef> deferred_order_;
   std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;
 };
 
