@@ -1,0 +1,142 @@
+// weft::tma on the host (no GPU): every hardware rule of a TMA descriptor fails with a weft::Error at the
+// caller's line that names the rule, the offending value and the fix, and lists every field; the default
+// swizzle; what the CPU backend gets.
+#include <catch2/catch.hpp>
+
+#include <weft/weft.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "driver/tma_descriptor.h"
+
+using namespace weft;
+
+namespace {
+
+// Runs `fn`, which must throw a weft::Error located at `file:line` whose message contains each of
+// `phrases` and lists the descriptor's fields when `fields` is set.
+void require_error(const std::function<void()>& fn, const char* file, int line, const std::vector<std::string>& phrases,
+                   bool fields = true) {
+  try {
+    fn();
+  } catch (const weft::Error& e) {
+    const std::string message = e.what();
+    INFO("message: " << message);
+    CHECK(message.find(std::string(file) + ":" + std::to_string(line)) != std::string::npos);
+    CHECK(e.where().line == static_cast<unsigned>(line));
+    for (const std::string& p : phrases) CHECK(message.find(p) != std::string::npos);
+    if (fields)
+      for (const char* field : {"element type", "rank", "shape", "strides", "box", "swizzle", "address", "buffer"})
+        CHECK(message.find(std::string("\n  ") + field) != std::string::npos);
+    return;
+  }
+  FAIL("expected a weft::Error at line " << line << ", but nothing was thrown");
+}
+
+// `expr` must throw at this line; keep each use on one line (a macro's line is where its invocation ends).
+#define REQUIRE_TMA_ERROR(expr, ...) require_error([&] { (void)(expr); }, __FILE__, __LINE__, {__VA_ARGS__})
+
+Device cpu() { return Device::cpu(); }
+
+}  // namespace
+
+// ---- the rules ----------------------------------------------------------------------------------------
+
+TEST_CASE("tma: each rule of the element type, rank and shape fails clearly", "[tma][cpu-only]") {
+  Buffer<bf16> a = cpu().alloc<bf16>(1 << 16);
+  Buffer<bool> flags = cpu().alloc<bool>(64);
+  REQUIRE_TMA_ERROR(tma(flags, {64}, {16}), "rule \"element type\"", "the element type is i1", "bool as int8_t");
+  REQUIRE_TMA_ERROR(tma(a, {2, 2, 2, 2, 2, 2}, {2, 2, 2, 2, 2, 2}), "rule \"rank 1 to 5\"", "has 6 dimensions", "merge neighbouring dimensions");
+  REQUIRE_TMA_ERROR(tma(a, {}, {}), "rule \"rank 1 to 5\"", "has 0 dimensions", "at least one dimension");
+  REQUIRE_TMA_ERROR(tma(a, {64, 64}, {64}), "rule \"one box dimension per tensor dimension\"", "the box [64] has 1 dimensions", "give the box 2 dimensions");
+  REQUIRE_TMA_ERROR(tma(a, {64, 64}, {8, 64}, {.strides = {64}}), "rule \"one stride per dimension\"", "has 1 entries", "give 2 strides");
+  REQUIRE_TMA_ERROR(tma(a, {0, 64}, {8, 64}), "rule \"dimensions 1 to 2^32\"", "dimension 0 of the shape is 0", "skip the launch");
+  REQUIRE_TMA_ERROR(tma(a, {1, (int64_t(1) << 32) + 1}, {1, 64}), "rule \"dimensions 1 to 2^32\"", "dimension 1 of the shape is 4294967297", "split the dimension");
+}
+
+TEST_CASE("tma: each rule of strides, address and buffer fails clearly", "[tma][cpu-only]") {
+  Buffer<bf16> a = cpu().alloc<bf16>(1 << 16);
+  REQUIRE_TMA_ERROR(tma(a, {64, 64}, {8, 64}, {.strides = {1, 64}}), "rule \"contiguous innermost dimension\"", "the innermost stride is 64 elements", "make the innermost stride 1");
+  // Row-major rows of 60 bf16 are 120 bytes apart.
+  REQUIRE_TMA_ERROR(tma(a, {64, 60}, {8, 32}), "rule \"strides multiples of 16 bytes\"", "stride 0 is 60 elements (120 bytes), not a multiple of 16", "(stride 0 = 64 instead of 60)");
+  REQUIRE_TMA_ERROR(tma(a, {2, 64}, {2, 64}, {.strides = {0, 1}}), "rule \"strides multiples of 16 bytes\"", "stride 0 is 0 elements", "give positive strides");
+  REQUIRE_TMA_ERROR(tma(a, {2, 64}, {2, 64}, {.strides = {int64_t(1) << 40, 1}}), "rule \"strides below 2^40 bytes\"", "stride 0 is 1099511627776 elements (2199023255552 bytes)", "one descriptor per part");
+  REQUIRE_TMA_ERROR(tma(a, {64, 64}, {8, 64}, {.offset = 3}), "rule \"global address 16-byte aligned\"", "(the buffer + 3 elements = 6 bytes)", "a multiple of 8 elements of bf16");
+  REQUIRE_TMA_ERROR(tma(a, {64, 64}, {8, 64}, {.offset = -8}), "rule \"tensor inside the buffer\"", "the offset is -8 elements", "at least 0");
+  // 1024 x 128 elements do not fit in 65536.
+  REQUIRE_TMA_ERROR(tma(a, {1024, 128}, {8, 64}), "rule \"tensor inside the buffer\"", "reaches element 131071 of the buffer but the buffer holds 65536 elements", "use a larger buffer");
+  REQUIRE_TMA_ERROR(tma(a, {512, 128}, {8, 64}, {.offset = 8}), "rule \"tensor inside the buffer\"", "reaches element 65543", "131072 bytes on cpu");
+  REQUIRE_TMA_ERROR(tma(Buffer<bf16>(), {8, 8}, {8, 8}), "rule \"tensor inside the buffer\"", "holds 0 elements", "no device (an empty Buffer)");
+}
+
+TEST_CASE("tma: each rule of the box and the swizzle fails clearly", "[tma][cpu-only]") {
+  Buffer<bf16> a = cpu().alloc<bf16>(1 << 16);
+  REQUIRE_TMA_ERROR(tma(a, {512, 64}, {512, 64}), "rule \"box dimensions 1 to 256\"", "dimension 0 of the box is 512", "several copies");
+  REQUIRE_TMA_ERROR(tma(a, {512, 64}, {0, 64}), "rule \"box dimensions 1 to 256\"", "dimension 0 of the box is 0");
+  REQUIRE_TMA_ERROR(tma(a, {64, 64}, {8, 4}), "rule \"box inner dimension a multiple of 16 bytes\"", "4 elements of bf16 = 8 bytes", "a multiple of 8 elements (e.g. 8)");
+  REQUIRE_TMA_ERROR(tma(a, {64, 64}, {8, 64}, {.swizzle = 48}), "rule \"swizzle 0, 32, 64 or 128 bytes\"", "the swizzle is 48", "use 0, 32, 64 or 128");
+  REQUIRE_TMA_ERROR(tma(a, {64, 64}, {8, 64}, {.swizzle = 64}), "rule \"box inner dimension at most the swizzle span\"", "128 bytes (64 elements of bf16) but swizzle 64 spans 64 bytes", "use swizzle 128, or a box of at most 32 elements");
+  REQUIRE_TMA_ERROR(tma(a, {64, 256}, {8, 128}, {.swizzle = 128}), "rule \"box inner dimension at most the swizzle span\"", "256 bytes", "use swizzle 0, or a box of at most 64 elements in the inner dimension with swizzle 128");
+}
+
+TEST_CASE("tma: the error lists every field with its value", "[tma][cpu-only]") {
+  Buffer<float> x = cpu().alloc<float>(4096);
+  try {
+    tma(x, {16, 200}, {4, 36}, {.strides = {256, 1}, .offset = 64});  // reaches element 64 + 15 * 256 + 199
+    FAIL("expected the rule \"tensor inside the buffer\" to fail");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK(m.find("rule \"tensor inside the buffer\" is broken: the tensor reaches element 4103 of the buffer but "
+                 "the buffer holds 4096 elements") != std::string::npos);
+    CHECK(m.find("\n  element type  f32 (4 bytes)\n") != std::string::npos);
+    CHECK(m.find("\n  rank          2\n") != std::string::npos);
+    CHECK(m.find("\n  shape         [16, 200]\n") != std::string::npos);
+    CHECK(m.find("\n  strides       [256, 1] elements = [1024, 4] bytes\n") != std::string::npos);
+    CHECK(m.find("\n  box           [4, 36] (inner dimension 144 bytes)\n") != std::string::npos);
+    CHECK(m.find("\n  swizzle       0 bytes\n") != std::string::npos);
+    CHECK(m.find(" + offset 64 elements\n") != std::string::npos);
+    CHECK(m.find("\n  buffer        16384 bytes on cpu") != std::string::npos);
+  }
+}
+
+// ---- what a valid descriptor holds ----------------------------------------------------------------------
+
+TEST_CASE("tma: the default swizzle is the span the box's rows fill exactly, else none", "[tma][cpu-only]") {
+  Buffer<bf16> a = cpu().alloc<bf16>(1 << 16);
+  Buffer<float> x = cpu().alloc<float>(1 << 14);
+  CHECK(tma(a, {128, 256}, {64, 64}).swizzle() == 128);   // 128-byte rows
+  CHECK(tma(a, {128, 256}, {64, 32}).swizzle() == 64);
+  CHECK(tma(a, {128, 256}, {64, 16}).swizzle() == 32);
+  CHECK(tma(a, {128, 256}, {64, 8}).swizzle() == 0);      // 16-byte rows
+  CHECK(tma(a, {128, 256}, {64, 48}).swizzle() == 0);     // 96-byte rows fill no span
+  CHECK(tma(a, {128, 256}, {16, 128}).swizzle() == 0);    // 256-byte rows: wider than any span
+  CHECK(tma(x, {128, 128}, {64, 32}).swizzle() == 128);   // 32 f32
+  CHECK(tma(a, {128, 256}, {64, 16}, {.swizzle = 128}).swizzle() == 128);  // asked: rows may be narrower
+  CHECK(tma(a, {128, 256}, {64, 64}, {.swizzle = 0}).swizzle() == 0);
+}
+
+TEST_CASE("tma: fields, row-major strides and the CPU backend's TensorDescData", "[tma][cpu-only]") {
+  Buffer<bf16> a = cpu().alloc<bf16>(1 << 16);
+  Tma<bf16> t = tma(a, {4, 8, 64}, {2, 4, 32}, {.offset = 16});
+  CHECK(t.rank() == 3);
+  CHECK(t.shape() == Shape{4, 8, 64});
+  CHECK(t.strides() == std::vector<int64_t>{512, 64, 1});
+  CHECK(t.box() == Shape{2, 4, 32});
+  CHECK(t.swizzle() == 64);
+  const detail::TensorDescData& c = t.descriptor().cpu;
+  CHECK(c.base == static_cast<char*>(a.data()) + 32);
+  CHECK(c.rank == 3);
+  CHECK(c.element_bytes == 2);
+  CHECK(c.dtype == ScalarType::bf16);
+  CHECK(c.swizzle == 64);
+  CHECK((c.dims[0] == 4 && c.dims[1] == 8 && c.dims[2] == 64 && c.dims[3] == 0));
+  CHECK((c.strides[0] == 512 && c.strides[1] == 64 && c.strides[2] == 1));
+  CHECK((c.box[0] == 2 && c.box[1] == 4 && c.box[2] == 32 && c.box[3] == 0));
+  // Copies share the descriptor.
+  Tma<bf16> copy = t;
+  CHECK(&copy.descriptor() == &t.descriptor());
+}
+
