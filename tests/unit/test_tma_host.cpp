@@ -1,6 +1,7 @@
 // weft::tma on the host (no GPU): every hardware rule of a TMA descriptor fails with a weft::Error at the
 // caller's line that names the rule, the offending value and the fix, and lists every field; the default
-// swizzle; what the CPU backend gets.
+// swizzle; what the CPU slot gets; TensorDesc parameters in the printed IR, in the
+// specialization and in launch-argument checking. Kernels run on the CPU backend, whatever WEFT_BACKEND says.
 #include <catch2/catch.hpp>
 
 #include <weft/weft.h>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "driver/backend.h"
 #include "driver/tma_descriptor.h"
 
 using namespace weft;
@@ -37,6 +39,7 @@ void require_error(const std::function<void()>& fn, const char* file, int line, 
 
 // `expr` must throw at this line; keep each use on one line (a macro's line is where its invocation ends).
 #define REQUIRE_TMA_ERROR(expr, ...) require_error([&] { (void)(expr); }, __FILE__, __LINE__, {__VA_ARGS__})
+#define REQUIRE_LAUNCH_ERROR(expr, ...) require_error([&] { (void)(expr); }, __FILE__, __LINE__, {__VA_ARGS__}, false)
 
 Device cpu() { return Device::cpu(); }
 
@@ -135,8 +138,78 @@ TEST_CASE("tma: fields, row-major strides and the CPU backend's TensorDescData",
   CHECK((c.dims[0] == 4 && c.dims[1] == 8 && c.dims[2] == 64 && c.dims[3] == 0));
   CHECK((c.strides[0] == 512 && c.strides[1] == 64 && c.strides[2] == 1));
   CHECK((c.box[0] == 2 && c.box[1] == 4 && c.box[2] == 32 && c.box[3] == 0));
+  // A CPU kernel's slot for the descriptor is the address of that struct.
+  CHECK(detail::cpu_backend().tensor_desc_slot(t.descriptor()) == reinterpret_cast<uint64_t>(&c));
   // Copies share the descriptor.
   Tma<bf16> copy = t;
   CHECK(&copy.descriptor() == &t.descriptor());
 }
 
+// ---- TensorDesc parameters ------------------------------------------------------------------------------
+
+TEST_CASE("a kernel with TensorDesc parameters prints each descriptor with its box and swizzle", "[tma][cpu-only]") {
+  Kernel k("tma_params", [](TensorDesc<bf16> a, Ptr<int32_t> out, TensorDesc<float, 2> b) {
+    store(out, full<int32_t>({}, static_cast<double>(a.box()[0] * 1000 + b.box()[1])));
+  });
+  Buffer<bf16> a = cpu().alloc<bf16>(1 << 16);
+  Buffer<float> x = cpu().alloc<float>(1 << 12);
+  CHECK(k.ir(tma(a, {256, 256}, {128, 64}), tma(x, {64, 64}, {16, 32}, {.swizzle = 0})) ==
+        R"(kernel @tma_params(%0: tensordesc bf16[128x64] swizzle 128, %1: ptr<i32>, %2: tensordesc f32[16x32] swizzle 0) {
+  %3 = constant 128032 : i32
+  store %1, %3
+}
+)");
+}
+
+TEST_CASE("a kernel specializes on each descriptor's box and swizzle, not on its tensor", "[tma][cpu-only]") {
+  int traces = 0;
+  Kernel k("tma_spec", [&traces](TensorDesc<bf16> a, Ptr<int32_t> out) {
+    ++traces;
+    store(out, full<int32_t>({}, static_cast<double>(a.box()[0])));
+  });
+  Stream s = cpu().stream();
+  Buffer<bf16> a = cpu().alloc<bf16>(1 << 16), b = cpu().alloc<bf16>(1 << 14);
+  Buffer<int32_t> out = cpu().alloc<int32_t>(1);
+  auto box_seen = [&] { return out.download()[0]; };
+
+  k.launch(s, Grid(1), tma(a, {256, 256}, {16, 64}), out);
+  CHECK(traces == 1);
+  CHECK(box_seen() == 16);
+  k.launch(s, Grid(1), tma(b, {63, 256}, {16, 64}, {.offset = 64}), out);  // another tensor, the same box
+  CHECK(traces == 1);
+  k.launch(s, Grid(1), tma(a, {256, 256}, {32, 64}), out);  // another box
+  CHECK(traces == 2);
+  CHECK(box_seen() == 32);
+  k.launch(s, Grid(1), tma(a, {256, 256}, {16, 64}), out);  // the first again: memoized
+  CHECK(traces == 2);
+  CHECK(box_seen() == 16);
+  k.launch(s, Grid(1), tma(a, {256, 256}, {16, 64}, {.swizzle = 0}), out);  // another swizzle
+  CHECK(traces == 3);
+  CHECK(box_seen() == 16);
+  CHECK(k.ir(tma(a, {256, 256}, {32, 64})).find("(%0: tensordesc bf16[32x64] swizzle 128, %1: ptr<i32>)") !=
+        std::string::npos);
+}
+
+TEST_CASE("launching with the wrong Tma fails clearly at the launch's line", "[tma][cpu-only]") {
+  Kernel k("tma_args", [](TensorDesc<bf16, 2>, Ptr<float> out) { store(out, full<float>({}, 1.0)); });
+  Stream s = cpu().stream();
+  Buffer<bf16> a = cpu().alloc<bf16>(1 << 16);
+  Buffer<float> x = cpu().alloc<float>(1 << 14);
+  REQUIRE_LAUNCH_ERROR(k.launch(s, Grid(1), tma(x, {64, 64}, {8, 32}), x), "argument 0 of kernel tma_args(TensorDesc<bf16, 2>, Ptr<f32>) is a Tma of f32 of rank 2 (box [8, 32])", "make the Tma from a Buffer<bf16>");
+  REQUIRE_LAUNCH_ERROR(k.launch(s, Grid(1), tma(a, {4, 64, 64}, {1, 8, 64}), x), "is a Tma of bf16 of rank 3", "describe the tensor with 2 dimensions, or declare the parameter TensorDesc<bf16, 3>");
+  REQUIRE_LAUNCH_ERROR(k.launch(s, Grid(1), a, x), "argument 0 of kernel", "is a pointer to bf16", "pass weft::tma(buffer, shape, box) of a Buffer<bf16>");
+  REQUIRE_LAUNCH_ERROR(k.launch(s, Grid(1), tma(a, {64, 64}, {8, 64}), tma(x, {64, 64}, {8, 32})), "argument 1 of kernel", "a Tma goes to a TensorDesc<T> parameter");
+  // A buffer of another backend: one that compiles for a GPU without one (its memory is host memory).
+  Device gpu_less = Device::from_backend(detail::compile_only_backend("sm_90a", "no GPU in this test"));
+  Buffer<bf16> elsewhere = gpu_less.alloc<bf16>(1 << 12);
+  REQUIRE_LAUNCH_ERROR(k.launch(s, Grid(1), tma(elsewhere, {64, 64}, {8, 64}), x), "argument 0 of kernel 'tma_args' is a Tma of a buffer on sm_90a", "but the kernel is launched on cpu", "allocated on the launching device");
+}
+
+TEST_CASE("Kernel::ir wants a Tma for each TensorDesc parameter", "[tma][cpu-only]") {
+  const int line = __LINE__ + 1;
+  Kernel k("tma_ir", [](TensorDesc<f16> a, Const<int> n) { (void)a; (void)n; });
+  Buffer<f16> h = cpu().alloc<f16>(1 << 12);
+  require_error([&] { k.ir(4); }, __FILE__, line, {"has 2 Const and TensorDesc parameters but Kernel::ir was given 1 values", "one Tma per TensorDesc parameter"}, false);
+  require_error([&] { k.ir(4, tma(h, {64, 64}, {8, 64})); }, __FILE__, line, {"argument 0 of kernel tma_ir(TensorDesc<f16>, Const<i32>) is an integer"}, false);
+  CHECK(k.ir(tma(h, {64, 64}, {8, 64}), 4) == "kernel @tma_ir(%0: tensordesc f16[8x64] swizzle 128) {\n}\n");
+}
