@@ -1,6 +1,6 @@
 // weft::tma on the host (no GPU): every hardware rule of a TMA descriptor fails with a weft::Error at the
 // caller's line that names the rule, the offending value and the fix, and lists every field; the default
-// swizzle; what the CPU slot gets; TensorDesc parameters in the printed IR, in the
+// swizzle; what the CPU slot and the CUDA driver get; TensorDesc parameters in the printed IR, in the
 // specialization and in launch-argument checking. Kernels run on the CPU backend, whatever WEFT_BACKEND says.
 #include <catch2/catch.hpp>
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "driver/backend.h"
+#include "driver/cuda/cuda_tensor_map.h"
 #include "driver/tma_descriptor.h"
 
 using namespace weft;
@@ -143,6 +144,35 @@ TEST_CASE("tma: fields, row-major strides and the CPU backend's TensorDescData",
   // Copies share the descriptor.
   Tma<bf16> copy = t;
   CHECK(&copy.descriptor() == &t.descriptor());
+}
+
+TEST_CASE("tma: the arguments cuTensorMapEncodeTiled gets, innermost dimension first", "[tma][cpu-only]") {
+  using namespace driver::cuda;
+  Buffer<bf16> a = cpu().alloc<bf16>(1 << 16);
+  // Rows of 64 bf16 padded to 72 (144 bytes), 100 rows.
+  Tma<bf16> t = tma(a, {100, 64}, {32, 64}, {.strides = {72, 1}});
+  TensorMapArguments m = tensor_map_arguments(t.descriptor());
+  CHECK(m.data_type == CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+  CHECK(m.rank == 2);
+  CHECK(m.global_address == a.data());
+  CHECK((m.global_dims[0] == 64 && m.global_dims[1] == 100));
+  CHECK(m.global_strides[0] == 144);
+  CHECK((m.box_dims[0] == 64 && m.box_dims[1] == 32));
+  CHECK((m.element_strides[0] == 1 && m.element_strides[1] == 1));
+  CHECK(m.interleave == CU_TENSOR_MAP_INTERLEAVE_NONE);
+  CHECK(m.swizzle == CU_TENSOR_MAP_SWIZZLE_128B);
+  CHECK(m.oob_fill == CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+
+  Buffer<int8_t> q = cpu().alloc<int8_t>(1 << 16);
+  TensorMapArguments m3 = tensor_map_arguments(tma(q, {4, 16, 512}, {1, 8, 32}, {.offset = 32}).descriptor());
+  CHECK(m3.data_type == CU_TENSOR_MAP_DATA_TYPE_UINT8);
+  CHECK(m3.rank == 3);
+  CHECK(m3.global_address == static_cast<char*>(q.data()) + 32);
+  CHECK((m3.global_dims[0] == 512 && m3.global_dims[1] == 16 && m3.global_dims[2] == 4));
+  CHECK((m3.global_strides[0] == 512 && m3.global_strides[1] == 8192));
+  CHECK((m3.box_dims[0] == 32 && m3.box_dims[1] == 8 && m3.box_dims[2] == 1));
+  CHECK(m3.swizzle == CU_TENSOR_MAP_SWIZZLE_32B);
+  CHECK(m3.str().find("dims {512, 16, 4}, strides {512, 8192} bytes, box {32, 8, 1}") != std::string::npos);
 }
 
 // ---- TensorDesc parameters ------------------------------------------------------------------------------
