@@ -232,9 +232,12 @@ class Pipeline {
 // ---- TMA (the tensor memory accelerator) -------------------------------------------------------------
 
 // A kernel parameter: a TMA descriptor of a global tensor of T, passed at launch as a host-built
-// descriptor (see weft::tma in runtime.h). Its box — the tile one copy moves — and swizzle are part of
-// the kernel's specialization, so the kernel knows them while it is traced.
-template <class T> class TensorDesc {
+// descriptor (weft::tma, see tma.h). Its box — the tile one copy moves — and swizzle are part of the
+// kernel's specialization, so the kernel knows them while it is traced. `Rank` (1 to 5), when given,
+// is checked against the descriptor at launch; 0 takes a descriptor of any rank.
+template <class T, int Rank = 0> class TensorDesc {
+  static_assert(Rank >= 0 && Rank <= 5, "TensorDesc<T, Rank>: a TMA descriptor has rank 1 to 5 (0: any rank)");
+
  public:
   explicit TensorDesc(detail::NodeRef n) : node_(std::move(n)) {}
   const detail::NodeRef& node() const { return node_; }
@@ -260,8 +263,8 @@ template <class T> std::vector<NodeRef> coordinate_nodes(std::initializer_list<O
 // Copies the box of `desc` at element coordinates `coords` (outermost first) into `view`, completing
 // `bytes` of `bar`'s expected transaction count (cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::
 // complete_tx::bytes, issued by one thread of the group). Out-of-bounds elements read as zero.
-template <class T>
-void async_descriptor_load(const TensorDesc<T>& desc, const SharedView<T>& view, std::initializer_list<Operand<int32_t>> coords,
+template <class T, int Rank>
+void async_descriptor_load(const TensorDesc<T, Rank>& desc, const SharedView<T>& view, std::initializer_list<Operand<int32_t>> coords,
                            const Barrier& bar, SourceLoc loc = SourceLoc::current()) {
   std::vector<detail::NodeRef> o{desc.node(), view.node(), bar.node()};
   for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
@@ -270,8 +273,8 @@ void async_descriptor_load(const TensorDesc<T>& desc, const SharedView<T>& view,
 // Copies `view` to the box of `desc` at `coords` (cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group,
 // one thread of the group, after fence.proxy.async and a sync of the group); out-of-bounds elements are
 // not written. Wait with async_store_wait before overwriting `view`.
-template <class T>
-void async_descriptor_store(const TensorDesc<T>& desc, const SharedView<T>& view, std::initializer_list<Operand<int32_t>> coords,
+template <class T, int Rank>
+void async_descriptor_store(const TensorDesc<T, Rank>& desc, const SharedView<T>& view, std::initializer_list<Operand<int32_t>> coords,
                             SourceLoc loc = SourceLoc::current()) {
   std::vector<detail::NodeRef> o{desc.node(), view.node()};
   for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);

@@ -7,8 +7,10 @@
 //   add.launch(Grid(cdiv(n, 1024)), x, y, out, n, 1024);
 //
 // Parameters are `Tile<E>` of rank 0 (`Ptr<T>`, `Int`, `Float`, …), passed at launch as Buffers, raw
-// device pointers or numbers, and `Const<T>`: compile-time values that are part of the specialization —
-// each distinct set of Const values is traced and compiled once, then memoized.
+// device pointers or numbers; `Const<T>`: compile-time values that are part of the specialization — each
+// distinct set of Const values is traced and compiled once, then memoized; and `TensorDesc<T>` (TMA),
+// passed as `weft::tma(buffer, shape, box)`, whose element type, box and swizzle are part of the
+// specialization too.
 #pragma once
 
 #include <array>
@@ -20,8 +22,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "weft/async.h"
 #include "weft/runtime.h"
 #include "weft/tile.h"
+#include "weft/tma.h"
 
 namespace weft {
 
@@ -40,16 +44,19 @@ namespace detail {
 
 struct ParamInfo {
   bool is_const = false;
-  DType dtype{};  // the element type of a Tile parameter, or the type of a Const's number
+  DType dtype{};  // the element type of a Tile or TensorDesc parameter, or the type of a Const's number
+  bool is_descriptor = false;  // a TensorDesc<dtype, rank>
+  int rank = 0;                // of a TensorDesc: the rank it takes (0: any)
 };
 
 // One launch argument, before it is checked against the kernel's parameter.
 struct KernelArg {
-  enum class Kind { Pointer, Integer, Floating } kind;
-  DType dtype{};  // pointer: the pointee (pointer = true); numbers: the C++ type passed
+  enum class Kind { Pointer, Integer, Floating, Descriptor } kind;
+  DType dtype{};  // pointer: the pointee (pointer = true); numbers: the C++ type passed; Descriptor: elements
   uint64_t bits = 0;     // pointer: the address; Integer: the value as int64
   double number = 0;     // Floating: the value
-  const Backend* backend = nullptr;  // pointer from a Buffer: where it lives
+  const Backend* backend = nullptr;  // pointer from a Buffer, or Descriptor: where the memory lives
+  const TmaDescriptor* descriptor = nullptr;  // Descriptor: the Tma's (alive for the launch's duration)
 };
 
 template <class T> KernelArg kernel_arg(const Buffer<T>& b) {
@@ -67,8 +74,13 @@ KernelArg kernel_arg(T v) {
     return {KernelArg::Kind::Integer, dtype_of<T>, static_cast<uint64_t>(static_cast<int64_t>(v)), 0, nullptr};
 }
 template <class T> KernelArg kernel_arg(const Const<T>& c) { return kernel_arg(c.value); }
+template <class T> KernelArg kernel_arg(const Tma<T>& t) {
+  return {KernelArg::Kind::Descriptor, dtype_of<T>, 0, 0, t.buffer().backend(), &t.descriptor()};
+}
 
-// What the tracer receives: for each parameter position either its IR node or its Const value.
+// What the tracer receives: for each parameter position its IR node (Tile and TensorDesc parameters) or
+// its Const value; `consts` also holds each TensorDesc's launch argument, whose box and swizzle the trace
+// records.
 struct TraceInputs {
   std::vector<NodeRef> values;
   std::vector<KernelArg> consts;
@@ -86,6 +98,11 @@ template <class T> struct param_traits<Const<T>> {
     return Const<T>{a.kind == KernelArg::Kind::Floating ? static_cast<T>(a.number)
                                                          : static_cast<T>(static_cast<int64_t>(a.bits))};
   }
+};
+
+template <class T, int Rank> struct param_traits<TensorDesc<T, Rank>> {
+  static ParamInfo info() { return {false, dtype_of<T>, true, Rank}; }
+  static TensorDesc<T, Rank> make(const TraceInputs& in, size_t i) { return TensorDesc<T, Rank>(in.values[i]); }
 };
 
 template <class F> struct callable_traits : callable_traits<decltype(&F::operator())> {};
@@ -142,14 +159,16 @@ class Kernel {
   }
 
   // Compiles the specialization for these Const arguments on `device` now, instead of at its first launch;
-  // the result is what launches then use (its content is backend-specific).
+  // the result is what launches then use (its content is backend-specific). A TensorDesc parameter takes
+  // its Tma here too, in parameter order with the Const values.
   template <class... C>
   std::shared_ptr<const detail::CompiledKernel> compile(const Device& device, const C&... const_args) const {
     return detail::compile_kernel(*impl_, device.backend(), {detail::kernel_arg(const_args)...});
   }
 
-  // The traced IR, as text, for the given Const arguments (in the order of the Const parameters). Errors
-  // in the arguments name the line where the kernel was declared.
+  // The traced IR, as text, for the given Const arguments (in the order of the Const parameters, with a
+  // Tma for each TensorDesc parameter among them). Errors in the arguments name the line where the kernel
+  // was declared.
   template <class... C> std::string ir(const C&... const_args) const {
     return detail::kernel_ir(*impl_, {detail::kernel_arg(const_args)...});
   }

@@ -9,3 +9,4 @@
 #include "weft/ops.h"
 #include "weft/runtime.h"
 #include "weft/tile.h"
+#include "weft/tma.h"

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "driver/tma_descriptor.h"
 #include "ir/node.h"
 #include "weft/kernel.h"
 #include "weft/runtime.h"
@@ -37,9 +38,12 @@ class Backend {
 
   // Compiles a verified kernel. Throws weft::Error for what the target cannot do.
   virtual std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) = 0;
-  // Launches `k` over `grid`; `args` points to `count` 64-bit slots, one per Tile parameter, in order
-  // (pointers as addresses, numbers in the low bits of their own type). On the hot path of every launch:
-  // no allocation here where it can be helped.
+  // The 64-bit slot of a TensorDesc parameter: by default (the CPU) the address of the descriptor's
+  // TensorDescData. Called at every launch with a descriptor: cheap after the first call.
+  virtual uint64_t tensor_desc_slot(const TmaDescriptor& d) { return reinterpret_cast<uint64_t>(&d.cpu); }
+  // Launches `k` over `grid`; `args` points to `count` 64-bit slots, one per Tile or TensorDesc parameter,
+  // in order (pointers as addresses, numbers in the low bits of their own type, descriptors as
+  // tensor_desc_slot made them). On the hot path of every launch: no allocation here where it can be helped.
   virtual void launch(const CompiledKernel& k, const LaunchDims& grid, const uint64_t* args, size_t count,
                       void* stream) = 0;
   // The same with the slots in a vector, for tests and tools (Kernel::launch uses the one above).

@@ -1,5 +1,5 @@
-// Kernels: argument checking, specialization on Const values, tracing, compiling (memoized per backend)
-// and launching.
+// Kernels: argument checking, specialization on Const values and TMA descriptors, tracing, compiling
+// (memoized per backend) and launching.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -33,10 +33,12 @@ class KernelImpl {
     std::unordered_map<Backend*, std::shared_ptr<CompiledKernel>> compiled;
   };
   std::mutex mutex;
-  std::map<std::string, Specialization> specializations;  // keyed on the Const values and `divisible`
+  // Keyed on the Const values, the descriptors' specialization bits and `divisible`.
+  std::map<std::string, Specialization> specializations;
 
   // The last launch's specialization, so that a warm launch skips the key and the maps: its backend, its
-  // Const values (each one's 64 bits, see const_bits, in the order of the Const parameters) and what it
+  // Const values and descriptors (each one's 64 bits, see const_bits and
+  // TmaDescriptor::specialization_bits, in the order of the Const and TensorDesc parameters) and what it
   // launched. `last_compiled` is owned by `specializations`, which never drops an entry. Guarded by `mutex`.
   Backend* last_backend = nullptr;
   std::vector<uint64_t> last_consts;
@@ -59,6 +61,9 @@ namespace {
 
 std::string describe(const ParamInfo& p) {
   if (p.is_const) return fmt::format("Const<{}>", p.dtype.str());
+  if (p.is_descriptor)
+    return p.rank ? fmt::format("TensorDesc<{}, {}>", p.dtype.str(), p.rank)
+                  : fmt::format("TensorDesc<{}>", p.dtype.str());
   return p.dtype.pointer ? fmt::format("Ptr<{}>", DType{p.dtype.scalar, false}.str())
                          : fmt::format("Scalar<{}>", p.dtype.str());
 }
@@ -68,6 +73,12 @@ std::string describe(const KernelArg& a) {
     case KernelArg::Kind::Pointer: return fmt::format("a pointer to {}", DType{a.dtype.scalar, false}.str());
     case KernelArg::Kind::Integer: return fmt::format("an integer ({})", a.dtype.str());
     case KernelArg::Kind::Floating: return fmt::format("a floating-point number ({})", a.dtype.str());
+    case KernelArg::Kind::Descriptor: {
+      const TmaFields& f = a.descriptor->fields;
+      std::string box;
+      for (int64_t d : f.box) box += fmt::format("{}{}", box.empty() ? "" : ", ", d);
+      return fmt::format("a Tma of {} of rank {} (box [{}])", a.dtype.str(), f.shape.size(), box);
+    }
   }
   return "?";
 }
@@ -104,9 +115,17 @@ int64_t integer_value(const KernelImpl& k, size_t i, const KernelArg& a, SourceL
   return v;
 }
 
+// A Tma given for a parameter that is not a TensorDesc.
+void refuse_descriptor(const KernelImpl& k, size_t i, const KernelArg& a, SourceLoc loc) {
+  if (a.kind == KernelArg::Kind::Descriptor)
+    bad_argument(k, i, a, "a Tma goes to a TensorDesc<T> parameter; declare the parameter as one, or pass the buffer",
+                 loc);
+}
+
 // The 64-bit slot a number occupies for a parameter of type `d`.
 uint64_t number_slot(const KernelImpl& k, size_t i, const KernelArg& a, SourceLoc loc) {
   DType d = k.params[i].dtype;
+  refuse_descriptor(k, i, a, loc);
   if (a.kind == KernelArg::Kind::Pointer) bad_argument(k, i, a, "pass a number", loc);
   if (d.is_float()) {
     double v = a.kind == KernelArg::Kind::Floating ? a.number : static_cast<double>(static_cast<int64_t>(a.bits));
@@ -132,6 +151,7 @@ uint64_t number_slot(const KernelImpl& k, size_t i, const KernelArg& a, SourceLo
 // A Const argument, checked like a number for a Scalar parameter of the same type and converted to that
 // type, so that equal values give one specialization however they were spelled (2, 2.0, 2.0f).
 KernelArg const_value(const KernelImpl& k, size_t i, const KernelArg& a, SourceLoc loc) {
+  refuse_descriptor(k, i, a, loc);
   if (a.kind == KernelArg::Kind::Pointer) bad_argument(k, i, a, "pass a number", loc);
   DType d = k.params[i].dtype;
   if (!d.is_float()) {
@@ -145,10 +165,31 @@ KernelArg const_value(const KernelImpl& k, size_t i, const KernelArg& a, SourceL
   return f;
 }
 
+// The descriptor of a Tma argument for the TensorDesc parameter `i`: its element type and rank must be the
+// parameter's. (Its backend is checked at launch, where there is one.)
+const TmaDescriptor& descriptor_value(const KernelImpl& k, size_t i, const KernelArg& a, SourceLoc loc) {
+  const ParamInfo& p = k.params[i];
+  if (a.kind != KernelArg::Kind::Descriptor)
+    bad_argument(k, i, a, fmt::format("pass weft::tma(buffer, shape, box) of a Buffer<{}>", p.dtype.str()), loc);
+  if (a.dtype.scalar != p.dtype.scalar)
+    bad_argument(k, i, a, fmt::format("make the Tma from a Buffer<{}>, or declare the parameter TensorDesc<{}>",
+                                      p.dtype.str(), a.dtype.str()),
+                 loc);
+  const size_t rank = a.descriptor->fields.shape.size();
+  if (p.rank != 0 && rank != static_cast<size_t>(p.rank))
+    bad_argument(k, i, a,
+                 fmt::format("describe the tensor with {} dimensions, or declare the parameter TensorDesc<{}, {}>",
+                             p.rank, p.dtype.str(), rank),
+                 loc);
+  return *a.descriptor;
+}
+
 std::string const_key(const std::vector<KernelArg>& consts) {
   std::string key;
   for (const KernelArg& c : consts) {
-    if (c.kind == KernelArg::Kind::Floating)
+    if (c.kind == KernelArg::Kind::Descriptor)
+      key += fmt::format("t{};", c.descriptor->specialization_bits);
+    else if (c.kind == KernelArg::Kind::Floating)
       key += fmt::format("f{};", c.number);
     else
       key += fmt::format("i{};", static_cast<int64_t>(c.bits));
@@ -254,7 +295,19 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
       consts[num_consts++] = const_bits(const_value(k, i, a, grid.loc));
       continue;
     }
+    if (p.is_descriptor) {
+      const TmaDescriptor& d = descriptor_value(k, i, a, grid.loc);
+      if (d.backend != &backend)
+        throw Error(fmt::format("argument {} of kernel '{}' is a Tma of a buffer on {} but the kernel is launched on "
+                                "{}; make the Tma of a buffer allocated on the launching device",
+                                i, k.name, d.backend->name(), backend.name()),
+                    grid.loc);
+      consts[num_consts++] = d.specialization_bits;  // part of the specialization, like a Const value
+      slots[num_slots++] = backend.tensor_desc_slot(d);
+      continue;
+    }
     if (p.dtype.pointer) {
+      refuse_descriptor(k, i, a, grid.loc);
       if (a.kind != KernelArg::Kind::Pointer || a.dtype.scalar != p.dtype.scalar) bad_argument(k, i, a, "", grid.loc);
       if (a.backend && a.backend != &backend)
         throw Error(fmt::format("argument {} of kernel '{}' is a buffer on {} but the kernel is launched on {}; allocate "
@@ -280,10 +333,12 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
         std::equal(k.last_consts.begin(), k.last_consts.end(), consts.data())) {
       compiled = k.last_compiled;
     } else {
-      // The Const values by parameter position, as tracing wants them (already checked above).
+      // The Const values and descriptors by parameter position, as tracing wants them (checked above).
       std::vector<KernelArg> by_position(count);
-      for (size_t i = 0; i < count; ++i)
+      for (size_t i = 0; i < count; ++i) {
         if (k.params[i].is_const) by_position[i] = const_value(k, i, args[i], grid.loc);
+        if (k.params[i].is_descriptor) by_position[i] = args[i];
+      }
       compiled = k.compiled(by_position, divisible, backend).get();
       k.last_backend = &backend;
       k.last_consts.assign(consts.data(), consts.data() + num_consts);
@@ -296,22 +351,31 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
 
 namespace {
 
-// The Const values given to Kernel::ir / Kernel::compile (one per Const parameter, in order), spread over
-// the parameter positions. Those calls cannot record their caller's line (their arguments are a pack), so
-// errors name the line where the kernel was declared.
+// The Const values and Tmas given to Kernel::ir / Kernel::compile (one per Const or TensorDesc parameter,
+// in order), spread over the parameter positions. Those calls cannot record their caller's line (their
+// arguments are a pack), so errors name the line where the kernel was declared.
 std::vector<KernelArg> consts_by_position(const KernelImpl& k, const std::vector<KernelArg>& const_args,
                                           const char* call) {
-  size_t wanted = 0;
-  for (const ParamInfo& p : k.params) wanted += p.is_const;
+  size_t wanted = 0, descriptors = 0;
+  for (const ParamInfo& p : k.params) {
+    wanted += p.is_const || p.is_descriptor;
+    descriptors += p.is_descriptor;
+  }
   if (wanted != const_args.size())
-    throw Error(fmt::format("kernel {} has {} Const parameters but Kernel::{} was given {} values; pass one value "
-                            "per Const parameter, in order",
-                            signature(k), wanted, call, const_args.size()),
+    throw Error(fmt::format("kernel {} has {} {} but Kernel::{} was given {} values; pass one value per Const "
+                            "parameter{}, in order",
+                            signature(k), wanted, descriptors ? "Const and TensorDesc parameters" : "Const parameters",
+                            call, const_args.size(), descriptors ? " and one Tma per TensorDesc parameter" : ""),
                 k.loc);
   std::vector<KernelArg> consts(k.params.size());
   size_t next = 0;
-  for (size_t i = 0; i < k.params.size(); ++i)
+  for (size_t i = 0; i < k.params.size(); ++i) {
     if (k.params[i].is_const) consts[i] = const_value(k, i, const_args[next++], k.loc);
+    if (k.params[i].is_descriptor) {
+      descriptor_value(k, i, const_args[next], k.loc);
+      consts[i] = const_args[next++];
+    }
+  }
   return consts;
 }
 

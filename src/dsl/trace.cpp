@@ -235,10 +235,18 @@ std::shared_ptr<const ir::Function> trace_kernel(const std::string& name, const 
       continue;
     }
     detail::Attrs a;
-    bool multiple_of_16 = value_index < 64 && (divisible >> value_index) & 1;
-    a.ints = {value_index++, multiple_of_16 ? 16 : 1};  // {index, known divisor}
     a.dtype = params[i].dtype;
     a.has_dtype = true;
+    if (params[i].is_descriptor) {
+      // The IR contract of a TMA descriptor (see the verifier's Op::Param): ints = {index, divisor 1,
+      // 1 = descriptor, swizzle bytes}, shape = the box, dtype = the element type.
+      const detail::TmaFields& tma = detail::tma_fields(*consts.at(i).descriptor);
+      a.ints = {value_index++, 1, 1, tma.swizzle};
+      a.shape = tma.box;
+    } else {
+      bool multiple_of_16 = value_index < 64 && (divisible >> value_index) & 1;
+      a.ints = {value_index++, multiple_of_16 ? 16 : 1};  // {index, known divisor}
+    }
     auto p = make_node(ctx, detail::Op::Param, {}, a, {}, loc);
     ctx.defined_in[p.get()] = scope.serial();
     function->params.push_back(p);

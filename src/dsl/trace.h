@@ -10,9 +10,10 @@
 
 namespace weft::dsl {
 
-// Traces `tracer` into a verified Function. `consts` holds, per parameter position, the Const value given
-// at launch (ignored for Tile parameters); bit i of `divisible` marks Tile parameter i as a multiple of 16
-// (a 16-byte-aligned pointer, or an integer), recorded on its Param node.
+// Traces `tracer` into a verified Function. `consts` holds, per parameter position, the Const value or the
+// Tma (of a TensorDesc parameter: its box and swizzle go on the Param node) given at launch (ignored for
+// Tile parameters); bit i of `divisible` marks Tile parameter i as a multiple of 16 (a 16-byte-aligned
+// pointer, or an integer), recorded on its Param node.
 std::shared_ptr<const ir::Function> trace_kernel(const std::string& name,
                                                  const std::vector<detail::ParamInfo>& params,
                                                  const std::function<void(const detail::TraceInputs&)>& tracer,

@@ -17,6 +17,8 @@ class Printer {
       if (!params.empty()) params += ", ";
       params += fmt::format("{}: {}", def(p), p->type.str());
       if (p->attrs.ints.size() > 1 && p->attrs.ints[1] > 1) params += fmt::format(" divisible {}", p->attrs.ints[1]);
+      // The swizzle changes the code (shared-memory layout), so it is printed: the printed IR is the cache key.
+      if (p->type.kind == Type::Kind::TensorDesc) params += fmt::format(" swizzle {}", p->attrs.ints.at(3));
     }
     out_ += fmt::format("kernel @{}({}) {{\n", f.name, params);
     region(f.body, 1);

@@ -22,6 +22,15 @@ using CUevent = struct CUevent_st*;
 using CUlinkState = struct CUlinkState_st*;
 using CUgraph = struct CUgraph_st*;
 using CUgraphExec = struct CUgraphExec_st*;
+using cuuint32_t = unsigned int;
+using cuuint64_t = unsigned long long;
+
+// A TMA descriptor, opaque: 128 bytes, 64-byte aligned (what cuTensorMapEncodeTiled writes and a kernel
+// receives by value as a grid-constant parameter).
+struct alignas(64) CUtensorMap {
+  cuuint64_t opaque[16];
+};
+static_assert(sizeof(CUtensorMap) == 128 && alignof(CUtensorMap) == 64);
 
 // ---- enums ---------------------------------------------------------------------------------------------
 // Unscoped with a fixed underlying type: every value the driver returns is representable, named or not.
@@ -80,6 +89,44 @@ enum CUstreamCaptureMode : int {
   CU_STREAM_CAPTURE_MODE_RELAXED = 2,
 };
 
+// Tensor maps (cuTensorMapEncodeTiled). The driver has no signed 8- or 16-bit type: a copy moves bits, so
+// weft's i8 and i16 use UINT8 and UINT16.
+enum CUtensorMapDataType : int {
+  CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,
+  CU_TENSOR_MAP_DATA_TYPE_UINT16 = 1,
+  CU_TENSOR_MAP_DATA_TYPE_UINT32 = 2,
+  CU_TENSOR_MAP_DATA_TYPE_INT32 = 3,
+  CU_TENSOR_MAP_DATA_TYPE_UINT64 = 4,
+  CU_TENSOR_MAP_DATA_TYPE_INT64 = 5,
+  CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
+  CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7,
+  CU_TENSOR_MAP_DATA_TYPE_FLOAT64 = 8,
+  CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
+};
+
+enum CUtensorMapInterleave : int {
+  CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+};
+
+enum CUtensorMapSwizzle : int {
+  CU_TENSOR_MAP_SWIZZLE_NONE = 0,
+  CU_TENSOR_MAP_SWIZZLE_32B = 1,
+  CU_TENSOR_MAP_SWIZZLE_64B = 2,
+  CU_TENSOR_MAP_SWIZZLE_128B = 3,
+};
+
+enum CUtensorMapL2promotion : int {
+  CU_TENSOR_MAP_L2_PROMOTION_NONE = 0,
+  CU_TENSOR_MAP_L2_PROMOTION_L2_64B = 1,
+  CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2,
+  CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3,
+};
+
+enum CUtensorMapFloatOOBfill : int {
+  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,  // out-of-bounds elements read as zero
+  CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA = 1,
+};
+
 // Flags of cuStreamCreate and cuEventCreate.
 inline constexpr unsigned CU_STREAM_DEFAULT = 0x0;
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
@@ -134,6 +181,12 @@ inline constexpr unsigned CU_EVENT_DEFAULT = 0x0;
     (int* value, CUfunction_attribute attribute, CUfunction function))                                         \
   X(true, cuFuncSetAttribute, "cuFuncSetAttribute", nullptr,                                                   \
     (CUfunction function, CUfunction_attribute attribute, int value))                                          \
+  /* CUDA 12.0 and later; optional so that an older driver still runs kernels without TMA. */              \
+  X(false, cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", nullptr,                                          \
+    (CUtensorMap * tensor_map, CUtensorMapDataType data_type, cuuint32_t rank, void* global_address,           \
+     const cuuint64_t* global_dims, const cuuint64_t* global_strides, const cuuint32_t* box_dims,              \
+     const cuuint32_t* element_strides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,           \
+     CUtensorMapL2promotion l2_promotion, CUtensorMapFloatOOBfill oob_fill))                                   \
   X(true, cuLaunchKernel, "cuLaunchKernel", nullptr,                                                           \
     (CUfunction function, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,                 \
      unsigned block_y, unsigned block_z, unsigned shared_bytes, CUstream stream, void** params, void** extra)) \

@@ -12,6 +12,7 @@
 #include "cache/disk_cache.h"
 #include "driver/backend.h"
 #include "driver/cuda/cuda_driver.h"
+#include "driver/cuda/cuda_tensor_map.h"
 #include "ir/printer.h"
 #include "support/build_id.h"
 #include "support/env.h"
@@ -124,6 +125,70 @@ class CudaBackend final : public Backend {
   // Through the compile cache: a hit loads the cubin an earlier process (or thread) linked, skipping LLVM
   // and the driver's compiler.
   std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) override {
+    std::shared_ptr<CudaKernel> k = compile_cubin(f, options);
+    mark_descriptor_params(*k, f);
+    return k;
+  }
+
+  // The address of the descriptor's CUtensorMap, encoded at the first launch that passes it: launch()
+  // hands the driver that address for the parameter, and the driver copies the 128 bytes it points at.
+  uint64_t tensor_desc_slot(const TmaDescriptor& d) override {
+    check(device_.try_make_current(), "cuCtxSetCurrent", name_);
+    return reinterpret_cast<uint64_t>(&encoded_tensor_map(d));
+  }
+
+  // Nothing here may synchronize or allocate: launches must be capturable into a CUDA graph, and this is
+  // the hot path of every launch (bench_launch measures it against a bare cuLaunchKernel).
+  void launch(const CompiledKernel& compiled, const LaunchDims& grid, const uint64_t* args, size_t count,
+              void* stream) override {
+    const auto& k = static_cast<const CudaKernel&>(compiled);
+    // What device_.make_current() does (the context is set only when another one is current), but with
+    // the label formatted once, in name_, instead of on every launch.
+    check(device_.try_make_current(), "cuCtxSetCurrent", name_);
+    // The driver reads each parameter's value through a pointer: a .u64 parameter's points to its slot; a
+    // TMA descriptor's (a 128-byte .param the kernel receives by value) is the slot itself, the address of
+    // the CUtensorMap (tensor_desc_slot). The pointers live on the stack; only a kernel of more than
+    // kInlineParams parameters uses the heap.
+    constexpr size_t kInlineParams = 32;
+    void* inline_params[kInlineParams];
+    std::vector<void*> heap_params;
+    void** params = inline_params;
+    if (count > kInlineParams) {
+      heap_params.resize(count);
+      params = heap_params.data();
+    }
+    for (size_t i = 0; i < count; ++i) params[i] = const_cast<uint64_t*>(&args[i]);
+    for (size_t i = 0; i < k.descriptor_params.size() && i < count; ++i)
+      if (k.descriptor_params[i]) params[i] = reinterpret_cast<void*>(static_cast<uintptr_t>(args[i]));
+    check(driver().cuLaunchKernel(k.function, grid_dimension(grid.x, k), grid_dimension(grid.y, k),
+                                  grid_dimension(grid.z, k), static_cast<unsigned>(k.threads), 1, 1, k.shared_bytes,
+                                  static_cast<CUstream>(stream), count == 0 ? nullptr : params, nullptr),
+          "cuLaunchKernel", k.label);
+  }
+
+  // nullptr (Device::synchronize, and the default Stream) waits for all work on the device, whichever
+  // stream it went to; a user's stream waits for that stream only.
+  void synchronize(void* stream) override {
+    device_.make_current();
+    if (stream)
+      check(driver().cuStreamSynchronize(static_cast<CUstream>(stream)), "cuStreamSynchronize", name_);
+    else
+      check(driver().cuCtxSynchronize(), "cuCtxSynchronize", name_);
+  }
+
+ private:
+  static const CudaDriver& driver() { return cuda_driver(); }
+
+  // Which parameters are TMA descriptors, read from the IR (the slots do not say).
+  static void mark_descriptor_params(CudaKernel& k, const ir::Function& f) {
+    std::vector<bool> marks(f.params.size(), false);
+    bool any = false;
+    for (size_t i = 0; i < f.params.size(); ++i)
+      if (f.params[i]->type.kind == ir::Type::Kind::TensorDesc) marks[i] = any = true;
+    k.descriptor_params = any ? std::move(marks) : std::vector<bool>{};
+  }
+
+  std::shared_ptr<CudaKernel> compile_cubin(const ir::Function& f, const KernelOptions& options) {
     codegen::nvptx::PtxTarget target = ptx_target_for(device_);
     std::string key = cache::KeyBuilder()
                           .add("cuda cubin 1")
@@ -148,44 +213,6 @@ class CudaBackend final : public Backend {
                           std::string(k->cubin.begin(), k->cubin.end()));
     return k;
   }
-
-  // Nothing here may synchronize or allocate: launches must be capturable into a CUDA graph, and this is
-  // the hot path of every launch (bench_launch measures it against a bare cuLaunchKernel).
-  void launch(const CompiledKernel& compiled, const LaunchDims& grid, const uint64_t* args, size_t count,
-              void* stream) override {
-    const auto& k = static_cast<const CudaKernel&>(compiled);
-    // What device_.make_current() does (the context is set only when another one is current), but with
-    // the label formatted once, in name_, instead of on every launch.
-    check(device_.try_make_current(), "cuCtxSetCurrent", name_);
-    // Every kernel parameter is a .u64: the driver reads each value through a pointer to its slot. The
-    // pointers live on the stack; only a kernel of more than kInlineParams parameters uses the heap.
-    constexpr size_t kInlineParams = 32;
-    void* inline_params[kInlineParams];
-    std::vector<void*> heap_params;
-    void** params = inline_params;
-    if (count > kInlineParams) {
-      heap_params.resize(count);
-      params = heap_params.data();
-    }
-    for (size_t i = 0; i < count; ++i) params[i] = const_cast<uint64_t*>(&args[i]);
-    check(driver().cuLaunchKernel(k.function, grid_dimension(grid.x, k), grid_dimension(grid.y, k),
-                                  grid_dimension(grid.z, k), static_cast<unsigned>(k.threads), 1, 1, k.shared_bytes,
-                                  static_cast<CUstream>(stream), count == 0 ? nullptr : params, nullptr),
-          "cuLaunchKernel", k.label);
-  }
-
-  // nullptr (Device::synchronize, and the default Stream) waits for all work on the device, whichever
-  // stream it went to; a user's stream waits for that stream only.
-  void synchronize(void* stream) override {
-    device_.make_current();
-    if (stream)
-      check(driver().cuStreamSynchronize(static_cast<CUstream>(stream)), "cuStreamSynchronize", name_);
-    else
-      check(driver().cuCtxSynchronize(), "cuCtxSynchronize", name_);
-  }
-
- private:
-  static const CudaDriver& driver() { return cuda_driver(); }
 
   // A cache entry is "entry\nthreads\nshared bytes\n" followed by the cubin; null if it does not parse.
   std::shared_ptr<CudaKernel> from_cache_entry(const ir::Function& f, const std::string& entry) {

@@ -240,6 +240,10 @@ std::string cuda_version_string(int version) {
   return fmt::format("CUDA {}.{}", version / 1000, version % 1000 / 10);
 }
 
+std::string cuda_error_text(CUresult result) {
+  return describe(driver_state().driver.get(), result) + advice_for(result);
+}
+
 void throw_cuda_error(CUresult result, const char* call, std::string_view what) {
   const DriverState& state = driver_state();
   throw Error(fmt::format("{} failed{}{}: {}{}", call, what.empty() ? "" : " for ", what,

@@ -40,6 +40,9 @@ std::unique_ptr<CudaDriver> open_cuda_driver(const char* library, std::string* w
 // "CUDA 12.8" for a cuDriverGetVersion value.
 std::string cuda_version_string(int version);
 
+// "CUDA_ERROR_INVALID_VALUE (invalid argument)", and advice where the cause lies elsewhere.
+std::string cuda_error_text(CUresult result);
+
 // Throws weft::Error unless `result` is CUDA_SUCCESS, naming the call, the driver's name and text for the
 // error, and what it concerned (e.g. "kernel 'softmax'").
 [[noreturn]] void throw_cuda_error(CUresult result, const char* call, std::string_view what);
@@ -113,6 +116,8 @@ struct CudaKernel : detail::CompiledKernel {
   unsigned shared_bytes = 0;      // dynamic shared memory per block
   std::vector<char> cubin;        // what a compile cache stores
   std::string link_log;           // ptxas's report when the cubin was linked here
+  // Parameter i is a TMA descriptor (passed by value, 128 bytes); empty when none is.
+  std::vector<bool> descriptor_params;
 };
 
 // Loads `cubin` on `device` (making its context current) and prepares `entry` for launches of `threads`
