@@ -1,67 +1,119 @@
-// PLACEHOLDER of examples/gemm_hopper_ws.h — NOT the warp-specialized Hopper GEMM.
+// A persistent, warp-specialized bf16 GEMM for Hopper, written only with weft's public API:
+//   C (M x N) = A (M x K) @ B^T, B stored N x K (both K-contiguous, "TN"), f32 accumulation, bf16 out.
 //
-// The real gemm_hopper_ws (TMA, wgmma, producer/consumer warp groups) is being written on another branch.
-// This stand-in has the same signature so that benchmarks/bench_gemm builds and runs end to end; it is
-// the plain tiled `dot` matmul of examples/matmul.h (tensor cores through mma.sync, operands staged in
-// shared memory, no pipelining), with bf16 output and both B layouts. It is correct but slow: any figure
-// bench_gemm prints for "weft" while this file is in place measures this placeholder, not the Hopper GEMM.
-// Replace the whole file when merging the real one.
+// One producer warp group (40 registers per thread) issues TMA loads of A and B tiles into a ring of
+// `stages` shared-memory stages guarded by `full` / `empty` mbarriers; two consumer warp groups (232
+// registers) each multiply their 64 rows of the 128 x 256 block with wgmma, then write C through a small
+// shared-memory tile and TMA stores. Blocks are persistent (one per SM) and walk the output tiles in
+// grouped order for L2 reuse. TMA zero-fills reads past the edges and clips writes, so any M, N work;
+// K must be a multiple of 8 (TMA's 16-byte row stride).
 #pragma once
 
 #include <string>
 
 #include <weft/weft.h>
 
-// Tells bench_gemm to label its "weft" figures as this placeholder's. The real header does not define it.
-#define WEFT_GEMM_HOPPER_WS_IS_PLACEHOLDER 1
+struct GemmConfig {
+  int BM = 128, BN = 256, BK = 64;  // block tile; BK * 2 bytes = the 128-byte swizzle
+  int stages = 4;
+  int group = 8;                     // rows of tiles per group of the tile order
+  int epilogue_n = 64;               // columns of C written per TMA store
+};
 
-namespace gemm_placeholder {
-
-// C = A @ B (b_is_nk false: B is K x N) or A @ B^T (true: B is N x K); every matrix bf16, row-major; f32
-// accumulation. One program per BM x BN tile of C; edges are masked, so any M, N, K work.
-inline weft::Kernel make_tiled_gemm(bool b_is_nk) {
+inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg = {}) {
   using namespace weft;
-  return Kernel(b_is_nk ? "gemm_placeholder_nk" : "gemm_placeholder_kn",
-                [b_is_nk](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> c, Int M, Int N, Int K, Const<int> BM, Const<int> BN,
-                          Const<int> BK) {
-                  Int rows = program_id(0) * BM + arange(0, BM);  // [BM]
-                  Int cols = program_id(1) * BN + arange(0, BN);  // [BN]
-                  Int ks = arange(0, BK);                         // [BK]
-                  Var acc = zeros<float>({BM, BN});
-                  for_range(0, K, BK, [&](Int k0) {
-                    Int ka = k0 + ks;
-                    Tile<bf16> a_tile = load(a + expand_dims(rows, 1) * K + expand_dims(ka, 0),
-                                             (expand_dims(rows, 1) < M) & (expand_dims(ka, 0) < K), 0);
-                    // B is N x K: read a [BN, BK] tile along B's rows (coalesced), then transpose it to [BK, BN].
-                    Tile<bf16> b_tile =
-                        b_is_nk ? trans(load(b + expand_dims(cols, 1) * K + expand_dims(ka, 0),
-                                             (expand_dims(cols, 1) < N) & (expand_dims(ka, 0) < K), 0))
-                                : load(b + expand_dims(ka, 1) * N + expand_dims(cols, 0),
-                                       (expand_dims(ka, 1) < K) & (expand_dims(cols, 0) < N), 0);
-                    acc = dot(a_tile, b_tile, acc);
-                  });
-                  store(c + expand_dims(rows, 1) * N + expand_dims(cols, 0), cast<bf16>(acc),
-                        (expand_dims(rows, 1) < M) & (expand_dims(cols, 0) < N));
-                });
+  return Kernel("gemm_hopper_ws", [cfg](TensorDesc<bf16, 2> A, TensorDesc<bf16, 2> B, TensorDesc<bf16, 2> C, Int M, Int N,
+                                        Int K) {
+    const int BM = cfg.BM, BN = cfg.BN, BK = cfg.BK, S = cfg.stages, HALF = cfg.BM / 2, EN = cfg.epilogue_n;
+    auto a_s = local_alloc<bf16>({BM, BK}, S, "a_s");
+    auto b_s = local_alloc<bf16>({BN, BK}, S, "b_s");
+    auto c_s = local_alloc<bf16>({HALF, EN}, 2, "c_s");  // one per consumer
+    auto full = alloc_barriers(S, 1, "full");            // the producer's expect_bytes, then TMA bytes
+    auto empty = alloc_barriers(S, 2, "empty");          // both consumers release a stage
+    TileScheduler tiles(cdiv(M, BM), cdiv(N, BN), cfg.group);
+    Int k_tiles = cdiv(K, BK);
+    async_tasks(
+        task("producer", {.warps = 4, .regs = 40}, [&] {
+          Pipeline p(S);
+          tiles.for_each([&](Int m, Int n) {
+            for_range(0, k_tiles, [&](Int k) {
+              p.acquire(empty);
+              barrier_expect_bytes(full[p.index()], a_s.stage_bytes() + b_s.stage_bytes());
+              async_descriptor_load(A, a_s[p.index()], {m * BM, k * BK}, full[p.index()]);
+              async_descriptor_load(B, b_s[p.index()], {n * BN, k * BK}, full[p.index()]);
+              p.advance();
+            });
+          });
+        }),
+        task("consumer", {.warps = 4, .regs = 232, .replicas = 2}, [&] {
+          Int r = task_replica_id();
+          Pipeline p(S);
+          tiles.for_each([&](Int m, Int n) {
+            Var acc = zeros<float>({HALF, BN});
+            for_range(0, k_tiles, [&](Int k) {
+              p.wait(full);
+              Tile<float> d = async_dot(a_s[p.index()].rows(r * HALF, HALF), local_trans(b_s[p.index()]), acc);
+              acc = async_dot_wait(0, d);
+              p.release(empty);
+              p.advance();
+            });
+            Tile<float> result = acc;
+            for (int j = 0; j < BN / EN; ++j) {
+              async_store_wait(0);  // the previous store has read c_s[r]
+              local_store(c_s[r], cast<bf16>(result.slice(1, j * EN, EN)));
+              async_descriptor_store(C, c_s[r], {m * BM + r * HALF, n * BN + j * EN});
+            }
+          });
+          async_store_wait(0);
+        }));
+  });
 }
 
-}  // namespace gemm_placeholder
+// C (M x N) = A (M x K) @ B, bf16 row-major, f32 accumulation; B is N x K (b_is_nk true) — the Hopper
+// kernel above — or K x N (false), which this kernel does not take yet: that layout runs a plain tiled
+// `dot` kernel (examples/matmul.h's approach), much slower. Launches on the default stream and returns
+// without waiting.
+namespace gemm_fallback {
+inline weft::Kernel make_tiled_gemm_kn() {
+  using namespace weft;
+  return Kernel("gemm_tiled_kn", [](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> c, Int M, Int N, Int K, Const<int> BM,
+                                    Const<int> BN, Const<int> BK) {
+    Int rows = program_id(0) * BM + arange(0, BM), cols = program_id(1) * BN + arange(0, BN), ks = arange(0, BK);
+    Var acc = zeros<float>({BM, BN});
+    for_range(0, K, BK, [&](Int k0) {
+      Int ka = k0 + ks;
+      Tile<bf16> a_tile = load(a + expand_dims(rows, 1) * K + expand_dims(ka, 0),
+                               (expand_dims(rows, 1) < M) & (expand_dims(ka, 0) < K), 0);
+      Tile<bf16> b_tile = load(b + expand_dims(ka, 1) * N + expand_dims(cols, 0),
+                               (expand_dims(ka, 1) < K) & (expand_dims(cols, 0) < N), 0);
+      acc = dot(a_tile, b_tile, acc);
+    });
+    store(c + expand_dims(rows, 1) * N + expand_dims(cols, 0), cast<bf16>(acc),
+          (expand_dims(rows, 1) < M) & (expand_dims(cols, 0) < N));
+  });
+}
+}  // namespace gemm_fallback
 
-// C (M x N) = A (M x K) @ B, bf16 row-major, f32 accumulation; B is K x N (b_is_nk false) or N x K (true).
-// Launches on the device's default stream (the buffers' device); returns without waiting for the result.
 inline void gemm_hopper_ws(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
                            const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk) {
-  // A wrong buffer would otherwise be read or written out of bounds on the GPU: say so here instead.
+  using namespace weft;
   auto expect = [](const char* name, size_t have, size_t want) {
     if (have != want)
-      throw weft::Error(std::string("gemm_hopper_ws: ") + name + " holds " + std::to_string(have) +
-                        " elements, the shapes need " + std::to_string(want));
+      throw Error(std::string("gemm_hopper_ws: ") + name + " holds " + std::to_string(have) +
+                  " elements, the shapes need " + std::to_string(want));
   };
   expect("A", a.size(), size_t(M) * K);
   expect("B", b.size(), size_t(K) * N);
   expect("C", c.size(), size_t(M) * N);
-  // Traced and compiled at the first launch of each; kept for the process's lifetime.
-  static const weft::Kernel kn = gemm_placeholder::make_tiled_gemm(false), nk = gemm_placeholder::make_tiled_gemm(true);
-  const int BM = 64, BN = 64, BK = 32;  // 64x64 tiles: 4 warps each own 16x8 mma tiles; BK 32 = two k16 steps
-  (b_is_nk ? nk : kn).launch(weft::Grid((M + BM - 1) / BM, (N + BN - 1) / BN), a, b, c, M, N, K, BM, BN, BK);
+  if (!b_is_nk) {
+    static const Kernel kn = gemm_fallback::make_tiled_gemm_kn();
+    kn.launch(Grid((M + 63) / 64, (N + 63) / 64), a, b, c, M, N, K, 64, 64, 32);
+    return;
+  }
+  static const GemmConfig cfg;
+  static const Kernel gemm = make_gemm_hopper_ws(cfg);
+  Device dev = Device::from_backend(*a.backend());
+  int tiles = ((M + cfg.BM - 1) / cfg.BM) * ((N + cfg.BN - 1) / cfg.BN);
+  gemm.launch(Grid(std::min(tiles, dev.multiprocessors())), tma(a, {M, K}, {cfg.BM, cfg.BK}),
+              tma(b, {N, K}, {cfg.BN, cfg.BK}), tma(c, {M, N}, {cfg.BM / 2, cfg.epilogue_n}), M, N, K);
 }

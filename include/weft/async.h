@@ -293,6 +293,32 @@ inline void fence_async_shared(SourceLoc loc = SourceLoc::current()) {
   detail::emit(detail::Op::FenceAsyncShared, {}, {}, loc);
 }
 
+// ---- persistent kernels --------------------------------------------------------------------------------
+
+// The tiles of an M x N grid of output tiles, spread over the programs of a persistent launch (a grid of
+// Device::multiprocessors() programs): program p takes tiles p, p + programs, ... In grouped order:
+// `group` rows of tiles are walked column by column, so that the programs running at once share A's rows
+// and B's columns in L2.
+class TileScheduler {
+ public:
+  TileScheduler(Int tiles_m, Int tiles_n, int group = 8) : tiles_m_(tiles_m), tiles_n_(tiles_n), group_(group) {}
+  // body(m, n) for each tile of this program, in order.
+  template <class Body> void for_each(Body&& body, SourceLoc loc = SourceLoc::current()) const {
+    Int total = tiles_m_ * tiles_n_;
+    for_range(program_id(0), total, num_programs(0), [&](Int t) {
+      Int per_group = tiles_n_ * group_;
+      Int first_m = (t / per_group) * group_;
+      Int rows = minimum(tiles_m_ - first_m, Int(scalar<int32_t>(group_, loc)));
+      Int within = t % per_group;
+      body(first_m + within % rows, within / rows);
+    }, loc);
+  }
+
+ private:
+  Int tiles_m_, tiles_n_;
+  int group_;
+};
+
 // ---- warp-specialized tasks ---------------------------------------------------------------------------
 
 struct TaskOptions {

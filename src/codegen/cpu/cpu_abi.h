@@ -63,6 +63,14 @@ inline constexpr const char* kAsyncDot = "weft_cpu_async_dot";
 // void (const ProgramCtx*, i32 site, i32 pending, const float* value, float* out, i32 count): retires all
 // but the `pending` newest dots of the fiber; `out` is `value`, or the result of the job it names.
 inline constexpr const char* kAsyncDotWait = "weft_cpu_async_dot_wait";
+// void (const ProgramCtx*, i32 site, const TensorDescData* desc, char* smem, i32 barrier, const i32* coords):
+// a TMA load; its bytes count toward the barrier now, the data lands when the barrier's phase completes.
+inline constexpr const char* kTmaLoad = "weft_cpu_tma_load";
+// void (const ProgramCtx*, i32 site, const TensorDescData* desc, const char* smem, const i32* coords): a TMA
+// store, performed (reading shared memory) at the async_store_wait that retires it, or when the fiber ends.
+inline constexpr const char* kTmaStore = "weft_cpu_tma_store";
+// void (const ProgramCtx*, i32 site, i32 pending)
+inline constexpr const char* kTmaStoreWait = "weft_cpu_tma_store_wait";
 }  // namespace block_fn
 
 // What the runtime needs to know about a kernel's block ops: the shared-memory layout, the tasks, and

@@ -252,7 +252,9 @@ class Lowering {
     switch (n->op) {
       case Op::Param: {
         Value* slot = b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, args_, n->attrs.ints[0]));
-        vals_[n.get()] = {Val::Kind::Scalar, ops_.from_slot(d, slot)};
+        // A TMA descriptor's slot holds the address of its TensorDescData (driver/tensor_desc_data.h).
+        bool descriptor = n->type.kind == ir::Type::Kind::TensorDesc;
+        vals_[n.get()] = {Val::Kind::Scalar, descriptor ? b_.CreateIntToPtr(slot, ptr_) : ops_.from_slot(d, slot)};
         return;
       }
       case Op::ProgramId:
@@ -416,6 +418,19 @@ class Lowering {
       case Op::AsyncDot: return async_dot(n);
       case Op::AsyncDotWait: return async_dot_wait(n);
       case Op::FenceAsyncShared: return;  // one proxy on the CPU
+      case Op::AsyncDescriptorLoad:
+        runtime_call(block_fn::kTmaLoad, b_.getVoidTy(),
+                     {ctx_, site(n), val(n->operands[0]).v, val(n->operands[1]).v, scalar(n->operands[2]),
+                      coordinates(n, 3)});
+        return;
+      case Op::AsyncDescriptorStore:
+        runtime_call(block_fn::kTmaStore, b_.getVoidTy(),
+                     {ctx_, site(n), val(n->operands[0]).v, val(n->operands[1]).v, coordinates(n, 2)});
+        return;
+      case Op::AsyncStoreWait:
+        runtime_call(block_fn::kTmaStoreWait, b_.getVoidTy(),
+                     {ctx_, site(n), b_.getInt32(static_cast<uint32_t>(n->attrs.ints[0]))});
+        return;
       default: break;
     }
     throw InternalError(fmt::format("CPU lowering: no rule for op '{}'", ir::op_name(n->op)));
@@ -537,6 +552,14 @@ class Lowering {
     Value* slot = tile_slot(x->type.dtype, x->type.shape);
     loop(numel(x->type.shape), [&](Value* i) { store_elem(x->type.dtype, slot, i, elem(x, i)); });
     return slot;
+  }
+  // A TMA copy's coordinates (operands `first`...), outermost first, in an i32 array on the stack.
+  Value* coordinates(const NodeRef& n, size_t first) {
+    auto* type = llvm::ArrayType::get(i32_, 5);
+    Value* array = entry_alloca(type);
+    for (size_t i = first; i < n->operands.size(); ++i)
+      b_.CreateStore(scalar(n->operands[i]), b_.CreateConstInBoundsGEP2_32(type, array, 0, static_cast<unsigned>(i - first)));
+    return array;
   }
   void async_dot(const NodeRef& n) {
     const auto& o = n->operands;

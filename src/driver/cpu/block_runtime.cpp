@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "driver/cpu/fibers.h"
+#include "driver/tensor_desc_data.h"
 #include "passes/shared_memory_plan.h"  // kMbarrierBytes
 #include "weft/dtype.h"
 #include "weft/error.h"
@@ -47,6 +48,50 @@ struct DotJob {
   int32_t M = 0, N = 0, K = 0;
   std::vector<float> acc;
 };
+
+// A TMA copy in flight: a load lands when its barrier's phase completes, a store is performed at the
+// async_store_wait that retires it (or when its fiber ends).
+struct TmaCopy {
+  const detail::TensorDescData* desc = nullptr;
+  char* smem = nullptr;
+  int32_t coords[detail::TensorDescData::kMaxRank] = {};
+  int32_t fiber = 0;
+};
+
+// Copies the box of `c` at its coordinates between global memory and shared memory (row-major there).
+// Elements outside the tensor read as zero and are not written.
+void tma_copy(const TmaCopy& c, bool load) {
+  const detail::TensorDescData& d = *c.desc;
+  int64_t count = 1;
+  for (int i = 0; i < d.rank; ++i) count *= d.box[i];
+  const int64_t eb = d.element_bytes;
+  for (int64_t e = 0; e < count; ++e) {
+    int64_t rest = e, offset = 0;
+    bool inside = true;
+    for (int i = d.rank - 1; i >= 0; --i) {
+      int64_t x = int64_t(c.coords[i]) + rest % d.box[i];
+      rest /= d.box[i];
+      inside = inside && x >= 0 && x < d.dims[i];
+      offset += x * d.strides[i];
+    }
+    char* global = static_cast<char*>(d.base) + offset * eb;
+    char* shared = c.smem + e * eb;
+    if (load) {
+      if (inside)
+        std::memcpy(shared, global, size_t(eb));
+      else
+        std::memset(shared, 0, size_t(eb));
+    } else if (inside) {
+      std::memcpy(global, shared, size_t(eb));
+    }
+  }
+}
+
+int64_t box_bytes(const detail::TensorDescData& d) {
+  int64_t n = d.element_bytes;
+  for (int i = 0; i < d.rank; ++i) n *= d.box[i];
+  return n;
+}
 
 // A pending async_dot result is all NaNs; these carry the job's id so that the value can travel (through
 // Vars) to the async_dot_wait that retires it. Quiet NaNs with bit 21 set (weft's other poisons have it
@@ -135,6 +180,8 @@ struct BlockState {
   std::vector<Mbarrier> mbarriers;
   NamedBarrier named[kNamedBarriers];
   int64_t phases_completed = 0;
+  std::unordered_map<int32_t, std::vector<TmaCopy>> tma_loads;  // by mbarrier slot: land when its phase completes
+  std::vector<TmaCopy> tma_stores;                               // issued, not performed, in issue order
   std::vector<DotJob> dot_jobs;                                   // issued, not retired, in issue order
   std::unordered_map<int32_t, std::vector<float>> dot_results;    // retired, by job id
   int32_t next_dot = 0;
@@ -157,6 +204,8 @@ struct BlockState {
       f.waiting = Waiting::Nothing;
     }
     phases_completed = 0;
+    tma_loads.clear();
+    tma_stores.clear();
     dot_jobs.clear();
     dot_results.clear();
     next_dot = 0;
@@ -245,10 +294,32 @@ struct BlockState {
     complete_if_done(m);
   }
   void complete_if_done(Mbarrier& m) {
-    if (m.pending > 0 || m.bytes_pending > 0) return;
+    if (m.pending > 0 || m.bytes_pending != 0) return;
+    auto loads = tma_loads.find(static_cast<int32_t>(&m - mbarriers.data()));
+    if (loads != tma_loads.end()) {  // the copies this phase waited for land now
+      for (const TmaCopy& c : loads->second) tma_copy(c, true);
+      tma_loads.erase(loads);
+    }
     m.parity ^= 1;
     m.pending = m.arrive_count;
     ++phases_completed;
+  }
+
+  // ---- TMA stores ----
+
+  // Performs the oldest stores of `fiber` until at most `pending` are left.
+  void retire_stores(int32_t fiber, int32_t pending) {
+    int32_t mine = 0;
+    for (const TmaCopy& c : tma_stores) mine += c.fiber == fiber;
+    for (auto it = tma_stores.begin(); it != tma_stores.end() && mine > pending;) {
+      if (it->fiber != fiber) {
+        ++it;
+        continue;
+      }
+      tma_copy(*it, false);
+      it = tma_stores.erase(it);
+      --mine;
+    }
   }
 
   // ---- async dots ----
@@ -260,6 +331,12 @@ struct BlockState {
   }
   std::vector<float> compute(const DotJob& j) const {
     std::vector<float> out(j.acc);
+    uint32_t first;
+    std::memcpy(&first, out.data(), 4);
+    if ((first & ~kPendingIdMask) == kPendingTag) {  // chained on an earlier dot of this fiber (retired first)
+      auto earlier = dot_results.find(static_cast<int32_t>(first & kPendingIdMask));
+      if (earlier != dot_results.end()) out = earlier->second;
+    }
     for (int32_t r = 0; r < j.M; ++r)
       for (int32_t c = 0; c < j.N; ++c) {
         double s = 0;  // exact products of 16-bit floats, summed more precisely than the tensor cores do
@@ -412,10 +489,41 @@ void async_dot_wait(const ProgramCtx* ctx, int32_t, int32_t pending, const float
     std::memmove(out, value, size_t(count) * 4);  // a finished value, or one still in flight (NaNs)
 }
 
+TmaCopy make_copy(const ProgramCtx* ctx, const detail::TensorDescData* desc, char* smem, const int32_t* coords) {
+  TmaCopy c;
+  c.desc = desc;
+  c.smem = smem;
+  c.fiber = ctx->fiber;
+  std::copy(coords, coords + desc->rank, c.coords);
+  return c;
+}
+
+void tma_load(const ProgramCtx* ctx, int32_t site, const detail::TensorDescData* desc, char* smem, int32_t barrier,
+              const int32_t* coords) noexcept {
+  BlockState& b = state_of(ctx);
+  int32_t slot = b.slot_of(ctx, site, barrier);
+  int64_t bytes = box_bytes(*desc);
+  std::memset(smem, 0xFF, size_t(bytes));  // not there yet: poison until the phase completes
+  b.tma_loads[slot].push_back(make_copy(ctx, desc, smem, coords));
+  Mbarrier& m = b.mbarriers[slot];
+  m.bytes_pending -= bytes;  // complete_tx: the bytes are on their way
+  b.complete_if_done(m);
+}
+
+void tma_store(const ProgramCtx* ctx, int32_t, const detail::TensorDescData* desc, const char* smem,
+               const int32_t* coords) noexcept {
+  state_of(ctx).tma_stores.push_back(make_copy(ctx, desc, const_cast<char*>(smem), coords));
+}
+
+void tma_store_wait(const ProgramCtx* ctx, int32_t, int32_t pending) noexcept {
+  state_of(ctx).retire_stores(ctx->fiber, pending);
+}
+
 void run_fiber(void* arg, int i) {
   auto* b = static_cast<BlockState*>(arg);
   FiberState& f = b->fibers[i];
   b->entry(b->args, &f.ctx, f.frame);
+  b->retire_stores(f.ctx.fiber, 0);  // bulk stores complete before the kernel does
 }
 
 }  // namespace
@@ -489,6 +597,9 @@ const std::vector<RuntimeSymbol>& block_runtime_symbols() {
       {fn::kNamedBarrierWait, reinterpret_cast<void*>(&named_barrier_wait)},
       {fn::kAsyncDot, reinterpret_cast<void*>(&async_dot)},
       {fn::kAsyncDotWait, reinterpret_cast<void*>(&async_dot_wait)},
+      {fn::kTmaLoad, reinterpret_cast<void*>(&tma_load)},
+      {fn::kTmaStore, reinterpret_cast<void*>(&tma_store)},
+      {fn::kTmaStoreWait, reinterpret_cast<void*>(&tma_store_wait)},
   };
   return symbols;
 }
