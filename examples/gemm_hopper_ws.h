@@ -1,5 +1,6 @@
 // A persistent, warp-specialized bf16 GEMM for Hopper, written only with weft's public API:
-//   C (M x N) = A (M x K) @ B^T, B stored N x K (both K-contiguous, "TN"), f32 accumulation, bf16 out.
+//   C (M x N) = A (M x K) @ B, B stored N x K (K contiguous: C = A B^T) or K x N (N contiguous, read by
+//   wgmma as a transposed, N-major operand in 64-column panels), f32 accumulation, bf16 out.
 //
 // One producer warp group (40 registers per thread) issues TMA loads of A and B tiles into a ring of
 // `stages` shared-memory stages guarded by `full` / `empty` mbarriers; two consumer warp groups (232
@@ -20,13 +21,16 @@ struct GemmConfig {
   int epilogue_n = 64;               // columns of C written per TMA store
 };
 
-inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg = {}) {
+inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg, bool b_is_nk) {
   using namespace weft;
-  return Kernel("gemm_hopper_ws", [cfg](TensorDesc<bf16, 2> A, TensorDesc<bf16, 2> B, TensorDesc<bf16, 2> C, Int M, Int N,
-                                        Int K) {
+  return Kernel(b_is_nk ? "gemm_hopper_ws_nk" : "gemm_hopper_ws_kn", [cfg, b_is_nk](TensorDesc<bf16, 2> A,
+                                                                                    TensorDesc<bf16, 2> B,
+                                                                                    TensorDesc<bf16, 2> C, Int M, Int N,
+                                                                                    Int K) {
     const int BM = cfg.BM, BN = cfg.BN, BK = cfg.BK, S = cfg.stages, HALF = cfg.BM / 2, EN = cfg.epilogue_n;
+    const int PANEL = 64;  // columns of B (K x N) one TMA box brings: 128 bytes, the swizzle's width
     auto a_s = local_alloc<bf16>({BM, BK}, S, "a_s");
-    auto b_s = local_alloc<bf16>({BN, BK}, S, "b_s");
+    auto b_s = b_is_nk ? local_alloc<bf16>({BN, BK}, S, "b_s") : local_alloc<bf16>({BK, BN}, S, "b_s");
     auto c_s = local_alloc<bf16>({HALF, EN}, 2, "c_s");  // one per consumer
     auto full = alloc_barriers(S, 1, "full");            // the producer's expect_bytes, then TMA bytes
     auto empty = alloc_barriers(S, 2, "empty");          // both consumers release a stage
@@ -40,7 +44,13 @@ inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg = {}) {
               p.acquire(empty);
               barrier_expect_bytes(full[p.index()], a_s.stage_bytes() + b_s.stage_bytes());
               async_descriptor_load(A, a_s[p.index()], {m * BM, k * BK}, full[p.index()]);
-              async_descriptor_load(B, b_s[p.index()], {n * BN, k * BK}, full[p.index()]);
+              if (b_is_nk) {
+                async_descriptor_load(B, b_s[p.index()], {n * BN, k * BK}, full[p.index()]);
+              } else {
+                for (int j = 0; j < BN / PANEL; ++j)
+                  async_descriptor_load(B, b_s[p.index()].cols(j * PANEL, PANEL), {k * BK, n * BN + j * PANEL},
+                                        full[p.index()]);
+              }
               p.advance();
             });
           });
@@ -52,7 +62,8 @@ inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg = {}) {
             Var acc = zeros<float>({HALF, BN});
             for_range(0, k_tiles, [&](Int k) {
               p.wait(full);
-              Tile<float> d = async_dot(a_s[p.index()].rows(r * HALF, HALF), local_trans(b_s[p.index()]), acc);
+              SharedView<bf16> b = b_is_nk ? local_trans(b_s[p.index()]) : b_s[p.index()];
+              Tile<float> d = async_dot(a_s[p.index()].rows(r * HALF, HALF), b, acc);
               acc = async_dot_wait(0, d);
               p.release(empty);
               p.advance();
@@ -69,31 +80,9 @@ inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg = {}) {
   });
 }
 
-// C (M x N) = A (M x K) @ B, bf16 row-major, f32 accumulation; B is N x K (b_is_nk true) — the Hopper
-// kernel above — or K x N (false), which this kernel does not take yet: that layout runs a plain tiled
-// `dot` kernel (examples/matmul.h's approach), much slower. Launches on the default stream and returns
-// without waiting.
-namespace gemm_fallback {
-inline weft::Kernel make_tiled_gemm_kn() {
-  using namespace weft;
-  return Kernel("gemm_tiled_kn", [](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> c, Int M, Int N, Int K, Const<int> BM,
-                                    Const<int> BN, Const<int> BK) {
-    Int rows = program_id(0) * BM + arange(0, BM), cols = program_id(1) * BN + arange(0, BN), ks = arange(0, BK);
-    Var acc = zeros<float>({BM, BN});
-    for_range(0, K, BK, [&](Int k0) {
-      Int ka = k0 + ks;
-      Tile<bf16> a_tile = load(a + expand_dims(rows, 1) * K + expand_dims(ka, 0),
-                               (expand_dims(rows, 1) < M) & (expand_dims(ka, 0) < K), 0);
-      Tile<bf16> b_tile = load(b + expand_dims(ka, 1) * N + expand_dims(cols, 0),
-                               (expand_dims(ka, 1) < K) & (expand_dims(cols, 0) < N), 0);
-      acc = dot(a_tile, b_tile, acc);
-    });
-    store(c + expand_dims(rows, 1) * N + expand_dims(cols, 0), cast<bf16>(acc),
-          (expand_dims(rows, 1) < M) & (expand_dims(cols, 0) < N));
-  });
-}
-}  // namespace gemm_fallback
-
+// C (M x N) = A (M x K) @ B, bf16 row-major, f32 accumulation; B is K x N (b_is_nk false) or N x K (true).
+// N and K must be multiples of 8 (TMA's 16-byte row strides). Launches on the default stream of the
+// buffers' device and returns without waiting.
 inline void gemm_hopper_ws(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
                            const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk) {
   using namespace weft;
@@ -105,15 +94,14 @@ inline void gemm_hopper_ws(const weft::Buffer<weft::bf16>& a, const weft::Buffer
   expect("A", a.size(), size_t(M) * K);
   expect("B", b.size(), size_t(K) * N);
   expect("C", c.size(), size_t(M) * N);
-  if (!b_is_nk) {
-    static const Kernel kn = gemm_fallback::make_tiled_gemm_kn();
-    kn.launch(Grid((M + 63) / 64, (N + 63) / 64), a, b, c, M, N, K, 64, 64, 32);
-    return;
-  }
   static const GemmConfig cfg;
-  static const Kernel gemm = make_gemm_hopper_ws(cfg);
+  static const Kernel nk = make_gemm_hopper_ws(cfg, true), kn = make_gemm_hopper_ws(cfg, false);
   Device dev = Device::from_backend(*a.backend());
   int tiles = ((M + cfg.BM - 1) / cfg.BM) * ((N + cfg.BN - 1) / cfg.BN);
-  gemm.launch(Grid(std::min(tiles, dev.multiprocessors())), tma(a, {M, K}, {cfg.BM, cfg.BK}),
-              tma(b, {N, K}, {cfg.BN, cfg.BK}), tma(c, {M, N}, {cfg.BM / 2, cfg.epilogue_n}), M, N, K);
+  Grid grid(std::min(tiles, dev.multiprocessors()));
+  auto c_desc = tma(c, {M, N}, {cfg.BM / 2, cfg.epilogue_n});
+  if (b_is_nk)
+    nk.launch(grid, tma(a, {M, K}, {cfg.BM, cfg.BK}), tma(b, {N, K}, {cfg.BN, cfg.BK}), c_desc, M, N, K);
+  else
+    kn.launch(grid, tma(a, {M, K}, {cfg.BM, cfg.BK}), tma(b, {K, N}, {cfg.BK, 64}), c_desc, M, N, K);
 }

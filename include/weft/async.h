@@ -63,6 +63,14 @@ template <class T> class SharedView {
     a.ints = {count};
     return SharedView(detail::emit(detail::Op::LocalRows, {node_, first.node}, std::move(a), first.loc));
   }
+  // Columns [first, first + count) of a 2-D stage. The buffer then keeps its columns in panels of
+  // `count`: each panel is its own row-major [rows, count] block (what one TMA box of that width fills),
+  // so a view of whole panels is contiguous.
+  SharedView cols(int first, int count, SourceLoc loc = SourceLoc::current()) const {
+    detail::Attrs a;
+    a.ints = {first, count};
+    return SharedView(detail::emit(detail::Op::LocalCols, {node_}, std::move(a), loc));
+  }
 
  private:
   detail::NodeRef node_;

@@ -529,6 +529,17 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       s[0] = rows;
       return Type::shared(v.dtype, s);
     }
+    case Op::LocalCols: {
+      const Type& v = shared_operand(op, operands, 0, true, loc);
+      if (operands[0]->op != Op::LocalView)
+        fail(loc, "cols() takes a whole stage (buffer[stage]): column panels are a property of the buffer");
+      int64_t first = attrs.ints.at(0), count = attrs.ints.at(1);
+      if (v.rank() != 2 || count < 1 || first < 0 || first + count > v.shape[1] || first % count != 0)
+        fail(loc, fmt::format("cols({}, {}) of a {} stage: the columns must lie inside it and start at a multiple of "
+                              "the count",
+                              first, count, shape_str(v.shape)));
+      return Type::shared(v.dtype, {v.shape[0], count});
+    }
     case Op::LocalTrans: {
       const Type& v = shared_operand(op, operands, 0, true, loc);
       if (v.rank() != 2) fail(loc, fmt::format("local_trans transposes a 2-D buffer stage, got {}", v.str()));

@@ -32,6 +32,16 @@ struct Assigner {
                   use.loc);
   }
 
+  void want_panels(const ir::Node& use, const ir::Node* view, int64_t cols) {
+    const ir::Node* alloc = root_allocation(view);
+    auto [it, added] = layouts.panels.emplace(alloc, cols);
+    if (!added && it->second != cols)
+      throw Error(fmt::format("{} needs buffer '{}' in panels of {} columns, but another use needs panels of {}; view "
+                              "its stages by one column width",
+                              ir::op_name(use.op), alloc->attrs.names.at(0), cols, it->second),
+                  use.loc);
+  }
+
   void region(const ir::Region& r) {
     for (const ir::NodeRef& n : r.body) {
       switch (n->op) {
@@ -39,10 +49,20 @@ struct Assigner {
         case ir::Op::AsyncDescriptorStore:
           want(*n, n->operands[1].get(), static_cast<int>(n->operands[0]->attrs.ints.at(3)), "its TMA descriptor's");
           break;
+        case ir::Op::LocalCols:
+          want_panels(*n, n.get(), n->attrs.ints[1]);
+          break;
         case ir::Op::AsyncDot:
           for (int i = 0; i < 2; ++i) {
             const ir::Node* alloc = root_allocation(n->operands[i].get());
             int64_t row_bytes = alloc->type.shape.back() * alloc->type.dtype.bytes();
+            if (i == 1 && n->operands[1]->op != ir::Op::LocalTrans && row_bytes > 128) {
+              // B stored K x N: N-major panels as wide as the 128-byte swizzle.
+              int64_t panel = 128 / alloc->type.dtype.bytes();
+              want_panels(*n, alloc, panel);
+              want(*n, alloc, 128, "wgmma's for N-major panels");
+              continue;
+            }
             if (row_bytes != 32 && row_bytes != 64 && row_bytes != 128)
               throw Error(fmt::format("async_dot reads buffer '{}' whose rows are {} bytes; wgmma operands in shared "
                                       "memory need rows (the contiguous dimension) of 32, 64 or 128 bytes: for bf16, "

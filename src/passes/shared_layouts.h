@@ -1,6 +1,9 @@
 // Pass: the byte layout of each shared-memory buffer — which swizzle its stages use.
 //
-// A buffer that TMA fills or drains takes its descriptor's swizzle (the copy engine writes that layout);
+// A 2-D buffer whose stages are viewed by columns (cols(), e.g. filled by TMA boxes narrower than a row)
+// keeps its columns in panels: element (r, c) of an [R, C] stage with panels of P columns is at element
+// (c / P) * R * P + r * P + c % P; a wgmma B operand stored K x N (N contiguous) is paneled by the swizzle
+// width. A buffer that TMA fills or drains takes its descriptor's swizzle (the copy engine writes that layout);
 // a buffer that wgmma reads needs the swizzle its row width allows (rows of 128, 64 or 32 bytes, swizzled
 // as wide). Other buffers are plain row-major. Two uses that want different layouts are an error that
 // names both lines. Within each 1024-byte-aligned group of 8 rows (of 128 bytes for a 128-byte swizzle),
@@ -17,11 +20,16 @@
 namespace weft::passes {
 
 struct SharedLayouts {
-  std::unordered_map<const ir::Node*, int> swizzle;  // LocalAlloc -> swizzle bytes (0, 32, 64, 128)
+  std::unordered_map<const ir::Node*, int> swizzle;      // LocalAlloc -> swizzle bytes (0, 32, 64, 128)
+  std::unordered_map<const ir::Node*, int64_t> panels;   // LocalAlloc -> columns per panel (absent: none)
 
   int of(const ir::Node* alloc) const {
     auto it = swizzle.find(alloc);
     return it == swizzle.end() ? 0 : it->second;
+  }
+  int64_t panel_of(const ir::Node* alloc) const {
+    auto it = panels.find(alloc);
+    return it == panels.end() ? 0 : it->second;
   }
 };
 
@@ -29,6 +37,12 @@ struct SharedLayouts {
 const ir::Node* root_allocation(const ir::Node* view);
 
 SharedLayouts assign_shared_layouts(const ir::Function& f);
+
+// Where element (r, c) of an [R, C] stage is stored (in elements), with panels of P columns (0: none).
+inline int64_t paneled_index(int64_t r, int64_t c, int64_t R, int64_t C, int64_t P) {
+  if (P == 0 || P == C) return r * C + c;
+  return (c / P) * R * P + r * P + c % P;
+}
 
 // The byte offset within a stage where the swizzle puts logical byte `offset`.
 inline int64_t swizzled(int64_t offset, int swizzle_bytes) {

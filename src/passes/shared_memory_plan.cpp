@@ -14,6 +14,7 @@ std::string SharedMemoryPlan::table() const {
     std::string what = n.op == ir::Op::LocalAlloc ? n.type.dtype.str() + ir::shape_str(n.type.shape)
                                                   : fmt::format("{} mbarriers", n.type.shape.at(0));
     if (a.swizzle) what += fmt::format(", {}-byte swizzle", a.swizzle);
+    if (a.panel) what += fmt::format(", panels of {} columns", a.panel);
     rows += fmt::format("\n  '{}' {}: {} bytes at offset {} ({})", a.name, what, a.bytes, a.offset, n.loc.str());
   }
   return rows;
@@ -46,6 +47,7 @@ SharedMemoryPlan plan_shared_memory(const ir::Function& f, int64_t limit) {
     a.bytes = bytes;
     a.stage_bytes = stage_bytes;
     a.swizzle = swizzle;
+    a.panel = n->op == ir::Op::LocalAlloc ? layouts.panel_of(n.get()) : 0;
     plan.bytes = a.offset + bytes;
     plan.index[n.get()] = plan.allocations.size();
     plan.allocations.push_back(a);

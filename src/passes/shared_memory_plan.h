@@ -22,6 +22,7 @@ struct SharedAllocation {
   int64_t bytes = 0;
   int64_t stage_bytes = 0;  // the distance between stages: a swizzled stage starts 1024-byte aligned
   int swizzle = 0;          // bytes (passes/shared_layouts.h)
+  int64_t panel = 0;        // columns per panel (passes/shared_layouts.h); 0: plain row-major stages
 };
 
 struct SharedMemoryPlan {

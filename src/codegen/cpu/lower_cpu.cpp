@@ -22,6 +22,7 @@
 #include "codegen/cpu/cpu_abi.h"
 #include "codegen/element_ops.h"
 #include "codegen/llvm_builders.h"
+#include "passes/shared_layouts.h"
 #include "passes/shared_memory_plan.h"
 #include "passes/task_plan.h"
 
@@ -48,7 +49,7 @@ bool is_block_op(Op op) {
     case Op::LocalAlloc: case Op::LocalView: case Op::LocalLoad: case Op::LocalStore: case Op::AllocBarriers:
     case Op::BarrierAt: case Op::BarrierExpectBytes: case Op::BarrierArrive: case Op::BarrierWait:
     case Op::NamedBarrierArrive: case Op::NamedBarrierWait: case Op::AsyncTasks: case Op::TaskReplicaId:
-    case Op::LocalTrans: case Op::LocalRows: case Op::AsyncDot: case Op::AsyncDotWait: case Op::FenceAsyncShared:
+    case Op::LocalTrans: case Op::LocalRows: case Op::LocalCols: case Op::AsyncDot: case Op::AsyncDotWait: case Op::FenceAsyncShared:
     case Op::AsyncDescriptorLoad: case Op::AsyncDescriptorStore: case Op::AsyncStoreWait:
       return true;
     default:
@@ -93,7 +94,10 @@ class Lowering {
  public:
   Lowering(const ir::Function& f, llvm::LLVMContext& c, const std::string& symbol, int default_warps)
       : f_(f), c_(c), b_(c), ops_(b_, MathTarget::Host) {
-    if (uses_block_ops(f.body)) block_ = make_block_plan(f, default_warps, alloc_index_);
+    if (uses_block_ops(f.body)) {
+      block_ = make_block_plan(f, default_warps, alloc_index_);
+      layouts_ = passes::assign_shared_layouts(f);
+    }
     mod_ = std::make_unique<llvm::Module>(symbol, c);
     ptr_ = llvm::PointerType::get(c, 0);
     i8_ = b_.getInt8Ty();
@@ -415,6 +419,7 @@ class Lowering {
       case Op::TaskReplicaId: return task_replica_id(n);
       case Op::LocalTrans: vals_[n.get()] = val(n->operands[0]); return;  // the same bytes, read transposed
       case Op::LocalRows: return local_rows(n);
+      case Op::LocalCols: return local_cols(n);
       case Op::AsyncDot: return async_dot(n);
       case Op::AsyncDotWait: return async_dot_wait(n);
       case Op::FenceAsyncShared: return;  // one proxy on the CPU
@@ -534,11 +539,34 @@ class Lowering {
     const NodeRef& x = n->operands[1];
     loop(numel(x->type.shape), [&](Value* i) { store_elem(x->type.dtype, view, stored_index(n->operands[0], i), elem(x, i)); });
   }
-  // Where element i of a view is stored: a local_trans view [C, R] reads storage [R, C].
+  // Where element i of a view is stored: a local_trans view [C, R] reads storage [R, C]; a buffer in
+  // column panels keeps (r, c) at (c / P) * R * P + r * P + c % P (passes/shared_layouts.h).
   Value* stored_index(const NodeRef& view, Value* i) {
-    if (view->op != Op::LocalTrans) return i;
-    int64_t R = view->type.shape[1], C = view->type.shape[0];
-    return b_.CreateAdd(b_.CreateMul(b_.CreateURem(i, i64c(R)), i64c(C)), b_.CreateUDiv(i, i64c(R)));
+    bool transposed = view->op == Op::LocalTrans;
+    const ir::Shape& stored = transposed ? view->operands[0]->type.shape : view->type.shape;
+    if (transposed) {
+      int64_t R = view->type.shape[1], C = view->type.shape[0];
+      i = b_.CreateAdd(b_.CreateMul(b_.CreateURem(i, i64c(R)), i64c(C)), b_.CreateUDiv(i, i64c(R)));
+    }
+    int64_t P = panel_of(view);
+    if (!P) return i;
+    Value* r = b_.CreateUDiv(i, i64c(stored[1]));
+    Value* c = b_.CreateURem(i, i64c(stored[1]));
+    return b_.CreateAdd(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(c, i64c(P)), i64c(stored[0] * P)), b_.CreateMul(r, i64c(P))),
+                        b_.CreateURem(c, i64c(P)));
+  }
+  // The panel width of a view's buffer when the view spans several panels, else 0.
+  int64_t panel_of(const NodeRef& view) {
+    const ir::Shape& stored = view->op == Op::LocalTrans ? view->operands[0]->type.shape : view->type.shape;
+    int64_t P = layouts_.panel_of(passes::root_allocation(view.get()));
+    return stored.size() == 2 && P && P < stored[1] ? P : 0;
+  }
+  void local_cols(const NodeRef& n) {
+    const NodeRef& view = n->operands[0];
+    int64_t P = layouts_.panel_of(passes::root_allocation(n.get())), first = n->attrs.ints[0];
+    int64_t rows = view->type.shape[0], eb = n->type.dtype.bytes();
+    int64_t bytes = P ? first / P * rows * P * eb : first * eb;
+    vals_[n.get()] = {Val::Kind::Scalar, b_.CreateConstInBoundsGEP1_64(i8_, val(view).v, bytes)};
   }
   void local_rows(const NodeRef& n) {
     const NodeRef& view = n->operands[0];
@@ -567,7 +595,7 @@ class Lowering {
     auto i32c = [&](int64_t v) { return b_.getInt32(static_cast<uint32_t>(v)); };
     runtime_call(block_fn::kAsyncDot, b_.getVoidTy(),
                  {ctx_, site(n), val(o[0]).v, i32c(o[0]->op == Op::LocalTrans), val(o[1]).v,
-                  i32c(o[1]->op == Op::LocalTrans), i32c(n->type.shape[0]), i32c(n->type.shape[1]),
+                  i32c(o[1]->op == Op::LocalTrans), i32c(panel_of(o[1])), i32c(n->type.shape[0]), i32c(n->type.shape[1]),
                   i32c(o[0]->type.shape[1]), i32c(o[0]->type.dtype.scalar == ScalarType::f16), tile_address(o[2]), out});
     vals_[n.get()] = {Val::Kind::Memory, out};
   }
@@ -645,6 +673,7 @@ class Lowering {
   std::unordered_map<const ir::Node*, Val> vals_;
   std::unordered_map<const ir::Node*, Value*> vars_;
   std::shared_ptr<BlockPlan> block_;                         // null without block ops
+  passes::SharedLayouts layouts_;                             // the buffers' column panels
   std::unordered_map<const ir::Node*, int32_t> alloc_index_;  // LocalAlloc/AllocBarriers -> BlockPlan index
 };
 

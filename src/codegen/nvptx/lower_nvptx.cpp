@@ -994,14 +994,25 @@ class Lowering {
   // and wgmma-layout values go element by element.
   void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value) {
     Value* offset = regs(view).v[0];
-    int swz = allocations_.of(passes::root_allocation(view.get())).swizzle;
+    const passes::SharedAllocation& alloc = allocations_.of(passes::root_allocation(view.get()));
+    int swz = alloc.swizzle;
     bool transposed = view->op == Op::LocalTrans;
+    // Panels: a view's columns are stored in [rows, P] blocks (passes/shared_layouts.h).
+    const ir::Shape& stored = transposed ? view->operands[0]->type.shape : view->type.shape;
+    int64_t panel = stored.size() == 2 && alloc.panel && alloc.panel < stored[1] ? alloc.panel : 0;
     llvm::Type* mt = ops_.memory_type(d);
     int64_t eb = d.bytes();
     auto address = [&](Value* flat) {  // element `flat` of the view
       if (transposed) {  // the view is [C, R] of storage [R, C]
         int64_t R = view->type.shape[1], C = view->type.shape[0];
         flat = b_.CreateAdd(b_.CreateMul(b_.CreateURem(flat, i32c(R)), i32c(C)), b_.CreateUDiv(flat, i32c(R)));
+      }
+      if (panel) {  // (r, c) -> (c / P) * R * P + r * P + c % P
+        Value* r = b_.CreateUDiv(flat, i32c(stored[1]));
+        Value* c = b_.CreateURem(flat, i32c(stored[1]));
+        flat = b_.CreateAdd(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(c, i32c(panel)), i32c(stored[0] * panel)),
+                                         b_.CreateMul(r, i32c(panel))),
+                            b_.CreateURem(c, i32c(panel)));
       }
       Value* byte = swizzle(b_.CreateMul(flat, i32c(eb)), swz);
       return b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(b_.CreateAdd(offset, byte), b_.getInt64Ty()));
@@ -1050,6 +1061,13 @@ class Lowering {
         return;
       }
       case Op::LocalTrans: regs_[n.get()] = regs(o[0]); return;  // the same bytes
+      case Op::LocalCols: {  // whole panels: the first one's offset
+        const passes::SharedAllocation& a = allocations_.of(passes::root_allocation(n.get()));
+        int64_t rows = o[0]->type.shape[0], eb = n->type.dtype.bytes();
+        int64_t first = n->attrs.ints[0], bytes = a.panel ? first / a.panel * rows * a.panel * eb : first * eb;
+        regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], i32c(bytes))}};
+        return;
+      }
       case Op::LocalRows: {  // rows are contiguous; a swizzled stage's rows come in groups of 8 (one pattern)
         int64_t row_bytes = o[0]->type.numel() / o[0]->type.shape[0] * o[0]->type.dtype.bytes();
         regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(row_bytes)))}};
@@ -1125,11 +1143,12 @@ class Lowering {
 
   // The 64-bit wgmma descriptor of an operand in shared memory whose rows (its contiguous dimension) are
   // `row_bytes` long, swizzled as wide, starting at byte `offset` (PTX ISA, "Matrix Descriptor"): start
-  // address >> 4, leading byte offset 16 (unused when swizzled), stride byte offset of 8 rows, swizzle mode.
-  Value* wgmma_descriptor(Value* offset, int64_t row_bytes) {
+  // address >> 4; the leading byte offset: unused (16) for K-major operands, the distance between panels
+  // (`panel_bytes`) for N-major ones; the stride byte offset: 8 rows; the swizzle mode.
+  Value* wgmma_descriptor(Value* offset, int64_t row_bytes, int64_t panel_bytes = 16) {
     Value* address = b_.CreateZExt(b_.CreateLShr(b_.CreateAnd(shared_address(offset), i32c(0x3FFFF)), i32c(4)), b_.getInt64Ty());
     uint64_t mode = row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : 3;
-    uint64_t fixed = (uint64_t(16 >> 4) << 16) | (uint64_t((8 * row_bytes) >> 4) << 32) | (mode << 62);
+    uint64_t fixed = (uint64_t((panel_bytes >> 4) & 0x3FFF) << 16) | (uint64_t((8 * row_bytes) >> 4) << 32) | (mode << 62);
     return b_.CreateOr(address, b_.getInt64(fixed));
   }
 
@@ -1142,14 +1161,14 @@ class Lowering {
                               "task of 4 warps (or a kernel of num_warps = 4)",
                               threads_ / 32),
                   n->loc);
-    if (o[1]->op != Op::LocalTrans)
-      throw Error("async_dot: b must be a buffer stage stored [N, K] (K contiguous) and passed as local_trans(stage); a "
-                  "stage stored [K, N] is not supported yet",
-                  n->loc);
     int64_t M = n->type.shape[0], N = n->type.shape[1], K = o[0]->type.shape[1];
     const passes::SharedAllocation& a_alloc = allocations_.of(passes::root_allocation(o[0].get()));
     const passes::SharedAllocation& b_alloc = allocations_.of(passes::root_allocation(o[1].get()));
-    int64_t elem = o[0]->type.dtype.bytes(), a_row = K * elem, b_row = K * elem;
+    // b: stored [N, K] and seen through local_trans (K-major), or stored [K, N] (N-major: wgmma's
+    // transposed B), in panels of the swizzle's width when N is wider.
+    bool b_n_major = o[1]->op != Op::LocalTrans;
+    int64_t elem = o[0]->type.dtype.bytes(), a_row = K * elem;
+    int64_t b_row = b_n_major ? std::min<int64_t>(N * elem, 128) : K * elem;
     if (a_alloc.swizzle != a_row || b_alloc.swizzle != b_row)
       throw InternalError("async_dot: operand buffers without the swizzle of their row width");
     Regs acc = raw(o[2]);
@@ -1166,8 +1185,9 @@ class Lowering {
       std::vector<Value*> d(acc.v.begin() + block * N / 2, acc.v.begin() + (block + 1) * N / 2);
       for (int64_t k = 0; k < K / 16; ++k) {
         Value* a_desc = wgmma_descriptor(b_.CreateAdd(a_base, i32c(block * 64 * a_row + k * 32)), a_row);
-        Value* b_desc = wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 32)), b_row);
-        d = ptx_.wgmma(bf16, static_cast<int>(N), a_desc, b_desc, d, false);
+        Value* b_desc = b_n_major ? wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 16 * b_row)), b_row, K * b_row)
+                                  : wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 32)), b_row);
+        d = ptx_.wgmma(bf16, static_cast<int>(N), a_desc, b_desc, d, b_n_major);
       }
       out.v.insert(out.v.end(), d.begin(), d.end());
     }

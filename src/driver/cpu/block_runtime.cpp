@@ -15,6 +15,7 @@
 
 #include "driver/cpu/fibers.h"
 #include "driver/tensor_desc_data.h"
+#include "passes/shared_layouts.h"      // paneled_index
 #include "passes/shared_memory_plan.h"  // kMbarrierBytes
 #include "weft/dtype.h"
 #include "weft/error.h"
@@ -45,6 +46,7 @@ struct DotJob {
   int32_t id = 0, fiber = 0;
   const char *a = nullptr, *b = nullptr;
   bool a_transposed = false, b_transposed = false, f16 = false;
+  int32_t b_panel = 0;  // b stored [K, N] in column panels of this width (0: plain)
   int32_t M = 0, N = 0, K = 0;
   std::vector<float> acc;
 };
@@ -342,7 +344,10 @@ struct BlockState {
         double s = 0;  // exact products of 16-bit floats, summed more precisely than the tensor cores do
         for (int32_t k = 0; k < j.K; ++k) {
           float x = element(j.a, j.a_transposed ? int64_t(k) * j.M + r : int64_t(r) * j.K + k, j.f16);
-          float y = element(j.b, j.b_transposed ? int64_t(c) * j.K + k : int64_t(k) * j.N + c, j.f16);
+          int64_t b_at = j.b_transposed ? int64_t(c) * j.K + k
+                         : j.b_panel     ? passes::paneled_index(k, c, j.K, j.N, j.b_panel)
+                                         : int64_t(k) * j.N + c;
+          float y = element(j.b, b_at, j.f16);
           s += double(x) * double(y);
         }
         out[size_t(r) * j.N + c] = static_cast<float>(double(out[size_t(r) * j.N + c]) + s);
@@ -456,8 +461,8 @@ void named_barrier_wait(const ProgramCtx* ctx, int32_t site, int32_t id, int32_t
 }
 
 void async_dot(const ProgramCtx* ctx, int32_t, const char* a, int32_t a_transposed, const char* b,
-               int32_t b_transposed, int32_t M, int32_t N, int32_t K, int32_t is_f16, const float* acc,
-               float* out) noexcept {
+               int32_t b_transposed, int32_t b_panel, int32_t M, int32_t N, int32_t K, int32_t is_f16,
+               const float* acc, float* out) noexcept {
   BlockState& s = state_of(ctx);
   DotJob j;
   j.id = s.next_dot++;
@@ -466,6 +471,7 @@ void async_dot(const ProgramCtx* ctx, int32_t, const char* a, int32_t a_transpos
   j.b = b;
   j.a_transposed = a_transposed != 0;
   j.b_transposed = b_transposed != 0;
+  j.b_panel = b_panel;
   j.f16 = is_f16 != 0;
   j.M = M;
   j.N = N;
