@@ -57,18 +57,26 @@ inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg, bool b_is_nk) {
         }),
         task("consumer", {.warps = 4, .regs = 232, .replicas = 2}, [&] {
           Int r = task_replica_id();
-          Pipeline p(S);
+          // One wgmma group stays in flight: step k waits for step k - 1's group, then releases its stage
+          // (`done` trails `p` by one step).
+          Pipeline p(S), done(S);
           tiles.for_each([&](Int m, Int n) {
             Var acc = zeros<float>({HALF, BN});
             for_range(0, k_tiles, [&](Int k) {
               p.wait(full);
               SharedView<bf16> b = b_is_nk ? local_trans(b_s[p.index()]) : b_s[p.index()];
-              Tile<float> d = async_dot(a_s[p.index()].rows(r * HALF, HALF), b, acc);
-              acc = async_dot_wait(0, d);
-              p.release(empty);
+              acc = async_dot_wait(1, async_dot(a_s[p.index()].rows(r * HALF, HALF), b, acc));
+              if_(k > 0, [&] {
+                done.release(empty);
+                done.advance();
+              });
               p.advance();
             });
-            Tile<float> result = acc;
+            Tile<float> result = async_dot_wait(0, acc);
+            if_(k_tiles > 0, [&] {
+              done.release(empty);
+              done.advance();
+            });
             for (int j = 0; j < BN / EN; ++j) {
               async_store_wait(0);  // the previous store has read c_s[r]
               local_store(c_s[r], cast<bf16>(result.slice(1, j * EN, EN)));

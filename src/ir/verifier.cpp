@@ -625,6 +625,20 @@ struct PlacementChecker {
   }
 };
 
+// An async_dot's value is pending until async_dot_wait: it may only flow into the wait, into a Var
+// (carried to a wait), or be chained into another async_dot as its accumulator.
+void check_async_dot_uses(const Node& n) {
+  for (size_t i = 0; i < n.operands.size(); ++i) {
+    const Node& o = *n.operands[i];
+    if (o.op != Op::AsyncDot) continue;
+    bool allowed = n.op == Op::AsyncDotWait || (n.op == Op::VarSet && i == 1) || (n.op == Op::AsyncDot && i == 2);
+    if (!allowed)
+      fail(n.loc, fmt::format("{} reads the result of async_dot (at {}) before async_dot_wait: the tensor cores may "
+                              "still be writing it; wait first, e.g. acc = async_dot_wait(0, acc)",
+                              name(n.op), o.loc.str()));
+  }
+}
+
 struct ScopeChecker {
   std::unordered_set<const Node*> visible;
   PlacementChecker placement;
@@ -649,6 +663,7 @@ struct ScopeChecker {
         throw InternalError(fmt::format("verifier: node %{} ({}) has type {} but its operands give {}", n->id,
                                         name(n->op), n->type.str(), t.str()));
       placement.check(*n);
+      check_async_dot_uses(*n);
       bool was_in_task = placement.in_task;
       placement.in_task = was_in_task || n->op == Op::AsyncTasks;
       ++placement.depth;

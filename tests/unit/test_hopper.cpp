@@ -3,6 +3,8 @@
 // outputs — on the CPU backend, and on the GPU (gpu-ops:) where `launch` also compares with the CPU.
 #include "test_util.h"
 
+#include "../../examples/gemm_hopper_ws.h"
+
 using namespace weft_test;
 
 TEST_CASE("a producer task feeds two consumer replicas through a shared ring guarded by mbarriers", "[async]") {
@@ -94,4 +96,80 @@ TEST_CASE("async_dot computes a 128x128x64 bf16 tile on the tensor cores (wgmma)
     }
   check_within<float>(c, want, tol, "C = A B^T");
   check_within<float>(c_plus, want_plus, tol, "C + 1");
+}
+
+TEST_CASE("reading an async_dot result before async_dot_wait is an error at the read", "[async][errors]") {
+  int line = 0;
+  Kernel k("early_read", [&](Ptr<float> c) {
+    auto a_s = local_alloc<bf16>({64, 64}, 1, "a_s");
+    auto b_s = local_alloc<bf16>({64, 64}, 1, "b_s");
+    Float d = async_dot(a_s[0], local_trans(b_s[0]), zeros<float>({64, 64}));
+    line = __LINE__; store(c + arange(0, 64), d.slice(1, 0, 1).reshape({64}));
+  });
+  try {
+    k.ir();
+    FAIL("no error");
+  } catch (const Error& e) {
+    std::string m = e.what();
+    INFO(m);
+    CHECK(m.find("before async_dot_wait") != std::string::npos);
+    CHECK(e.where().line == static_cast<unsigned>(line));
+  }
+}
+
+TEST_CASE("a pending async_dot value carried in a Var reads as NaN until its wait (CPU semantics)", "[async][cpu-only]") {
+  // The value travels through a Var, which the verifier cannot follow: the CPU backend poisons it.
+  Kernel k("late_wait", [](Ptr<bf16> a, Ptr<float> early, Ptr<float> late) {
+    auto a_s = local_alloc<bf16>({64, 64}, 1, "a_s");
+    Int r = arange(0, 64);
+    local_store(a_s[0], load(a + r.expand_dims(1) * 64 + r.expand_dims(0)));
+    Var acc = zeros<float>({64, 64});
+    acc = async_dot(a_s[0], local_trans(a_s[0]), acc);
+    Float pending = acc;
+    store(early + r.expand_dims(1) * 64 + r.expand_dims(0), pending);
+    store(late + r.expand_dims(1) * 64 + r.expand_dims(0), async_dot_wait(0, acc));
+  });
+  WEFT_SEEDED_RNG(rng);
+  std::vector<bf16> a = generate<bf16>(rng, 64 * 64, uniform_real<bf16>(-1, 1));
+  Output<float> early(64 * 64), late(64 * 64);
+  launch(k, Grid(1), Input<bf16>(a), early, late);
+  std::vector<float> e = early.read(), l = late.read();
+  size_t nan_early = 0, nan_late = 0;
+  for (size_t i = 0; i < e.size(); ++i) {
+    nan_early += std::isnan(e[i]);
+    nan_late += std::isnan(l[i]);
+  }
+  CHECK(nan_early == e.size());
+  CHECK(nan_late == 0);
+}
+
+TEST_CASE("the warp-specialized GEMM of examples/gemm_hopper_ws.h at odd sizes, both B layouts", "[async]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  for (auto [M, N, K] : {std::tuple{72, 264, 200}, std::tuple{257, 64, 64}}) {
+    INFO("M " << M << " N " << N << " K " << K);
+    std::vector<bf16> a = generate<bf16>(rng, size_t(M) * K, uniform_real<bf16>(-1, 1));
+    std::vector<bf16> b = generate<bf16>(rng, size_t(N) * K, uniform_real<bf16>(-1, 1)), bt(b.size());
+    for (int j = 0; j < N; ++j)
+      for (int k = 0; k < K; ++k) bt[size_t(k) * N + j] = b[size_t(j) * K + k];
+    std::vector<double> want(size_t(M) * N), tol(want.size());
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        double s = 0, mag = 0;
+        for (int k = 0; k < K; ++k) {
+          double p = double(float(a[size_t(i) * K + k])) * double(float(b[size_t(j) * K + k]));
+          s += p;
+          mag += std::fabs(p);
+        }
+        want[size_t(i) * N + j] = s;
+        tol[size_t(i) * N + j] = 0x1p-8 * std::fabs(s) + 1e-5 * mag + 1e-6;  // bf16 output
+      }
+    Buffer<bf16> da = dev.upload(a), db = dev.upload(b), dbt = dev.upload(bt);
+    for (bool b_is_nk : {true, false}) {
+      INFO("B " << (b_is_nk ? "N x K" : "K x N"));
+      Buffer<bf16> dc = dev.upload(std::vector<bf16>(size_t(M) * N, poison_value<bf16>()));
+      gemm_hopper_ws(da, b_is_nk ? db : dbt, dc, M, N, K, b_is_nk);
+      check_within<bf16>(dc.download(), want, tol, "C");
+    }
+  }
 }
