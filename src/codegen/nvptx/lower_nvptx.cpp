@@ -292,6 +292,7 @@ class Lowering {
   struct Chunk {
     std::vector<Value*> ptrs;
     std::vector<Value*> masks;  // empty: unmasked
+    bool one_mask = false;      // proven equal over the chunk (`cols < n`, n a multiple of it): masks[0] says all
   };
   int64_t piece_elems(DType d) { return std::max<int64_t>(1, kMaxAccessBytes / d.bytes()); }
   bool chunks_proven(const NodeRef& ptrs, DType d, int64_t width) {
@@ -301,7 +302,10 @@ class Lowering {
   }
   Value* whole_chunk_ok(const Chunk& c, DType d, bool proven) {
     Value* ok = b_.getTrue();
-    for (Value* m : c.masks) ok = b_.CreateAnd(ok, m);
+    for (Value* m : c.masks) {
+      ok = b_.CreateAnd(ok, m);
+      if (c.one_mask) break;
+    }
     if (proven) return ok;
     int64_t width = static_cast<int64_t>(c.ptrs.size());
     int64_t align = std::min(width, piece_elems(d)) * d.bytes();
@@ -321,6 +325,8 @@ class Lowering {
   }
   Chunk chunk_of(const std::vector<NodeRef>& o, size_t mask_operand, int64_t first, int64_t width) {
     Chunk c;
+    // A chunk is `width` consecutive flat elements starting at a multiple of `width`: the analysis's runs.
+    c.one_mask = o.size() > mask_operand && patterns_.of(o[mask_operand].get()).constancy >= width;
     for (int64_t j = 0; j < width; ++j) {
       c.ptrs.push_back(regs(o[0]).v[first + j]);
       if (o.size() > mask_operand) c.masks.push_back(regs(o[mask_operand]).v[first + j]);
@@ -358,6 +364,10 @@ class Lowering {
         element_wise(vals);
       else if (proven && c.masks.empty())
         whole(vals);
+      else if (proven && c.one_mask)  // all or nothing: no element-wise fallback
+        vals = branch_values(c.masks[0], width, whole, [&](std::vector<Value*>& none) {
+          for (int64_t j = 0; j < width; ++j) none.push_back(otherwise(j));
+        });
       else
         vals = branch_values(whole_chunk_ok(c, d, proven), width, whole, element_wise);
       for (Value* v : vals) out.v.push_back(v);
@@ -397,6 +407,11 @@ class Lowering {
         element_wise();
       else if (proven && c.masks.empty())
         whole(none);
+      else if (proven && c.one_mask)
+        guarded(c.masks[0], [&]() -> Value* {
+          whole(none);
+          return nullptr;
+        }, nullptr);
       else
         branch_values(whole_chunk_ok(c, d, proven), 0, whole, [&](std::vector<Value*>&) { element_wise(); });
     }
