@@ -62,6 +62,14 @@ Value* ElementOps::to_compute(DType d, Value* m) {
   }
 }
 
+Value* ElementOps::to_compute_half_of(DType d, Value* word, bool high) {
+  // bf16 is the top half of an f32: one and (high) or shl (low) instead of unpack + extend + shift.
+  if (!d.pointer && d.scalar == ScalarType::bf16)
+    return b_.CreateBitCast(high ? b_.CreateAnd(word, b_.getInt32(0xffff0000u)) : b_.CreateShl(word, 16), b_.getFloatTy());
+  Value* bits = b_.CreateTrunc(high ? b_.CreateLShr(word, 16) : word, b_.getInt16Ty());
+  return to_compute(d, b_.CreateBitCast(bits, memory_type(d)));
+}
+
 Value* ElementOps::to_memory(DType d, Value* v) {
   if (d.pointer) return v;
   switch (d.scalar) {
@@ -76,6 +84,10 @@ Value* ElementOps::to_memory(DType d, Value* v) {
 }
 
 Value* ElementOps::round(DType d, Value* v) {
+  // On the GPU, bf16 rounds as fptrunc + fpext: a store's to_memory of the result then folds away
+  // (fptrunc(fpext(x)) == x) instead of rounding a second time.
+  if (!d.pointer && d.scalar == ScalarType::bf16 && target_ == MathTarget::Nvptx)
+    return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getBFloatTy()), b_.getFloatTy());
   if (!d.pointer && (d.scalar == ScalarType::f16 || d.scalar == ScalarType::bf16)) return to_compute(d, to_memory(d, v));
   return v;
 }

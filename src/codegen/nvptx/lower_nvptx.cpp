@@ -353,9 +353,18 @@ class Lowering {
       };
       auto whole = [&](std::vector<Value*>& fast) {
         for_each_piece(c, d, [&](Value* p, llvm::FixedVectorType* piece, int64_t) {
-          auto* load = b_.CreateAlignedLoad(piece, p, llvm::Align(piece->getNumElements() * d.bytes()));
-          for (unsigned e = 0; e < piece->getNumElements(); ++e)
-            fast.push_back(ops_.to_compute(d, b_.CreateExtractElement(load, e)));
+          unsigned count = piece->getNumElements();
+          llvm::Align align(count * d.bytes());
+          if (d.bytes() != 2 || count % 2 != 0) {
+            auto* load = b_.CreateAlignedLoad(piece, p, align);
+            for (unsigned e = 0; e < count; ++e) fast.push_back(ops_.to_compute(d, b_.CreateExtractElement(load, e)));
+            return;
+          }
+          // 16-bit elements as 32-bit words, halves taken with integer ops: bf16 -> f32 is then one shl
+          // (low half) or and (high half) per element instead of an unpack, a zero extension and a shift.
+          auto* words = b_.CreateAlignedLoad(llvm::FixedVectorType::get(b_.getInt32Ty(), count / 2), p, align);
+          for (unsigned e = 0; e < count; ++e)
+            fast.push_back(ops_.to_compute_half_of(d, b_.CreateExtractElement(words, e / 2), e % 2 == 1));
         });
       };
       std::vector<Value*> vals;
