@@ -131,6 +131,17 @@ class Lowering {
                   loc);
     return bytes;
   }
+  // Shared memory from offset 0 for an operation that writes it first: threads still reading the partials
+  // of the last whole-block reduction (which ends without a barrier) must be done.
+  void claim_shared(int64_t bytes, SourceLoc loc) {
+    settle_shared();
+    reserve_shared(bytes, loc);
+  }
+  void settle_shared() {
+    if (!partials_unsettled_) return;
+    ptx_.barrier();
+    partials_unsettled_ = false;
+  }
   // Writes a tile's elements to shared memory (as `t`) starting at `byte_offset`.
   void stage(const Regs& src, DType d, int64_t n, int64_t byte_offset) {
     llvm::Type* t = shared_type(d);
@@ -142,7 +153,7 @@ class Lowering {
   Regs exchange(const Regs& src, DType d, int64_t n_src, int64_t n_dst, const std::function<Value*(Value*)>& source_of,
                 SourceLoc loc) {
     llvm::Type* t = shared_type(d);
-    reserve_shared(n_src * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), loc);
+    claim_shared(n_src * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), loc);
     stage(src, d, n_src, 0);
     ptx_.barrier();
     Regs out;
@@ -487,10 +498,7 @@ class Lowering {
       p = combine(n->op, d, p, {xs.v[r], is_arg ? flat_index(total, static_cast<int64_t>(r)) : nullptr});
     for (int64_t lanes = 16; lanes >= 1; lanes /= 2)
       p = combine(n->op, d, p, {ptx_.shuffle_xor(p.value, lanes), is_arg ? ptx_.shuffle_xor(p.index, lanes) : nullptr});
-    if (threads_ > 32) {
-      reserve_shared(2 * threads_ * 8, n->loc);
-      p = combine_warps(n->op, d, p, threads_, 0);
-    }
+    if (threads_ > 32) p = combine_block_warps(n->op, d, p, n->loc);
     regs_[n.get()] = {{ops_.round(n->type.dtype, is_arg ? p.index : p.value)}};
   }
 
@@ -508,7 +516,7 @@ class Lowering {
     // Threads per output: the block splits each output's `len` inputs among `group` threads.
     int64_t group = outputs >= threads_ ? 1 : std::min(len, threads_ / outputs);
     int64_t partials_at = total * elem_bytes;
-    reserve_shared(partials_at + 2 * threads_ * 8, n->loc);
+    claim_shared(partials_at + 2 * threads_ * 8, n->loc);
     stage(regs(x), d, total, 0);
     ptx_.barrier();
 
@@ -552,6 +560,31 @@ class Lowering {
       ptx_.barrier();
     }
     regs_[n.get()] = std::move(out);
+  }
+
+  // The per-warp partials of a whole-block reduction, combined with one barrier: every lane writes its
+  // warp's partial (one value to one address: no branch), every thread reads them all. Two scratch
+  // buffers take turns, so the next such reduction may write while slow threads still read this one
+  // (its barrier then settles those reads); any other use of shared memory settles them first.
+  Partial combine_block_warps(Op op, DType d, Partial p, SourceLoc loc) {
+    int64_t warps = threads_ / 32, slot = warps * 8;  // a value (or an index) per warp, at most 8 bytes
+    int64_t at = scratch_turn_ * 2 * slot;
+    scratch_turn_ ^= 1;
+    reserve_shared(4 * slot, loc);
+    llvm::Type* t = ops_.compute_type(d);
+    llvm::Type* i32 = b_.getInt32Ty();
+    Value* warp = b_.CreateLShr(tid_, i32c(5));
+    b_.CreateStore(p.value, shared_at(t, at, warp));
+    if (p.index) b_.CreateStore(p.index, shared_at(i32, at + slot, warp));
+    ptx_.barrier();
+    partials_unsettled_ = true;
+    auto partial_of = [&](int64_t w) -> Partial {
+      return {b_.CreateLoad(t, shared_at(t, at, i32c(w))),
+              p.index ? b_.CreateLoad(i32, shared_at(i32, at + slot, i32c(w))) : nullptr};
+    };
+    Partial r = partial_of(0);
+    for (int64_t w = 1; w < warps; ++w) r = combine(op, d, r, partial_of(w));
+    return r;
   }
 
   // Combines the per-warp partials of a group spanning several warps, through shared memory.
@@ -598,7 +631,7 @@ class Lowering {
     DType d = a->type.dtype;
     int64_t M = a->type.shape[0], K = a->type.shape[1], N = bm->type.shape[1];
     int64_t b_at = M * K * 2, c_at = (b_at + K * N * 2 + 15) / 16 * 16;
-    reserve_shared(c_at + M * N * 4, n->loc);
+    claim_shared(c_at + M * N * 4, n->loc);
     llvm::Type* i16 = b_.getInt16Ty();
     llvm::Type* i32 = b_.getInt32Ty();
     llvm::Type* f32 = b_.getFloatTy();
@@ -678,7 +711,7 @@ class Lowering {
     llvm::Type* f32 = b_.getFloatTy();
     DType af{ScalarType::f32, false};
     int64_t b_at = M * K * 4;
-    reserve_shared(b_at + K * N * 4, n->loc);
+    claim_shared(b_at + K * N * 4, n->loc);
     auto as_f32 = [&](const NodeRef& x) {
       Regs r;
       for (Value* v : regs(x).v) r.v.push_back(ops_.cast(x->type.dtype, af, v));
@@ -719,17 +752,25 @@ class Lowering {
     emit_loop(b_, begin, end, step, body);
   }
 
+  // Unsettled reduction partials do not cross control flow (the turn of the scratch buffers is static).
   void for_loop(const NodeRef& n) {
     auto bound = [&](size_t k) { return regs(n->operands[k]).v[0]; };
+    settle_shared();
     emit_for(b_, bound(0), bound(1), bound(2), [&](Value* i) {
       regs_[n->regions[0].args[0].get()] = {{i}};
       region(n->regions[0]);
+      settle_shared();
     });
   }
 
   void if_else(const NodeRef& n) {
-    emit_if(b_, regs(n->operands[0]).v[0], [&] { region(n->regions[0]); }, [&] {
+    settle_shared();
+    emit_if(b_, regs(n->operands[0]).v[0], [&] {
+      region(n->regions[0]);
+      settle_shared();
+    }, [&] {
       if (n->regions.size() > 1) region(n->regions[1]);
+      settle_shared();
     });
   }
 
@@ -746,6 +787,8 @@ class Lowering {
   llvm::GlobalVariable* smem_ = nullptr;
   Value* tid_ = nullptr;
   int64_t shared_bytes_ = 0;
+  int scratch_turn_ = 0;             // which buffer the next whole-block reduction's partials use
+  bool partials_unsettled_ = false;  // threads may still read the last ones (no barrier since)
   std::unordered_map<const ir::Node*, Regs> regs_;
   std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;
 };
