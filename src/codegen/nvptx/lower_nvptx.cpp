@@ -101,6 +101,15 @@ class Lowering {
     // consecutive, and fold the run-time check of the 16-byte accesses.
     return b_.CreateNSWAdd(b_.CreateNSWMul(tid_, i32c(v)), i32c(chunk * threads_ * v + j));
   }
+  // Register r of x, or the first register of its run when the analysis proves the run holds one value
+  // (a chunk's V registers are V consecutive flat elements from a multiple of V): a mask `cols < n` then
+  // costs one compare per chunk, not one per element.
+  Value* same_value_reg(const NodeRef& x, size_t r) {
+    const std::vector<Value*>& v = regs(x).v;
+    int64_t k = std::min(patterns_.of(x.get()).constancy, vector_width(x->type.numel()));
+    if (k <= 1 || x->type.numel() < threads_ * vector_width(x->type.numel())) return v[r];
+    return v[r - r % static_cast<size_t>(k)];
+  }
   Regs splat(Value* v, int64_t n) { return {std::vector<Value*>(per_thread(n), v)}; }
   const Regs& regs(const NodeRef& n) { return regs_.at(n.get()); }
 
@@ -178,7 +187,7 @@ class Lowering {
   void node(const NodeRef& n) {
     DType d = n->type.dtype;
     const auto& o = n->operands;
-    auto at = [&](size_t i, size_t r) { return regs(o[i]).v[r]; };
+    auto at = [&](size_t i, size_t r) { return same_value_reg(o[i], r); };
     switch (ir::op_category(n->op)) {
       case ir::OpCategory::Unary:
         return elementwise(n, [&](size_t r) { return ops_.unary(n->op, d, at(0, r)); });
