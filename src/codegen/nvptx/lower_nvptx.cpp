@@ -574,22 +574,31 @@ class Lowering {
   // The per-warp partials of a whole-block reduction, combined with one barrier: every lane writes its
   // warp's partial (one value to one address: no branch), every thread reads them all. Two scratch
   // buffers take turns, so the next such reduction may write while slow threads still read this one
-  // (its barrier then settles those reads); any other use of shared memory settles them first.
+  // (its barrier then settles those reads); any other use of shared memory settles them first. The turn
+  // is a run-time value (constant-folded outside loops), so a loop with one reduction per iteration
+  // alternates too: unsettled reads are always on the buffer the turn does not point at.
   Partial combine_block_warps(Op op, DType d, Partial p, SourceLoc loc) {
     int64_t warps = threads_ / 32, slot = warps * 8;  // a value (or an index) per warp, at most 8 bytes
-    int64_t at = scratch_turn_ * 2 * slot;
-    scratch_turn_ ^= 1;
     reserve_shared(4 * slot, loc);
     llvm::Type* t = ops_.compute_type(d);
     llvm::Type* i32 = b_.getInt32Ty();
+    if (!scratch_turn_) {
+      llvm::IRBuilder<> eb(entry_, entry_->begin());
+      scratch_turn_ = eb.CreateAlloca(i32);
+      eb.CreateStore(i32c(0), scratch_turn_);
+    }
+    Value* turn = b_.CreateLoad(i32, scratch_turn_);
+    b_.CreateStore(b_.CreateXor(turn, i32c(1)), scratch_turn_);
+    Value* values = b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(b_.CreateMul(turn, i32c(2 * slot)), b_.getInt64Ty()));
+    Value* indices = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), values, slot);
     Value* warp = b_.CreateLShr(tid_, i32c(5));
-    b_.CreateStore(p.value, shared_at(t, at, warp));
-    if (p.index) b_.CreateStore(p.index, shared_at(i32, at + slot, warp));
+    b_.CreateStore(p.value, b_.CreateInBoundsGEP(t, values, warp));
+    if (p.index) b_.CreateStore(p.index, b_.CreateInBoundsGEP(i32, indices, warp));
     ptx_.barrier();
     partials_unsettled_ = true;
     auto partial_of = [&](int64_t w) -> Partial {
-      return {b_.CreateLoad(t, shared_at(t, at, i32c(w))),
-              p.index ? b_.CreateLoad(i32, shared_at(i32, at + slot, i32c(w))) : nullptr};
+      return {b_.CreateLoad(t, b_.CreateConstInBoundsGEP1_64(t, values, w)),
+              p.index ? b_.CreateLoad(i32, b_.CreateConstInBoundsGEP1_64(i32, indices, w)) : nullptr};
     };
     Partial r = partial_of(0);
     for (int64_t w = 1; w < warps; ++w) r = combine(op, d, r, partial_of(w));
@@ -761,26 +770,27 @@ class Lowering {
     emit_loop(b_, begin, end, step, body);
   }
 
-  // Unsettled reduction partials do not cross control flow (the turn of the scratch buffers is static).
+  // Whether reduction partials may be unread where control flow joins: wherever they may be on one path.
   void for_loop(const NodeRef& n) {
     auto bound = [&](size_t k) { return regs(n->operands[k]).v[0]; };
-    settle_shared();
     emit_for(b_, bound(0), bound(1), bound(2), [&](Value* i) {
       regs_[n->regions[0].args[0].get()] = {{i}};
+      partials_unsettled_ = true;  // from before the loop or from the last iteration
       region(n->regions[0]);
-      settle_shared();
     });
+    partials_unsettled_ = true;
   }
 
   void if_else(const NodeRef& n) {
-    settle_shared();
+    bool before = partials_unsettled_, after_then = false;
     emit_if(b_, regs(n->operands[0]).v[0], [&] {
       region(n->regions[0]);
-      settle_shared();
+      after_then = partials_unsettled_;
+      partials_unsettled_ = before;
     }, [&] {
       if (n->regions.size() > 1) region(n->regions[1]);
-      settle_shared();
     });
+    partials_unsettled_ = partials_unsettled_ || after_then;
   }
 
   const ir::Function& f_;
@@ -796,8 +806,8 @@ class Lowering {
   llvm::GlobalVariable* smem_ = nullptr;
   Value* tid_ = nullptr;
   int64_t shared_bytes_ = 0;
-  int scratch_turn_ = 0;             // which buffer the next whole-block reduction's partials use
-  bool partials_unsettled_ = false;  // threads may still read the last ones (no barrier since)
+  Value* scratch_turn_ = nullptr;    // i32 slot: the buffer (0, 1) the next whole-block reduction writes
+  bool partials_unsettled_ = false;  // threads may still read the last partials (no barrier since)
   std::unordered_map<const ir::Node*, Regs> regs_;
   std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;
 };
