@@ -425,9 +425,20 @@ class Lowering {
       };
       auto whole = [&](std::vector<Value*>&) {
         for_each_piece(c, d, [&](Value* p, llvm::FixedVectorType* piece, int64_t j0) {
+          unsigned count = piece->getNumElements();
+          llvm::Align align(count * d.bytes());
+          if (d.bytes() == 2 && count % 2 == 0) {  // as 32-bit words: bf16 pairs round in one cvt.rn.bf16x2.f32
+            Value* words = llvm::PoisonValue::get(llvm::FixedVectorType::get(b_.getInt32Ty(), count / 2));
+            for (unsigned e = 0; e < count; e += 2) {
+              const std::vector<Value*>& v = regs(o[1]).v;
+              words = b_.CreateInsertElement(words, ops_.to_memory_pair(d, v[first + j0 + e], v[first + j0 + e + 1]), e / 2);
+            }
+            b_.CreateAlignedStore(words, p, align);
+            return;
+          }
           Value* vec = llvm::PoisonValue::get(piece);
-          for (unsigned e = 0; e < piece->getNumElements(); ++e) vec = b_.CreateInsertElement(vec, value(j0 + e), e);
-          b_.CreateAlignedStore(vec, p, llvm::Align(piece->getNumElements() * d.bytes()));
+          for (unsigned e = 0; e < count; ++e) vec = b_.CreateInsertElement(vec, value(j0 + e), e);
+          b_.CreateAlignedStore(vec, p, align);
         });
       };
       std::vector<Value*> none;
