@@ -23,6 +23,7 @@
 
 #include "codegen/element_ops.h"
 #include "codegen/llvm_builders.h"
+#include "codegen/nvptx/mma_tiles.h"
 #include "codegen/nvptx/ptx_instructions.h"
 #include "passes/access_patterns.h"
 
@@ -522,9 +523,23 @@ class Lowering {
     regs_[n.get()] = {{ops_.round(n->type.dtype, is_arg ? p.index : p.value)}};
   }
 
+  bool reduces_to_scalar(const ir::Node& n) const {
+    bool reduction = n.op == Op::ReduceSum || n.op == Op::ReduceMax || n.op == Op::ReduceMin || n.op == Op::ArgMax ||
+                     n.op == Op::ArgMin;
+    return reduction && n.type.shape.empty() && n.operands[0]->type.numel() >= threads_;
+  }
+  bool has_block_reduction(const ir::Region& r) const {
+    for (const NodeRef& n : r.body) {
+      if (reduces_to_scalar(*n) && threads_ > 32) return true;
+      for (const ir::Region& inner : n->regions)
+        if (has_block_reduction(inner)) return true;
+    }
+    return false;
+  }
+
   void reduce(const NodeRef& n) {
     const NodeRef& x = n->operands[0];
-    if (n->type.shape.empty() && x->type.numel() >= threads_) return reduce_to_scalar(n);
+    if (reduces_to_scalar(*n)) return reduce_to_scalar(n);
     DType d = x->type.dtype;
     Op op = n->op;
     bool is_arg = op == Op::ArgMax || op == Op::ArgMin;
@@ -652,7 +667,7 @@ class Lowering {
   }
 
   // Tensor cores: A and B staged in shared memory, each warp computes 16x8 tiles of C with mma.sync
-  // m16n8k16 over K, C goes back to the tile layout through shared memory. (The operands and the result
+  // m16n8k16 over K (mma_tiles.cpp), C goes back to the tile layout through shared memory. (The operands and the result
   // take a trip through shared memory because tiles keep one layout; Hopper's wgmma path keeps them put.)
   void dot_tensor_cores(const NodeRef& n) {
     const NodeRef& a = n->operands[0];
@@ -662,7 +677,6 @@ class Lowering {
     int64_t b_at = M * K * 2, c_at = (b_at + K * N * 2 + 15) / 16 * 16;
     claim_shared(c_at + M * N * 4, n->loc);
     llvm::Type* i16 = b_.getInt16Ty();
-    llvm::Type* i32 = b_.getInt32Ty();
     llvm::Type* f32 = b_.getFloatTy();
     auto stage_bits = [&](const NodeRef& x, int64_t at) {  // 16-bit elements, as they are in memory
       const Regs& r = regs(x);
@@ -674,56 +688,7 @@ class Lowering {
     bool has_acc = n->operands.size() == 3;
     if (has_acc) stage(regs(n->operands[2]), DType{ScalarType::f32, false}, M * N, c_at);
     ptx_.barrier();
-
-    Value* lane = b_.CreateAnd(tid_, i32c(31));
-    Value* warp = b_.CreateLShr(tid_, i32c(5));
-    Value* group = b_.CreateLShr(lane, i32c(2));          // row (of A, C) / column (of B) within the tile
-    Value* pair = b_.CreateShl(b_.CreateAnd(lane, i32c(3)), i32c(1));  // first of two consecutive k (or n)
-    auto a_pair = [&](Value* row, Value* col) {  // two consecutive bf16 of a row of A: one 32-bit load
-      return b_.CreateLoad(i32, shared_at(i16, 0, b_.CreateAdd(b_.CreateMul(row, i32c(K)), col)));
-    };
-    auto b_pair = [&](Value* k, Value* col) {  // B[k][col] and B[k + 1][col], packed low to high
-      Value* lo = b_.CreateLoad(i16, shared_at(i16, b_at, b_.CreateAdd(b_.CreateMul(k, i32c(N)), col)));
-      Value* hi = b_.CreateLoad(i16, shared_at(i16, b_at, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(k, i32c(1)), i32c(N)), col)));
-      return b_.CreateOr(b_.CreateZExt(lo, i32), b_.CreateShl(b_.CreateZExt(hi, i32), 16));
-    };
-    int64_t tiles_n = N / 8, tiles = (M / 16) * tiles_n, warps = threads_ / 32;
-    llvm::IRBuilder<> eb(entry_, entry_->begin());
-    std::array<Value*, 4> acc;
-    for (Value*& slot : acc) slot = eb.CreateAlloca(f32);
-    for (int64_t round = 0; round * warps < tiles; ++round) {
-      Value* tile = b_.CreateAdd(warp, i32c(round * warps));
-      auto body = [&]() -> Value* {
-        Value* row0 = b_.CreateMul(b_.CreateUDiv(tile, i32c(tiles_n)), i32c(16));
-        Value* col0 = b_.CreateMul(b_.CreateURem(tile, i32c(tiles_n)), i32c(8));
-        Value* row_lo = b_.CreateAdd(row0, group);
-        Value* row_hi = b_.CreateAdd(row_lo, i32c(8));
-        Value* c_col = b_.CreateAdd(col0, pair);
-        auto c_at_rc = [&](Value* row, int64_t dc) {
-          return shared_at(f32, c_at, b_.CreateAdd(b_.CreateMul(row, i32c(N)), b_.CreateAdd(c_col, i32c(dc))));
-        };
-        std::array<Value*, 4> c_addr = {c_at_rc(row_lo, 0), c_at_rc(row_lo, 1), c_at_rc(row_hi, 0), c_at_rc(row_hi, 1)};
-        for (int e = 0; e < 4; ++e)
-          b_.CreateStore(has_acc ? static_cast<Value*>(b_.CreateLoad(f32, c_addr[e])) : llvm::ConstantFP::get(f32, 0.0), acc[e]);
-        counted_loop(i32c(0), i32c(K), i32c(16), [&](Value* k0) {
-          Value* ka = b_.CreateAdd(k0, pair);
-          std::array<Value*, 4> fa = {a_pair(row_lo, ka), a_pair(row_hi, ka), a_pair(row_lo, b_.CreateAdd(ka, i32c(8))),
-                                      a_pair(row_hi, b_.CreateAdd(ka, i32c(8)))};
-          Value* b_col = b_.CreateAdd(col0, group);
-          std::array<Value*, 2> fb = {b_pair(ka, b_col), b_pair(b_.CreateAdd(ka, i32c(8)), b_col)};
-          std::array<Value*, 4> c;
-          for (int e = 0; e < 4; ++e) c[e] = b_.CreateLoad(f32, acc[e]);
-          std::array<Value*, 4> out = ptx_.mma_m16n8k16(d.scalar == ScalarType::bf16, fa, fb, c);
-          for (int e = 0; e < 4; ++e) b_.CreateStore(out[e], acc[e]);
-        });
-        for (int e = 0; e < 4; ++e) b_.CreateStore(b_.CreateLoad(f32, acc[e]), c_addr[e]);
-        return nullptr;
-      };
-      if ((round + 1) * warps > tiles)  // the last round leaves some warps without a tile (warp-uniform)
-        guarded(b_.CreateICmpULT(tile, i32c(tiles)), body, nullptr);
-      else
-        body();
-    }
+    emit_mma_tiles(b_, ptx_, {smem_, entry_, tid_, threads_}, {M, N, K, 0, b_at, c_at, d.scalar == ScalarType::bf16, has_acc});
     ptx_.barrier();
     Regs out;
     for (int64_t r = 0; r < per_thread(M * N); ++r)
@@ -784,12 +749,13 @@ class Lowering {
   // Whether reduction partials may be unread where control flow joins: wherever they may be on one path.
   void for_loop(const NodeRef& n) {
     auto bound = [&](size_t k) { return regs(n->operands[k]).v[0]; };
+    bool before = partials_unsettled_, in_body = has_block_reduction(n->regions[0]);
     emit_for(b_, bound(0), bound(1), bound(2), [&](Value* i) {
       regs_[n->regions[0].args[0].get()] = {{i}};
-      partials_unsettled_ = true;  // from before the loop or from the last iteration
+      partials_unsettled_ = before || in_body;  // from before the loop or from the last iteration
       region(n->regions[0]);
     });
-    partials_unsettled_ = true;
+    partials_unsettled_ = partials_unsettled_ || before;  // the loop may not run
   }
 
   void if_else(const NodeRef& n) {
