@@ -45,9 +45,13 @@ AccessPatterns::AccessPatterns(const ir::Function& f) {
 }
 
 void AccessPatterns::visit(const ir::Region& r) {
-  for (const ir::NodeRef& a : r.args) known_[a.get()] = compute(*a);
+  for (const ir::NodeRef& a : r.args) known_.emplace(a.get(), compute(*a));  // a loop index may be known
   for (const ir::NodeRef& n : r.body) {
     known_[n.get()] = compute(*n);
+    if (n->op == Op::For) {  // i = lo + k * step: a multiple of whatever divides both
+      int64_t d = std::gcd(element_divisor(of(n->operands[0].get())), element_divisor(of(n->operands[2].get())));
+      known_[n->regions[0].args[0].get()] = {1, 1, d};
+    }
     for (const ir::Region& inner : n->regions) visit(inner);
   }
 }

@@ -93,3 +93,29 @@ TEST_CASE("a mask cols < n holds one value per chunk only when n is a multiple o
   CHECK(mask_pattern_of(0b11, [](Int n) { return (arange(0, 64) < n) & (program_id(0) < n); }).constancy == 16);
   CHECK(mask_pattern_of(0b11, [](Int n) { return (arange(0, 64) < n) & (arange(0, 64) < 33); }).constancy == 1);
 }
+
+TEST_CASE("a loop index is a multiple of what divides its start and step", "[passes]") {
+  // The pattern of x + i + arange(0, 16) stored inside for_range(lo, 64, step).
+  auto in_loop = [](int lo, int step) {
+    std::vector<detail::ParamInfo> params = {{false, dtype_of<Pointer<float>>}, {false, dtype_of<int32_t>}};
+    detail::NodeRef inside;
+    auto f = dsl::trace_kernel(
+        "loop", params,
+        [&](const detail::TraceInputs& in) {
+          Ptr<float> x(in.values[0]);
+          for_range(lo, 64, step, [&](Int i) {
+            Ptr<float> p = x + i + arange(0, 16);
+            inside = p.node();
+            store(p, 1.0f);
+          });
+        },
+        std::vector<detail::KernelArg>(2), 0b11, SourceLoc::current());
+    return passes::AccessPatterns(*f).of(inside.get());
+  };
+  auto p16 = in_loop(32, 16);
+  CHECK(p16.contiguity == 16);
+  CHECK(p16.divisor == 16);  // multiples of 16 floats past a 16-byte-aligned pointer
+  CHECK(in_loop(0, 4).divisor == 16);  // multiples of 4 floats: 16 bytes
+  CHECK(in_loop(6, 2).divisor == 8);
+  CHECK(in_loop(8, 1).divisor == 4);  // any index: only the float's own size
+}
