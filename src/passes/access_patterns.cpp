@@ -118,6 +118,7 @@ AccessPattern AccessPatterns::compute(const ir::Node& n) const {
       // from true to false falls on a multiple of g, so aligned blocks of g elements share one result —
       // a mask `cols < n` is one predicate per 16-byte chunk when n is a multiple of the chunk. (<= and
       // > switch one element later: only the mirrored forms, bound on the left, get the same rule.)
+      if (n.operands[0]->type.dtype.pointer) break;  // (the DSL has no pointer compares; runs step by bytes)
       bool left_runs = n.op == Op::Lt || n.op == Op::Ge;
       AccessPattern run = operand(left_runs ? 0 : 1), bound = operand(left_runs ? 1 : 0);
       int64_t k = std::min(run.constancy, bound.constancy);
