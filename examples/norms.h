@@ -14,10 +14,10 @@ inline weft::Kernel make_layernorm(weft::KernelOptions options = {}) {
     Int cols = arange(0, block);
     Bool valid = cols < n;
     Float v = cast<float>(load(x + row + cols, valid, 0));
-    Float n_f = cast<float>(n);
-    Float mean = sum(v, 0) / n_f;
+    Float inv_n = 1.0f / cast<float>(n);  // one division per row, not two
+    Float mean = sum(v, 0) * inv_n;
     Float centered = where(valid, v - mean, 0.0f);
-    Float rstd = rsqrt(sum(centered * centered, 0) / n_f + eps);
+    Float rstd = rsqrt(sum(centered * centered, 0) * inv_n + eps);
     Float out = centered * rstd * cast<float>(load(w + cols, valid, 0)) + cast<float>(load(b + cols, valid, 0));
     store(y + row + cols, cast<bf16>(out), valid);
   }, options);
@@ -31,7 +31,7 @@ inline weft::Kernel make_rmsnorm(weft::KernelOptions options = {}) {
     Int cols = arange(0, block);
     Bool valid = cols < n;
     Float v = cast<float>(load(x + row + cols, valid, 0));
-    Float rms = rsqrt(sum(v * v, 0) / cast<float>(n) + eps);
+    Float rms = rsqrt(sum(v * v, 0) * (1.0f / cast<float>(n)) + eps);
     store(y + row + cols, cast<bf16>(v * rms * cast<float>(load(w + cols, valid, 0))), valid);
   }, options);
 }
@@ -64,11 +64,11 @@ inline weft::Kernel make_layernorm_rows(weft::KernelOptions options = {}) {
     Int cols = arange(0, block);
     Bool valid = cols < n;
     Float wv = cast<float>(load(w + cols, valid, 0)), bv = cast<float>(load(b + cols, valid, 0));
-    Float n_f = cast<float>(n);
+    Float inv_n = 1.0f / cast<float>(n);
     for_each_row_prefetched(x, n, n_rows, cols, valid, per_program, [&](Int row, Float v) {
-      Float mean = sum(v, 0) / n_f;
+      Float mean = sum(v, 0) * inv_n;
       Float centered = where(valid, v - mean, 0.0f);
-      Float rstd = rsqrt(sum(centered * centered, 0) / n_f + eps);
+      Float rstd = rsqrt(sum(centered * centered, 0) * inv_n + eps);
       Ptr<bf16> out = y + cast<int64_t>(row) * cast<int64_t>(n);
       store(out + cols, cast<bf16>(centered * rstd * wv + bv), valid & (row < n_rows));
     });
@@ -82,9 +82,9 @@ inline weft::Kernel make_rmsnorm_rows(weft::KernelOptions options = {}) {
     Int cols = arange(0, block);
     Bool valid = cols < n;
     Float wv = cast<float>(load(w + cols, valid, 0));
-    Float n_f = cast<float>(n);
+    Float inv_n = 1.0f / cast<float>(n);
     for_each_row_prefetched(x, n, n_rows, cols, valid, per_program, [&](Int row, Float v) {
-      Float rms = rsqrt(sum(v * v, 0) / n_f + eps);
+      Float rms = rsqrt(sum(v * v, 0) * inv_n + eps);
       Ptr<bf16> out = y + cast<int64_t>(row) * cast<int64_t>(n);
       store(out + cols, cast<bf16>(v * rms * wv), valid & (row < n_rows));
     });

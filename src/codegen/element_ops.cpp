@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/PatternMatch.h>
 
 #include "codegen/portable_math.h"
 #include "support/float_rounding.h"
@@ -62,6 +63,34 @@ Value* ElementOps::to_compute(DType d, Value* m) {
   }
 }
 
+Value* ElementOps::to_compute_half_of(DType d, Value* word, bool high) {
+  // bf16 is the top half of an f32: one and (high) or shl (low) instead of unpack + extend + shift.
+  if (!d.pointer && d.scalar == ScalarType::bf16)
+    return b_.CreateBitCast(high ? b_.CreateAnd(word, b_.getInt32(0xffff0000u)) : b_.CreateShl(word, 16), b_.getFloatTy());
+  Value* bits = b_.CreateTrunc(high ? b_.CreateLShr(word, 16) : word, b_.getInt16Ty());
+  return to_compute(d, b_.CreateBitCast(bits, memory_type(d)));
+}
+
+Value* ElementOps::to_memory_pair(DType d, Value* lo, Value* hi) {
+  if (!d.pointer && d.scalar == ScalarType::bf16 && target_ == MathTarget::Nvptx) {
+    // One vector fptrunc (cvt.rn.bf16x2.f32). A value round() already made bf16 (maybe more than once)
+    // rounds to itself: take the f32 it came from, so that the pair does not round again.
+    auto unrounded = [](Value* v) {
+      using namespace llvm::PatternMatch;
+      for (Value* x; match(v, m_FPExt(m_FPTrunc(m_Value(x)))) && v->getType() == x->getType() &&
+                     llvm::cast<llvm::Instruction>(v)->getOperand(0)->getType()->isBFloatTy();)
+        v = x;
+      return v;
+    };
+    llvm::Type* pair = llvm::FixedVectorType::get(b_.getFloatTy(), 2);
+    Value* both = b_.CreateInsertElement(b_.CreateInsertElement(llvm::PoisonValue::get(pair), unrounded(lo), uint64_t(0)),
+                                         unrounded(hi), uint64_t(1));
+    return b_.CreateBitCast(b_.CreateFPTrunc(both, llvm::FixedVectorType::get(b_.getBFloatTy(), 2)), b_.getInt32Ty());
+  }
+  auto bits = [&](Value* v) { return b_.CreateZExt(b_.CreateBitCast(to_memory(d, v), b_.getInt16Ty()), b_.getInt32Ty()); };
+  return b_.CreateOr(bits(lo), b_.CreateShl(bits(hi), 16));
+}
+
 Value* ElementOps::to_memory(DType d, Value* v) {
   if (d.pointer) return v;
   switch (d.scalar) {
@@ -76,6 +105,10 @@ Value* ElementOps::to_memory(DType d, Value* v) {
 }
 
 Value* ElementOps::round(DType d, Value* v) {
+  // On the GPU, bf16 rounds as fptrunc + fpext: a store's to_memory of the result then folds away
+  // (fptrunc(fpext(x)) == x) instead of rounding a second time.
+  if (!d.pointer && d.scalar == ScalarType::bf16 && target_ == MathTarget::Nvptx)
+    return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getBFloatTy()), b_.getFloatTy());
   if (!d.pointer && (d.scalar == ScalarType::f16 || d.scalar == ScalarType::bf16)) return to_compute(d, to_memory(d, v));
   return v;
 }

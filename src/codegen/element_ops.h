@@ -26,6 +26,10 @@ class ElementOps {
   llvm::Type* memory_type(DType d);   // what memory holds (i1: i8; f16: half; bf16: i16)
   llvm::Value* to_compute(DType d, llvm::Value* in_memory);
   llvm::Value* to_memory(DType d, llvm::Value* computed);
+  // Two 16-bit elements as memory holds them, packed into a 32-bit word (lo in the low half).
+  llvm::Value* to_memory_pair(DType d, llvm::Value* lo, llvm::Value* hi);
+  // The low or high 16-bit element of a 32-bit word (two f16/bf16/i16 as memory holds them), computable.
+  llvm::Value* to_compute_half_of(DType d, llvm::Value* word, bool high);
   llvm::Value* round(DType d, llvm::Value* computed);  // f16/bf16 keep only their precision
   llvm::Value* constant(DType d, double value);
   // A kernel argument from its 64-bit slot (pointers as addresses, numbers in their low bits).

@@ -45,9 +45,13 @@ AccessPatterns::AccessPatterns(const ir::Function& f) {
 }
 
 void AccessPatterns::visit(const ir::Region& r) {
-  for (const ir::NodeRef& a : r.args) known_[a.get()] = compute(*a);
+  for (const ir::NodeRef& a : r.args) known_.emplace(a.get(), compute(*a));  // a loop index may be known
   for (const ir::NodeRef& n : r.body) {
     known_[n.get()] = compute(*n);
+    if (n->op == Op::For) {  // i = lo + k * step: a multiple of whatever divides both
+      int64_t d = std::gcd(element_divisor(of(n->operands[0].get())), element_divisor(of(n->operands[2].get())));
+      known_[n->regions[0].args[0].get()] = {1, 1, d};
+    }
     for (const ir::Region& inner : n->regions) visit(inner);
   }
 }
@@ -91,7 +95,7 @@ AccessPattern AccessPatterns::compute(const ir::Node& n) const {
     case Op::Cast:
       if (n.type.dtype.is_int() && !n.type.dtype.is_bool() && n.operands[0]->type.dtype.bits() <= n.type.dtype.bits())
         return operand(0);  // widening keeps the values
-      return unknown;
+      break;
     case Op::Broadcast: {
       const ir::Node& x = *n.operands[0];
       AccessPattern p = operand(0);
@@ -106,9 +110,35 @@ AccessPattern AccessPatterns::compute(const ir::Node& n) const {
       if (last_dim(x) == last_dim(n)) return clamp(n, p);  // same rows
       return {1, 1, element_divisor(p)};
     }
-    default:  // loop indices, program ids, variables, loads …: nothing known
-      return unknown;
+    case Op::Lt:
+    case Op::Ge:
+    case Op::Gt:
+    case Op::Le: {
+      // `running < bound` (or >=): with the run's start and the bound both multiples of g, the switch
+      // from true to false falls on a multiple of g, so aligned blocks of g elements share one result —
+      // a mask `cols < n` is one predicate per 16-byte chunk when n is a multiple of the chunk. (<= and
+      // > switch one element later: only the mirrored forms, bound on the left, get the same rule.)
+      if (n.operands[0]->type.dtype.pointer) break;  // (the DSL has no pointer compares; runs step by bytes)
+      bool left_runs = n.op == Op::Lt || n.op == Op::Ge;
+      AccessPattern run = operand(left_runs ? 0 : 1), bound = operand(left_runs ? 1 : 0);
+      int64_t k = std::min(run.constancy, bound.constancy);
+      int64_t length = std::min(run.contiguity, bound.constancy);
+      if (length > 1) k = std::max(k, std::gcd(length, std::gcd(run_divisor(run, length), element_divisor(bound))));
+      return clamp(n, {1, k, 1});
+    }
+    default:
+      break;
   }
+  // Any other elementwise operation of values that hold still holds still; loop indices, program ids,
+  // variables, loads …: nothing known.
+  ir::OpCategory category = ir::op_category(n.op);
+  if (category == ir::OpCategory::Unary || category == ir::OpCategory::Binary || category == ir::OpCategory::Compare ||
+      n.op == Op::Select || n.op == Op::Cast || n.op == Op::Fma) {
+    int64_t k = numel(n);
+    for (size_t i = 0; i < n.operands.size(); ++i) k = std::min(k, operand(i).constancy);
+    return clamp(n, {1, k, 1});
+  }
+  return unknown;
 }
 
 }  // namespace weft::passes

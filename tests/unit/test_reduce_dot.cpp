@@ -1,5 +1,7 @@
 // Values of the reductions (sum, max, min, argmax, argmin along every axis) and of dot, against double
 // references.
+#include <algorithm>
+
 #include "test_util.h"
 
 using namespace weft_test;
@@ -147,6 +149,56 @@ TEST_CASE("argmax and argmin return the first index of the extreme", "[ops][redu
   launch(k, Grid(1), Input<float>(x), amax, amin);
   check_near<int32_t>(amax, {0, 0, 1, 6}, {}, "argmax");
   check_near<int32_t>(amin, {4, 0, 2, 0}, {}, "argmin");
+}
+
+// On the GPU a whole-tile reduction ends without a barrier (its warp partials alternate between two
+// buffers): one per loop iteration, one in a branch, then a staged reduction and an exchange that reuse
+// the same shared memory must all still see their own values.
+TEST_CASE("whole-tile reductions in loops and branches, next to other uses of shared memory", "[ops][reduce]") {
+  WEFT_SEEDED_RNG(rng);
+  const int block = 512, programs = 3;
+  Kernel k("reduce_mix", [](Ptr<int32_t> x, Ptr<int32_t> out, Int reps, Const<int> block) {
+    Int pid = program_id(0), cols = arange(0, block);
+    Var<int32_t> acc = 0;
+    for_range(0, reps, [&](Int i) {
+      Int v = load(x + (pid * reps + i) * block + cols);
+      acc = acc + sum(v, 0);
+      if_(i % 2 == 0, [&] { acc = acc + max(v, 0); });
+    });
+    Int v0 = load(x + pid * reps * block + cols);
+    Int m = argmax(v0, 0);
+    Int row_sums = sum(v0.reshape({16, block / 16}), 1);
+    Int spread = trans(v0.reshape({16, block / 16})).reshape({block});  // an exchange
+    store(out + pid * 4 + 0, acc + 0);
+    store(out + pid * 4 + 1, m);
+    store(out + pid * 4 + 2, max(row_sums, 0));
+    store(out + pid * 4 + 3, sum(spread * cols, 0));
+  }, KernelOptions{4});
+  for (int reps : {1, 2, 5}) {
+    INFO("reps " << reps);
+    std::vector<int32_t> x = generate<int32_t>(rng, size_t(programs) * reps * block, uniform_int<int32_t>(-1000, 1000));
+    Output<int32_t> out(programs * 4);
+    launch(k, Grid(programs), Input<int32_t>(x), out, reps, block);
+    std::vector<int32_t> want;
+    for (int p = 0; p < programs; ++p) {
+      int32_t acc = 0;
+      for (int i = 0; i < reps; ++i) {
+        const int32_t* v = &x[(size_t(p) * reps + i) * block];
+        for (int c = 0; c < block; ++c) acc += v[c];
+        if (i % 2 == 0) acc += *std::max_element(v, v + block);
+      }
+      const int32_t* v0 = &x[size_t(p) * reps * block];
+      int32_t best_row = INT32_MIN, dot = 0;
+      for (int r = 0; r < 16; ++r) {
+        int32_t row = 0;
+        for (int c = 0; c < block / 16; ++c) row += v0[r * (block / 16) + c];
+        best_row = std::max(best_row, row);
+      }
+      for (int c = 0; c < block; ++c) dot += v0[(c % 16) * (block / 16) + c / 16] * c;  // transposed order
+      want.insert(want.end(), {acc, int32_t(std::max_element(v0, v0 + block) - v0), best_row, dot});
+    }
+    check_near<int32_t>(out.read(), want, {}, "out");
+  }
 }
 
 TEST_CASE("masked row reductions of odd-sized rows", "[ops][reduce]") {

@@ -30,6 +30,7 @@
 
 #include "codegen/element_ops.h"
 #include "codegen/llvm_builders.h"
+#include "codegen/nvptx/mma_tiles.h"
 #include "codegen/nvptx/ptx_instructions.h"
 #include "passes/access_patterns.h"
 #include "passes/shared_layouts.h"
@@ -158,6 +159,15 @@ class Lowering {
     // consecutive, and fold the run-time check of the 16-byte accesses.
     return b_.CreateNSWAdd(b_.CreateNSWMul(tid_, i32c(v)), i32c(chunk * threads_ * v + j));
   }
+  // Register r of x, or the first register of its run when the analysis proves the run holds one value
+  // (a chunk's V registers are V consecutive flat elements from a multiple of V): a mask `cols < n` then
+  // costs one compare per chunk, not one per element.
+  Value* same_value_reg(const NodeRef& x, size_t r) {
+    const std::vector<Value*>& v = regs(x).v;
+    int64_t k = std::min(patterns_.of(x.get()).constancy, vector_width(x->type.numel()));
+    if (k <= 1 || x->type.numel() < threads_ * vector_width(x->type.numel())) return v[r];
+    return v[r - r % static_cast<size_t>(k)];
+  }
   Regs splat(Value* v, int64_t n) { return {std::vector<Value*>(per_thread(n), v), true}; }
   // A value's registers in the blocked layout (a wgmma-layout operand of this node is converted first).
   const Regs& regs(const NodeRef& n) {
@@ -219,6 +229,8 @@ class Lowering {
     return d.is_bool() ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
   }
   // Address of element `index` (i32) of an array of `t` starting `byte_offset` into shared memory.
+  // The group's scratch shared memory.
+  Value* scratch_base() { return b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(scratch_, b_.getInt64Ty())); }
   // Address of element `index` (i32) of an array of `t` starting `byte_offset` into the group's scratch.
   Value* shared_at(llvm::Type* t, int64_t byte_offset, Value* index) {
     return shared_element(t, b_.CreateAdd(scratch_, i32c(byte_offset)), index);
@@ -237,6 +249,17 @@ class Lowering {
                   loc);
     return bytes;
   }
+  // Shared memory from offset 0 for an operation that writes it first: threads still reading the partials
+  // of the last whole-block reduction (which ends without a barrier) must be done.
+  void claim_shared(int64_t bytes, SourceLoc loc) {
+    settle_shared();
+    reserve_shared(bytes, loc);
+  }
+  void settle_shared() {
+    if (!partials_unsettled_) return;
+    sync_group();
+    partials_unsettled_ = false;
+  }
   // Writes a tile's elements to shared memory (as `t`) starting at `byte_offset`.
   void stage(const Regs& src, DType d, int64_t n, int64_t byte_offset) {
     llvm::Type* t = shared_type(d);
@@ -248,7 +271,7 @@ class Lowering {
   Regs exchange(const Regs& src, DType d, int64_t n_src, int64_t n_dst, const std::function<Value*(Value*)>& source_of,
                 SourceLoc loc) {
     llvm::Type* t = shared_type(d);
-    reserve_shared(n_src * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), loc);
+    claim_shared(n_src * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), loc);
     stage(src, d, n_src, 0);
     sync_group();
     Regs out;
@@ -377,7 +400,8 @@ class Lowering {
     DType d = n->type.dtype;
     const auto& o = n->operands;
     bool keep_wgmma = prepare_layouts(n);
-    auto at = [&](size_t i, size_t r) { return regs(o[i]).v[r]; };
+    // wgmma-layout registers are not in the blocked order the access-pattern analysis describes.
+    auto at = [&](size_t i, size_t r) { return keep_wgmma ? regs(o[i]).v[r] : same_value_reg(o[i], r); };
     switch (ir::op_category(n->op)) {
       case ir::OpCategory::Unary:
         return elementwise(n, [&](size_t r) { return ops_.unary(n->op, d, at(0, r)); }, keep_wgmma);
@@ -543,6 +567,7 @@ class Lowering {
   struct Chunk {
     std::vector<Value*> ptrs;
     std::vector<Value*> masks;  // empty: unmasked
+    bool one_mask = false;      // proven equal over the chunk (`cols < n`, n a multiple of it): masks[0] says all
   };
   int64_t piece_elems(DType d) { return std::max<int64_t>(1, kMaxAccessBytes / d.bytes()); }
   bool chunks_proven(const NodeRef& ptrs, DType d, int64_t width) {
@@ -552,7 +577,10 @@ class Lowering {
   }
   Value* whole_chunk_ok(const Chunk& c, DType d, bool proven) {
     Value* ok = b_.getTrue();
-    for (Value* m : c.masks) ok = b_.CreateAnd(ok, m);
+    for (Value* m : c.masks) {
+      ok = b_.CreateAnd(ok, m);
+      if (c.one_mask) break;
+    }
     if (proven) return ok;
     int64_t width = static_cast<int64_t>(c.ptrs.size());
     int64_t align = std::min(width, piece_elems(d)) * d.bytes();
@@ -572,6 +600,8 @@ class Lowering {
   }
   Chunk chunk_of(const std::vector<NodeRef>& o, size_t mask_operand, int64_t first, int64_t width) {
     Chunk c;
+    // A chunk is `width` consecutive flat elements starting at a multiple of `width`: the analysis's runs.
+    c.one_mask = o.size() > mask_operand && patterns_.of(o[mask_operand].get()).constancy >= width;
     for (int64_t j = 0; j < width; ++j) {
       c.ptrs.push_back(regs(o[0]).v[first + j]);
       if (o.size() > mask_operand) c.masks.push_back(regs(o[mask_operand]).v[first + j]);
@@ -598,9 +628,18 @@ class Lowering {
       };
       auto whole = [&](std::vector<Value*>& fast) {
         for_each_piece(c, d, [&](Value* p, llvm::FixedVectorType* piece, int64_t) {
-          auto* load = b_.CreateAlignedLoad(piece, p, llvm::Align(piece->getNumElements() * d.bytes()));
-          for (unsigned e = 0; e < piece->getNumElements(); ++e)
-            fast.push_back(ops_.to_compute(d, b_.CreateExtractElement(load, e)));
+          unsigned count = piece->getNumElements();
+          llvm::Align align(count * d.bytes());
+          if (d.bytes() != 2 || count % 2 != 0) {
+            auto* load = b_.CreateAlignedLoad(piece, p, align);
+            for (unsigned e = 0; e < count; ++e) fast.push_back(ops_.to_compute(d, b_.CreateExtractElement(load, e)));
+            return;
+          }
+          // 16-bit elements as 32-bit words, halves taken with integer ops: bf16 -> f32 is then one shl
+          // (low half) or and (high half) per element instead of an unpack, a zero extension and a shift.
+          auto* words = b_.CreateAlignedLoad(llvm::FixedVectorType::get(b_.getInt32Ty(), count / 2), p, align);
+          for (unsigned e = 0; e < count; ++e)
+            fast.push_back(ops_.to_compute_half_of(d, b_.CreateExtractElement(words, e / 2), e % 2 == 1));
         });
       };
       std::vector<Value*> vals;
@@ -609,6 +648,10 @@ class Lowering {
         element_wise(vals);
       else if (proven && c.masks.empty())
         whole(vals);
+      else if (proven && c.one_mask)  // all or nothing: no element-wise fallback
+        vals = branch_values(c.masks[0], width, whole, [&](std::vector<Value*>& none) {
+          for (int64_t j = 0; j < width; ++j) none.push_back(otherwise(j));
+        });
       else
         vals = branch_values(whole_chunk_ok(c, d, proven), width, whole, element_wise);
       for (Value* v : vals) out.v.push_back(v);
@@ -637,9 +680,20 @@ class Lowering {
       };
       auto whole = [&](std::vector<Value*>&) {
         for_each_piece(c, d, [&](Value* p, llvm::FixedVectorType* piece, int64_t j0) {
+          unsigned count = piece->getNumElements();
+          llvm::Align align(count * d.bytes());
+          if (d.bytes() == 2 && count % 2 == 0) {  // as 32-bit words: bf16 pairs round in one cvt.rn.bf16x2.f32
+            Value* words = llvm::PoisonValue::get(llvm::FixedVectorType::get(b_.getInt32Ty(), count / 2));
+            for (unsigned e = 0; e < count; e += 2) {
+              const std::vector<Value*>& v = regs(o[1]).v;
+              words = b_.CreateInsertElement(words, ops_.to_memory_pair(d, v[first + j0 + e], v[first + j0 + e + 1]), e / 2);
+            }
+            b_.CreateAlignedStore(words, p, align);
+            return;
+          }
           Value* vec = llvm::PoisonValue::get(piece);
-          for (unsigned e = 0; e < piece->getNumElements(); ++e) vec = b_.CreateInsertElement(vec, value(j0 + e), e);
-          b_.CreateAlignedStore(vec, p, llvm::Align(piece->getNumElements() * d.bytes()));
+          for (unsigned e = 0; e < count; ++e) vec = b_.CreateInsertElement(vec, value(j0 + e), e);
+          b_.CreateAlignedStore(vec, p, align);
         });
       };
       std::vector<Value*> none;
@@ -648,6 +702,11 @@ class Lowering {
         element_wise();
       else if (proven && c.masks.empty())
         whole(none);
+      else if (proven && c.one_mask)
+        guarded(c.masks[0], [&]() -> Value* {
+          whole(none);
+          return nullptr;
+        }, nullptr);
       else
         branch_values(whole_chunk_ok(c, d, proven), 0, whole, [&](std::vector<Value*>&) { element_wise(); });
     }
@@ -714,16 +773,27 @@ class Lowering {
       p = combine(n->op, d, p, {xs.v[r], is_arg ? flat_index(total, static_cast<int64_t>(r)) : nullptr});
     for (int64_t lanes = 16; lanes >= 1; lanes /= 2)
       p = combine(n->op, d, p, {ptx_.shuffle_xor(p.value, lanes), is_arg ? ptx_.shuffle_xor(p.index, lanes) : nullptr});
-    if (threads_ > 32) {
-      reserve_shared(2 * threads_ * 8, n->loc);
-      p = combine_warps(n->op, d, p, threads_, 0);
-    }
+    if (threads_ > 32) p = combine_block_warps(n->op, d, p, n->loc);
     regs_[n.get()] = {{ops_.round(n->type.dtype, is_arg ? p.index : p.value)}};
+  }
+
+  bool reduces_to_scalar(const ir::Node& n) const {
+    bool reduction = n.op == Op::ReduceSum || n.op == Op::ReduceMax || n.op == Op::ReduceMin || n.op == Op::ArgMax ||
+                     n.op == Op::ArgMin;
+    return reduction && n.type.shape.empty() && n.operands[0]->type.numel() >= threads_;
+  }
+  bool has_block_reduction(const ir::Region& r) const {
+    for (const NodeRef& n : r.body) {
+      if (reduces_to_scalar(*n) && threads_ > 32) return true;
+      for (const ir::Region& inner : n->regions)
+        if (has_block_reduction(inner)) return true;
+    }
+    return false;
   }
 
   void reduce(const NodeRef& n) {
     const NodeRef& x = n->operands[0];
-    if (n->type.shape.empty() && x->type.numel() >= threads_) return reduce_to_scalar(n);
+    if (reduces_to_scalar(*n)) return reduce_to_scalar(n);
     DType d = x->type.dtype;
     Op op = n->op;
     bool is_arg = op == Op::ArgMax || op == Op::ArgMin;
@@ -735,7 +805,7 @@ class Lowering {
     // Threads per output: the block splits each output's `len` inputs among `group` threads.
     int64_t group = outputs >= threads_ ? 1 : std::min(len, threads_ / outputs);
     int64_t partials_at = total * elem_bytes;
-    reserve_shared(partials_at + 2 * threads_ * 8, n->loc);
+    claim_shared(partials_at + 2 * threads_ * 8, n->loc);
     stage(regs(x), d, total, 0);
     sync_group();
 
@@ -781,6 +851,40 @@ class Lowering {
     regs_[n.get()] = std::move(out);
   }
 
+  // The per-warp partials of a whole-block reduction, combined with one barrier: every lane writes its
+  // warp's partial (one value to one address: no branch), every thread reads them all. Two scratch
+  // buffers take turns, so the next such reduction may write while slow threads still read this one
+  // (its barrier then settles those reads); any other use of shared memory settles them first. The turn
+  // is a run-time value (constant-folded outside loops), so a loop with one reduction per iteration
+  // alternates too: unsettled reads are always on the buffer the turn does not point at.
+  Partial combine_block_warps(Op op, DType d, Partial p, SourceLoc loc) {
+    int64_t warps = threads_ / 32, slot = warps * 8;  // a value (or an index) per warp, at most 8 bytes
+    reserve_shared(4 * slot, loc);
+    llvm::Type* t = ops_.compute_type(d);
+    llvm::Type* i32 = b_.getInt32Ty();
+    if (!scratch_turn_) {
+      llvm::IRBuilder<> eb(entry_, entry_->begin());
+      scratch_turn_ = eb.CreateAlloca(i32);
+      eb.CreateStore(i32c(0), scratch_turn_);
+    }
+    Value* turn = b_.CreateLoad(i32, scratch_turn_);
+    b_.CreateStore(b_.CreateXor(turn, i32c(1)), scratch_turn_);
+    Value* values = b_.CreateInBoundsGEP(b_.getInt8Ty(), scratch_base(), b_.CreateZExt(b_.CreateMul(turn, i32c(2 * slot)), b_.getInt64Ty()));
+    Value* indices = b_.CreateConstInBoundsGEP1_64(b_.getInt8Ty(), values, slot);
+    Value* warp = b_.CreateLShr(tid_, i32c(5));
+    b_.CreateStore(p.value, b_.CreateInBoundsGEP(t, values, warp));
+    if (p.index) b_.CreateStore(p.index, b_.CreateInBoundsGEP(i32, indices, warp));
+    sync_group();
+    partials_unsettled_ = true;
+    auto partial_of = [&](int64_t w) -> Partial {
+      return {b_.CreateLoad(t, b_.CreateConstInBoundsGEP1_64(t, values, w)),
+              p.index ? b_.CreateLoad(i32, b_.CreateConstInBoundsGEP1_64(i32, indices, w)) : nullptr};
+    };
+    Partial r = partial_of(0);
+    for (int64_t w = 1; w < warps; ++w) r = combine(op, d, r, partial_of(w));
+    return r;
+  }
+
   // Combines the per-warp partials of a group spanning several warps, through shared memory.
   Partial combine_warps(Op op, DType d, Partial p, int64_t group, int64_t at) {
     llvm::Type* t = ops_.compute_type(d);
@@ -817,7 +921,7 @@ class Lowering {
   }
 
   // Tensor cores: A and B staged in shared memory, each warp computes 16x8 tiles of C with mma.sync
-  // m16n8k16 over K, C goes back to the tile layout through shared memory. (The operands and the result
+  // m16n8k16 over K (mma_tiles.cpp), C goes back to the tile layout through shared memory. (The operands and the result
   // take a trip through shared memory because tiles keep one layout; Hopper's wgmma path keeps them put.)
   void dot_tensor_cores(const NodeRef& n) {
     const NodeRef& a = n->operands[0];
@@ -825,9 +929,8 @@ class Lowering {
     DType d = a->type.dtype;
     int64_t M = a->type.shape[0], K = a->type.shape[1], N = bm->type.shape[1];
     int64_t b_at = M * K * 2, c_at = (b_at + K * N * 2 + 15) / 16 * 16;
-    reserve_shared(c_at + M * N * 4, n->loc);
+    claim_shared(c_at + M * N * 4, n->loc);
     llvm::Type* i16 = b_.getInt16Ty();
-    llvm::Type* i32 = b_.getInt32Ty();
     llvm::Type* f32 = b_.getFloatTy();
     auto stage_bits = [&](const NodeRef& x, int64_t at) {  // 16-bit elements, as they are in memory
       const Regs& r = regs(x);
@@ -839,56 +942,7 @@ class Lowering {
     bool has_acc = n->operands.size() == 3;
     if (has_acc) stage(regs(n->operands[2]), DType{ScalarType::f32, false}, M * N, c_at);
     sync_group();
-
-    Value* lane = b_.CreateAnd(tid_, i32c(31));
-    Value* warp = b_.CreateLShr(tid_, i32c(5));
-    Value* group = b_.CreateLShr(lane, i32c(2));          // row (of A, C) / column (of B) within the tile
-    Value* pair = b_.CreateShl(b_.CreateAnd(lane, i32c(3)), i32c(1));  // first of two consecutive k (or n)
-    auto a_pair = [&](Value* row, Value* col) {  // two consecutive bf16 of a row of A: one 32-bit load
-      return b_.CreateLoad(i32, shared_at(i16, 0, b_.CreateAdd(b_.CreateMul(row, i32c(K)), col)));
-    };
-    auto b_pair = [&](Value* k, Value* col) {  // B[k][col] and B[k + 1][col], packed low to high
-      Value* lo = b_.CreateLoad(i16, shared_at(i16, b_at, b_.CreateAdd(b_.CreateMul(k, i32c(N)), col)));
-      Value* hi = b_.CreateLoad(i16, shared_at(i16, b_at, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(k, i32c(1)), i32c(N)), col)));
-      return b_.CreateOr(b_.CreateZExt(lo, i32), b_.CreateShl(b_.CreateZExt(hi, i32), 16));
-    };
-    int64_t tiles_n = N / 8, tiles = (M / 16) * tiles_n, warps = threads_ / 32;
-    llvm::IRBuilder<> eb(entry_, entry_->begin());
-    std::array<Value*, 4> acc;
-    for (Value*& slot : acc) slot = eb.CreateAlloca(f32);
-    for (int64_t round = 0; round * warps < tiles; ++round) {
-      Value* tile = b_.CreateAdd(warp, i32c(round * warps));
-      auto body = [&]() -> Value* {
-        Value* row0 = b_.CreateMul(b_.CreateUDiv(tile, i32c(tiles_n)), i32c(16));
-        Value* col0 = b_.CreateMul(b_.CreateURem(tile, i32c(tiles_n)), i32c(8));
-        Value* row_lo = b_.CreateAdd(row0, group);
-        Value* row_hi = b_.CreateAdd(row_lo, i32c(8));
-        Value* c_col = b_.CreateAdd(col0, pair);
-        auto c_at_rc = [&](Value* row, int64_t dc) {
-          return shared_at(f32, c_at, b_.CreateAdd(b_.CreateMul(row, i32c(N)), b_.CreateAdd(c_col, i32c(dc))));
-        };
-        std::array<Value*, 4> c_addr = {c_at_rc(row_lo, 0), c_at_rc(row_lo, 1), c_at_rc(row_hi, 0), c_at_rc(row_hi, 1)};
-        for (int e = 0; e < 4; ++e)
-          b_.CreateStore(has_acc ? static_cast<Value*>(b_.CreateLoad(f32, c_addr[e])) : llvm::ConstantFP::get(f32, 0.0), acc[e]);
-        counted_loop(i32c(0), i32c(K), i32c(16), [&](Value* k0) {
-          Value* ka = b_.CreateAdd(k0, pair);
-          std::array<Value*, 4> fa = {a_pair(row_lo, ka), a_pair(row_hi, ka), a_pair(row_lo, b_.CreateAdd(ka, i32c(8))),
-                                      a_pair(row_hi, b_.CreateAdd(ka, i32c(8)))};
-          Value* b_col = b_.CreateAdd(col0, group);
-          std::array<Value*, 2> fb = {b_pair(ka, b_col), b_pair(b_.CreateAdd(ka, i32c(8)), b_col)};
-          std::array<Value*, 4> c;
-          for (int e = 0; e < 4; ++e) c[e] = b_.CreateLoad(f32, acc[e]);
-          std::array<Value*, 4> out = ptx_.mma_m16n8k16(d.scalar == ScalarType::bf16, fa, fb, c);
-          for (int e = 0; e < 4; ++e) b_.CreateStore(out[e], acc[e]);
-        });
-        for (int e = 0; e < 4; ++e) b_.CreateStore(b_.CreateLoad(f32, acc[e]), c_addr[e]);
-        return nullptr;
-      };
-      if ((round + 1) * warps > tiles)  // the last round leaves some warps without a tile (warp-uniform)
-        guarded(b_.CreateICmpULT(tile, i32c(tiles)), body, nullptr);
-      else
-        body();
-    }
+    emit_mma_tiles(b_, ptx_, {scratch_base(), entry_, tid_, threads_}, {M, N, K, 0, b_at, c_at, d.scalar == ScalarType::bf16, has_acc});
     sync_group();
     Regs out;
     for (int64_t r = 0; r < per_thread(M * N); ++r)
@@ -905,7 +959,7 @@ class Lowering {
     llvm::Type* f32 = b_.getFloatTy();
     DType af{ScalarType::f32, false};
     int64_t b_at = M * K * 4;
-    reserve_shared(b_at + K * N * 4, n->loc);
+    claim_shared(b_at + K * N * 4, n->loc);
     auto as_f32 = [&](const NodeRef& x) {
       Regs r;
       for (Value* v : regs(x).v) r.v.push_back(ops_.cast(x->type.dtype, af, v));
@@ -1219,7 +1273,8 @@ class Lowering {
         Value* replica = b_.CreateUDiv(b_.CreateSub(warp, i32c(first)), i32c(slot.warps));
         Value* fiber_index = b_.CreateAdd(replica, i32c(fiber));
         Value* group_start = b_.CreateMul(b_.CreateAdd(b_.CreateMul(replica, i32c(slot.warps)), i32c(first)), i32c(32));
-        auto saved = std::make_tuple(tid_, threads_, group_barrier_, replica_, scratch_);
+        auto saved = std::make_tuple(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_);
+        partials_unsettled_ = false;
         tid_ = b_.CreateSub(block_tid_, group_start);
         threads_ = slot.warps * 32;
         group_barrier_ = b_.CreateSub(i32c(15), fiber_index);
@@ -1228,7 +1283,7 @@ class Lowering {
         for (const NodeRef& d : deferred_order_) node(d);
         region(n->regions[t]);
         for (const NodeRef& d : deferred_order_) regs_.erase(d.get());
-        std::tie(tid_, threads_, group_barrier_, replica_, scratch_) = saved;
+        std::tie(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_) = saved;
       }, [] {});
       fiber += slot.replicas;
     }
@@ -1241,18 +1296,28 @@ class Lowering {
     emit_loop(b_, begin, end, step, body);
   }
 
+  // Whether reduction partials may be unread where control flow joins: wherever they may be on one path.
   void for_loop(const NodeRef& n) {
     auto bound = [&](size_t k) { return regs(n->operands[k]).v[0]; };
+    bool before = partials_unsettled_, in_body = has_block_reduction(n->regions[0]);
     emit_for(b_, bound(0), bound(1), bound(2), [&](Value* i) {
       regs_[n->regions[0].args[0].get()] = {{i}};
+      partials_unsettled_ = before || in_body;  // from before the loop or from the last iteration
       region(n->regions[0]);
     });
+    partials_unsettled_ = partials_unsettled_ || before;  // the loop may not run
   }
 
   void if_else(const NodeRef& n) {
-    emit_if(b_, regs(n->operands[0]).v[0], [&] { region(n->regions[0]); }, [&] {
+    bool before = partials_unsettled_, after_then = false;
+    emit_if(b_, regs(n->operands[0]).v[0], [&] {
+      region(n->regions[0]);
+      after_then = partials_unsettled_;
+      partials_unsettled_ = before;
+    }, [&] {
       if (n->regions.size() > 1) region(n->regions[1]);
     });
+    partials_unsettled_ = partials_unsettled_ || after_then;
   }
 
   const ir::Function& f_;
@@ -1276,6 +1341,8 @@ class Lowering {
   int64_t scratch_start_ = 0;         // where scratch begins: after the user's allocations
   int64_t scratch_bytes_ = 0;         // the most scratch any group needs
   llvm::GlobalVariable* scratch_stride_ = nullptr;
+  Value* scratch_turn_ = nullptr;    // i32 slot: the buffer (0, 1) the next whole-group reduction writes
+  bool partials_unsettled_ = false;  // threads may still read the last partials (no barrier since)
   std::unordered_map<const ir::Node*, Regs> regs_;
   std::unordered_map<const ir::Node*, Regs> converted_;  // this node's operands, converted to blocked
   std::unordered_set<const ir::Node*> wgmma_vars_;
