@@ -915,9 +915,70 @@ class Lowering {
     const NodeRef& bm = n->operands[1];
     int64_t M = a->type.shape[0], K = a->type.shape[1], N = bm->type.shape[1];
     ScalarType s = a->type.dtype.scalar;
-    if ((s == ScalarType::bf16 || s == ScalarType::f16) && M % 16 == 0 && N % 8 == 0 && K % 16 == 0)
-      return dot_tensor_cores(n);
+    bool half = s == ScalarType::bf16 || s == ScalarType::f16;
+    if (half && threads_ == 128 && M % 64 == 0 && N % 8 == 0 && N <= 256 && K % 16 == 0) return dot_wgmma(n);
+    if (half && M % 16 == 0 && N % 8 == 0 && K % 16 == 0) return dot_tensor_cores(n);
     dot_cuda_cores(n);
+  }
+
+  // Hopper, on a group of one warp group: A [M, K] and B [K, N] staged in the group's scratch in wgmma's
+  // plain (unswizzled) K-major layout — 8 x 8 core matrices of 16-byte rows, the two of each k16 step
+  // side by side (LBO 128 bytes), 8-row groups K / 8 core matrices apart (SBO) — then one m64nNk16 per 64
+  // rows and 16 of K, waited for at once. The result stays in the wgmma layout.
+  void dot_wgmma(const NodeRef& n) {
+    const NodeRef& a = n->operands[0];
+    const NodeRef& bm = n->operands[1];
+    DType d = a->type.dtype;
+    int64_t M = a->type.shape[0], K = a->type.shape[1], N = bm->type.shape[1];
+    int64_t sbo = K / 8 * 128, b_at = M * K * 2;
+    claim_shared(b_at + N * K * 2, n->loc);
+    llvm::Type* i16 = b_.getInt16Ty();
+    // Byte offset of element (row, k) of a K-major operand with `rows` rows.
+    auto core_offset = [&](Value* row, Value* k) {
+      Value* across = b_.CreateAdd(b_.CreateMul(b_.CreateLShr(row, i32c(3)), i32c(sbo)),
+                                   b_.CreateMul(b_.CreateLShr(k, i32c(3)), i32c(128)));
+      return b_.CreateAdd(across, b_.CreateAdd(b_.CreateMul(b_.CreateAnd(row, i32c(7)), i32c(16)),
+                                               b_.CreateMul(b_.CreateAnd(k, i32c(7)), i32c(2))));
+    };
+    auto put = [&](Value* v, Value* offset) {
+      Value* at = b_.CreateInBoundsGEP(b_.getInt8Ty(), scratch_base(), b_.CreateZExt(offset, b_.getInt64Ty()));
+      b_.CreateStore(b_.CreateBitCast(ops_.to_memory(d, v), i16), at);
+    };
+    const Regs& ar = regs(a);
+    for (size_t r = 0; r < ar.v.size(); ++r) {  // A[i][k]: row i
+      Value* i = flat_index(M * K, static_cast<int64_t>(r));
+      put(ar.v[r], core_offset(b_.CreateUDiv(i, i32c(K)), b_.CreateURem(i, i32c(K))));
+    }
+    const Regs& br = regs(bm);
+    for (size_t r = 0; r < br.v.size(); ++r) {  // B[k][j]: row j of B^T
+      Value* i = flat_index(K * N, static_cast<int64_t>(r));
+      put(br.v[r], b_.CreateAdd(i32c(b_at), core_offset(b_.CreateURem(i, i32c(N)), b_.CreateUDiv(i, i32c(N)))));
+    }
+    Regs acc = n->operands.size() == 3 ? raw(n->operands[2]) : splat(ops_.constant(DType{ScalarType::f32, false}, 0), M * N);
+    if (!acc.uniform && !acc.wgmma) acc = relayout(acc, DType{ScalarType::f32, false}, n->type.shape, true, n->loc);
+    ptx_.fence_proxy_async_shared();  // the staged operands, visible to the tensor cores
+    sync_group();
+    ptx_.wgmma_fence();
+    Regs out;
+    out.wgmma = true;
+    out.rows = M;
+    out.cols = N;
+    Value* a_base = scratch_;
+    Value* b_base = b_.CreateAdd(scratch_, i32c(b_at));
+    for (int64_t block = 0; block < M / 64; ++block) {
+      std::vector<Value*> acc_block(acc.v.begin() + block * N / 2, acc.v.begin() + (block + 1) * N / 2);
+      for (int64_t k = 0; k < K / 16; ++k) {
+        Value* a_desc = wgmma_descriptor_fields(b_.CreateAdd(a_base, i32c(block * 8 * sbo + k * 256)), 128, sbo, 0);
+        Value* b_desc = wgmma_descriptor_fields(b_.CreateAdd(b_base, i32c(k * 256)), 128, sbo, 0);
+        acc_block = ptx_.wgmma(d.scalar == ScalarType::bf16, static_cast<int>(N), a_desc, b_desc, acc_block, false);
+      }
+      out.v.insert(out.v.end(), acc_block.begin(), acc_block.end());
+    }
+    ptx_.wgmma_commit_group();
+    ptx_.wgmma_wait_group(0);
+    out.v = ptx_.fence_registers(out.v);
+    sync_group();  // the scratch is read by the tensor cores until the wait
+    regs_[n.get()] = std::move(out);
   }
 
   // Tensor cores: A and B staged in shared memory, each warp computes 16x8 tiles of C with mma.sync
@@ -1200,9 +1261,14 @@ class Lowering {
   // address >> 4; the leading byte offset: unused (16) for K-major operands, the distance between panels
   // (`panel_bytes`) for N-major ones; the stride byte offset: 8 rows; the swizzle mode.
   Value* wgmma_descriptor(Value* offset, int64_t row_bytes, int64_t panel_bytes = 16) {
-    Value* address = b_.CreateZExt(b_.CreateLShr(b_.CreateAnd(shared_address(offset), i32c(0x3FFFF)), i32c(4)), b_.getInt64Ty());
     uint64_t mode = row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : 3;
-    uint64_t fixed = (uint64_t((panel_bytes >> 4) & 0x3FFF) << 16) | (uint64_t((8 * row_bytes) >> 4) << 32) | (mode << 62);
+    return wgmma_descriptor_fields(offset, panel_bytes, 8 * row_bytes, mode);
+  }
+  // The descriptor from its fields: leading and stride byte offsets, swizzle mode (0: none, 1: 128 bytes,
+  // 2: 64, 3: 32).
+  Value* wgmma_descriptor_fields(Value* offset, int64_t lbo, int64_t sbo, uint64_t mode) {
+    Value* address = b_.CreateZExt(b_.CreateLShr(b_.CreateAnd(shared_address(offset), i32c(0x3FFFF)), i32c(4)), b_.getInt64Ty());
+    uint64_t fixed = (uint64_t((lbo >> 4) & 0x3FFF) << 16) | (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (mode << 62);
     return b_.CreateOr(address, b_.getInt64(fixed));
   }
 
