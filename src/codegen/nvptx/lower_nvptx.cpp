@@ -1132,8 +1132,9 @@ class Lowering {
       Value* byte = swizzle(b_.CreateMul(flat, i32c(eb)), swz);
       return b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(b_.CreateAdd(offset, byte), b_.getInt64Ty()));
     };
-    bool by_element = transposed || (value && value->wgmma && !value->uniform);
-    int64_t width = by_element ? 1 : vector_width(numel), per = std::min(width, piece_elems(d));
+    // A wgmma-layout value holds pairs of neighbouring columns (registers 2i, 2i + 1): one access each.
+    bool pairs = value && value->wgmma && !value->uniform && !transposed;
+    int64_t width = transposed ? 1 : pairs ? 2 : vector_width(numel), per = std::min(width, piece_elems(d));
     auto* piece = llvm::FixedVectorType::get(mt, static_cast<unsigned>(per));
     llvm::Align align(static_cast<uint64_t>(per * eb));
     Regs out;
