@@ -309,19 +309,24 @@ struct BlockState {
 
   // ---- TMA stores ----
 
-  // Performs the oldest stores of `fiber` until at most `pending` are left.
-  void retire_stores(int32_t fiber, int32_t pending) {
+  // Takes the oldest operations of `fiber` out of `queue`, calling retire on each, until at most
+  // `pending` of its operations are left (the rule of cp.async.bulk.wait_group and wgmma.wait_group).
+  template <class Op, class Retire>
+  static void retire_oldest(std::vector<Op>& queue, int32_t fiber, int32_t pending, Retire retire) {
     int32_t mine = 0;
-    for (const TmaCopy& c : tma_stores) mine += c.fiber == fiber;
-    for (auto it = tma_stores.begin(); it != tma_stores.end() && mine > pending;) {
+    for (const Op& op : queue) mine += op.fiber == fiber;
+    for (auto it = queue.begin(); it != queue.end() && mine > pending;) {
       if (it->fiber != fiber) {
         ++it;
         continue;
       }
-      tma_copy(*it, false);
-      it = tma_stores.erase(it);
+      retire(*it);
+      it = queue.erase(it);
       --mine;
     }
+  }
+  void retire_stores(int32_t fiber, int32_t pending) {
+    retire_oldest(tma_stores, fiber, pending, [](const TmaCopy& c) { tma_copy(c, false); });
   }
 
   // ---- async dots ----
@@ -354,19 +359,8 @@ struct BlockState {
       }
     return out;
   }
-  // Retires the oldest dots of `fiber` until at most `pending` are left.
   void retire_dots(int32_t fiber, int32_t pending) {
-    int32_t mine = 0;
-    for (const DotJob& j : dot_jobs) mine += j.fiber == fiber;
-    for (auto it = dot_jobs.begin(); it != dot_jobs.end() && mine > pending;) {
-      if (it->fiber != fiber) {
-        ++it;
-        continue;
-      }
-      dot_results[it->id] = compute(*it);
-      it = dot_jobs.erase(it);
-      --mine;
-    }
+    retire_oldest(dot_jobs, fiber, pending, [&](const DotJob& j) { dot_results[j.id] = compute(j); });
   }
 
   // ---- named barriers ----
