@@ -931,6 +931,9 @@ class Lowering {
     DType d = a->type.dtype;
     int64_t M = a->type.shape[0], K = a->type.shape[1], N = bm->type.shape[1];
     int64_t sbo = K / 8 * 128, b_at = M * K * 2;
+    // The accumulator first: its conversion uses the scratch the operands go to next.
+    Regs acc = n->operands.size() == 3 ? raw(n->operands[2]) : splat(ops_.constant(DType{ScalarType::f32, false}, 0), M * N);
+    if (!acc.uniform && !acc.wgmma) acc = relayout(acc, DType{ScalarType::f32, false}, n->type.shape, true, n->loc);
     claim_shared(b_at + N * K * 2, n->loc);
     llvm::Type* i16 = b_.getInt16Ty();
     // Byte offset of element (row, k) of a K-major operand with `rows` rows.
@@ -954,8 +957,6 @@ class Lowering {
       Value* i = flat_index(K * N, static_cast<int64_t>(r));
       put(br.v[r], b_.CreateAdd(i32c(b_at), core_offset(b_.CreateURem(i, i32c(N)), b_.CreateUDiv(i, i32c(N)))));
     }
-    Regs acc = n->operands.size() == 3 ? raw(n->operands[2]) : splat(ops_.constant(DType{ScalarType::f32, false}, 0), M * N);
-    if (!acc.uniform && !acc.wgmma) acc = relayout(acc, DType{ScalarType::f32, false}, n->type.shape, true, n->loc);
     ptx_.fence_proxy_async_shared();  // the staged operands, visible to the tensor cores
     sync_group();
     ptx_.wgmma_fence();
