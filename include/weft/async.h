@@ -90,6 +90,21 @@ SharedBuffer<T> local_alloc(Shape shape, int stages = 1, std::string name = "sme
   return SharedBuffer<T>(detail::emit(detail::Op::LocalAlloc, {}, std::move(a), loc));
 }
 
+// A buffer on the shared memory of `reuse` (TLX: local_alloc(..., reuse=...)): two views of the same
+// bytes, for phases of a kernel that need them at different times (the kernel orders the phases). It must
+// fit in `reuse`'s bytes.
+template <class T, class U>
+SharedBuffer<T> local_alloc(Shape shape, int stages, std::string name, const SharedBuffer<U>& reuse,
+                            SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.shape = std::move(shape);
+  a.shape.insert(a.shape.begin(), stages);
+  a.dtype = dtype_of<T>;
+  a.has_dtype = true;
+  a.names = {std::move(name)};
+  return SharedBuffer<T>(detail::emit(detail::Op::LocalAlloc, {reuse.node()}, std::move(a), loc));
+}
+
 // Stage `stage` of `buffer` (TLX: local_view; also buffer[stage]).
 template <class T> SharedView<T> local_view(const SharedBuffer<T>& buffer, Operand<int32_t> stage) {
   return SharedView<T>(detail::emit(detail::Op::LocalView, {buffer.node(), stage.node}, {}, stage.loc));

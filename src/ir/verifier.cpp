@@ -433,6 +433,17 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       check_tile_shape(stage, "local_alloc", loc);
       if (attrs.dtype.pointer || attrs.dtype.is_bool())
         fail(loc, fmt::format("local_alloc: shared buffers hold numbers, not {}", attrs.dtype.str()));
+      if (!operands.empty()) {  // reuses another allocation's bytes
+        const Node& other = *operands[0];
+        if (other.op != Op::LocalAlloc || !other.operands.empty())
+          fail(loc, "local_alloc: `reuse` must be a buffer that local_alloc made without reuse");
+        int64_t mine = Type::shared(attrs.dtype, attrs.shape).numel() * attrs.dtype.bytes();
+        int64_t theirs = other.type.numel() * other.type.dtype.bytes();
+        if (mine > theirs)
+          fail(loc, fmt::format("local_alloc: this buffer needs {} bytes but reuses '{}' (made at {}), which has {}; "
+                                "reuse a larger buffer or use fewer stages",
+                                mine, other.attrs.names.at(0), other.loc.str(), theirs));
+      }
       return Type::shared(attrs.dtype, attrs.shape);
     }
     case Op::LocalView: {

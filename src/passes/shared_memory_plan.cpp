@@ -27,6 +27,26 @@ SharedMemoryPlan plan_shared_memory(const ir::Function& f, int64_t limit) {
   for (const ir::NodeRef& n : f.body.body) {
     int64_t bytes = 0, align = 0, stage_bytes = 0;
     int swizzle = 0;
+    if (n->op == ir::Op::LocalAlloc && !n->operands.empty()) {  // the bytes of an earlier buffer
+      const SharedAllocation& other = plan.of(n->operands[0].get());
+      SharedAllocation a = other;
+      a.node = n.get();
+      a.name = n->attrs.names.at(0);
+      a.swizzle = layouts.of(n.get());
+      a.panel = layouts.panel_of(n.get());
+      int64_t stages = n->type.shape[0];
+      a.stage_bytes = n->type.numel() / stages * n->type.dtype.bytes();
+      if (a.swizzle) a.stage_bytes = (a.stage_bytes + 1023) / 1024 * 1024;
+      if (stages * a.stage_bytes > other.bytes)
+        throw Error(fmt::format("buffer '{}' reuses '{}' but its swizzled stages take {} bytes, more than its {}; use "
+                                "fewer stages",
+                                a.name, other.name, stages * a.stage_bytes, other.bytes),
+                    n->loc);
+      a.bytes = stages * a.stage_bytes;
+      plan.index[n.get()] = plan.allocations.size();
+      plan.allocations.push_back(a);
+      continue;
+    }
     if (n->op == ir::Op::LocalAlloc) {
       swizzle = layouts.of(n.get());
       int64_t stages = n->type.shape[0];

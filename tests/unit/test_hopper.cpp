@@ -173,3 +173,43 @@ TEST_CASE("the warp-specialized GEMM of examples/gemm_hopper_ws.h at odd sizes, 
     }
   }
 }
+
+TEST_CASE("a buffer can reuse another's shared memory, and must fit in it", "[async]") {
+  WEFT_SEEDED_RNG(rng);
+  // Phase 1 uses `first` (2 x 64 f32), phase 2 the same bytes as `second` (128 i32); the reads of each
+  // phase see what that phase wrote.
+  Kernel k("reuse", [](Ptr<float> x, Ptr<int32_t> y, Ptr<float> out_x, Ptr<int32_t> out_y) {
+    auto first = local_alloc<float>({64}, 2, "first");
+    auto second = local_alloc<int32_t>({128}, 1, "second", first);
+    Int i64 = arange(0, 64), i128 = arange(0, 128);
+    local_store(first[1], load(x + i64));
+    store(out_x + i64, local_load(first[1]) * 2.0f);
+    local_store(second[0], load(y + i128));
+    store(out_y + i128, local_load(second[0]) + 1);
+  });
+  std::vector<float> x = generate<float>(rng, 64, uniform_real<float>(-10, 10));
+  std::vector<int32_t> y = generate<int32_t>(rng, 128, uniform_int<int32_t>(-1000, 1000));
+  Output<float> out_x(64);
+  Output<int32_t> out_y(128);
+  launch(k, Grid(2), Input<float>(x), Input<int32_t>(y), out_x, out_y);
+  std::vector<float> want_x(x);
+  for (float& v : want_x) v *= 2;
+  std::vector<int32_t> want_y(y);
+  for (int32_t& v : want_y) v += 1;
+  check_near<float>(out_x, want_x);
+  check_near<int32_t>(out_y, want_y);
+
+  int line = 0;
+  Kernel too_big("reuse_too_big", [&](Ptr<float>) {
+    auto first = local_alloc<float>({64}, 1, "first");
+    line = __LINE__; auto second = local_alloc<float>({128}, 1, "second", first);
+  });
+  try {
+    too_big.ir();
+    FAIL("no error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(std::string(e.what()).find("reuses 'first'") != std::string::npos);
+    CHECK(e.where().line == static_cast<unsigned>(line));
+  }
+}
