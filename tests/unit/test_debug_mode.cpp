@@ -6,6 +6,7 @@
 
 #include <weft/weft.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -166,6 +167,39 @@ TEST_CASE("debug mode: the site table names each wait's line and a record become
                                "block (3, 0, 1):\n  task 'consumer' replica 1 (thread 195) waits on 'ready[1]' for "
                                "phase 0   " + at(lines.consumer_wait) + "\n"));
   CHECK_THAT(message, Contains("WEFT_DEBUG_TIMEOUT_MS"));
+}
+
+// Debug mode must not change what a kernel that does not deadlock computes: the hidden parameters and the
+// timed waits only add a way out. Runs on the CPU (which ignores debug mode) and, where there is one, on
+// the GPU.
+TEST_CASE("debug mode: a kernel whose waits complete runs as without it", "[gpu][debug]") {
+  Kernel k("debug_handoff", [](Ptr<float> out) {
+    auto ready = alloc_barriers(1, 1, "ready");
+    async_tasks(
+        task("producer", {.warps = 1}, [&] { barrier_arrive(ready[0]); }),
+        task("consumer", {.warps = 4, .replicas = 2}, [&] {
+          barrier_wait(ready[0], 0);
+          store(out + task_replica_id() * 128 + arange(0, 128), cast<float>(full<int32_t>({128}, 1) + task_replica_id()));
+        }));
+  }, KernelOptions{.num_warps = 4, .debug = true});
+  std::vector<float> expected(256, 1.0f);
+  std::fill(expected.begin() + 128, expected.end(), 2.0f);
+  auto run_on = [&](Device device) {
+    Buffer<float> out = device.upload(std::vector<float>(256, -1.0f));
+    k.launch(device.stream(), Grid(2), out);
+    device.stream().synchronize();
+    CHECK(out.download() == expected);
+  };
+  run_on(Device::cpu());
+  std::string why_not;
+  if (!driver::cuda::cuda_available(&why_not)) {
+    WARN("SKIPPED on the GPU: " << why_not);
+    return;
+  }
+  detail::Backend* backend = detail::cuda_backend_or_null(&why_not);
+  INFO(why_not);
+  REQUIRE(backend != nullptr);
+  run_on(Device::from_backend(*backend));
 }
 
 // Traps on purpose: the CUDA context of this process is unusable afterwards. ctest runs each case in its
