@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
         Float x = load(in + row + cols, valid, -INFINITY);
         Float e = exp(x - max(x, 0));
         store(out + row + cols, e / sum(e, 0), valid);
-      }, KernelOptions{warps});
+      }, KernelOptions{.num_warps = warps});
       return [=, &in, &out] { k.launch(Grid(r), in, out, c, c); };
     });
   }
@@ -96,21 +96,21 @@ int main(int argc, char** argv) {
     auto x = random_buffer<bf16>(dev, size_t(r) * c, 4), w = random_buffer<bf16>(dev, c, 5), b = random_buffer<bf16>(dev, c, 6);
     auto y = dev.alloc<bf16>(size_t(r) * c);
     best_over_warps("layernorm bf16 2^19 x 2048", 2.0 * 2 * r * c, [&](int warps) {
-      Kernel k = make_layernorm(KernelOptions{warps});
+      Kernel k = make_layernorm(KernelOptions{.num_warps = warps});
       return [=, &x, &w, &b, &y] { k.launch(Grid(r), x, w, b, y, c, 1e-5f, c); };
     });
     best_over_warps("rmsnorm bf16 2^19 x 2048", 2.0 * 2 * r * c, [&](int warps) {
-      Kernel k = make_rmsnorm(KernelOptions{warps});
+      Kernel k = make_rmsnorm(KernelOptions{.num_warps = warps});
       return [=, &x, &w, &y] { k.launch(Grid(r), x, w, y, c, 1e-5f, c); };
     });
     // Row loops with the next row prefetched (examples/norms.h), 8 rows per program.
     const int per = 8;
     best_over_warps("layernorm rows-loop bf16", 2.0 * 2 * r * c, [&](int warps) {
-      Kernel k = make_layernorm_rows(KernelOptions{warps});
+      Kernel k = make_layernorm_rows(KernelOptions{.num_warps = warps});
       return [=, &x, &w, &b, &y] { k.launch(Grid(r / per), x, w, b, y, c, r, 1e-5f, c, per); };
     });
     best_over_warps("rmsnorm rows-loop bf16", 2.0 * 2 * r * c, [&](int warps) {
-      Kernel k = make_rmsnorm_rows(KernelOptions{warps});
+      Kernel k = make_rmsnorm_rows(KernelOptions{.num_warps = warps});
       return [=, &x, &w, &y] { k.launch(Grid(r / per), x, w, y, c, r, 1e-5f, c, per); };
     });
   }

@@ -38,6 +38,10 @@ struct Grid {
 
 struct KernelOptions {
   int num_warps = 4;  // GPU backends: warps per program instance
+  // GPU debug mode for this kernel, as WEFT_DEBUG=1 gives every kernel: mbarrier waits time out and the
+  // launch throws a weft::Error saying who waited where, instead of hanging (README, "WEFT_DEBUG"). The
+  // CPU backend always reports deadlocks and ignores it.
+  bool debug = false;
 };
 
 namespace detail {

@@ -9,7 +9,12 @@
 //   WEFT_CPU_SCHED_SEED=n             CPU backend: resume a block's fibers (task replicas) in an order
 //                                     shuffled by seed n each round, to expose races (default: round-robin
 //                                     in task order); read at every launch
-//   WEFT_DEBUG=1                      extra run-time checks (later: barrier timeouts, poison reports)
+//   WEFT_DEBUG=1                      GPU debug mode (also KernelOptions::debug, per kernel): every mbarrier
+//                                     wait gives up after WEFT_DEBUG_TIMEOUT_MS, records where it waited and
+//                                     traps; the CUDA backend synchronizes after each launch and throws a
+//                                     weft::Error naming block, task, replica, barrier, phase and line (slow:
+//                                     for finding deadlocks, and launches cannot be captured in a graph)
+//   WEFT_DEBUG_TIMEOUT_MS=n           debug mode: how long one barrier wait may take (default 5000)
 //   WEFT_CHECK_PTX=sm_90a             also lower every traced kernel specialization to PTX for this
 //                                     architecture and assemble it with ptxas (from PATH, else
 //                                     /usr/local/cuda/bin/ptxas), on any backend: ptxas's refusal, or no
@@ -31,6 +36,7 @@ struct Knobs {
   int cpu_threads = 0;  // 0: hardware concurrency
   int cuda_device = 0;  // device ordinal
   bool debug = false;
+  int64_t debug_timeout_ms = 5000;
   std::string check_ptx;  // an architecture, e.g. sm_90a; empty: no check
 
   bool dumps(std::string_view stage) const;

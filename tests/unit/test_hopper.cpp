@@ -76,7 +76,7 @@ TEST_CASE("async_dot computes a 128x128x64 bf16 tile on the tensor cores (wgmma)
     Int offs = rows.expand_dims(1) * N + cols.expand_dims(0);
     store(c + offs, acc);
     store(c_plus + offs, acc + 1.0f);  // an elementwise op in the wgmma layout
-  }, KernelOptions{4});
+  }, KernelOptions{.num_warps = 4});
   std::vector<bf16> a = generate<bf16>(rng, M * K, uniform_real<bf16>(-1, 1));
   std::vector<bf16> b = generate<bf16>(rng, N * K, uniform_real<bf16>(-1, 1));
   Output<float> c(M * N), c_plus(M * N);

@@ -173,7 +173,7 @@ TEST_CASE("whole-tile reductions in loops and branches, next to other uses of sh
     store(out + pid * 4 + 1, m);
     store(out + pid * 4 + 2, max(row_sums, 0));
     store(out + pid * 4 + 3, sum(spread * cols, 0));
-  }, KernelOptions{4});
+  }, KernelOptions{.num_warps = 4});
   for (int reps : {1, 2, 5}) {
     INFO("reps " << reps);
     std::vector<int32_t> x = generate<int32_t>(rng, size_t(programs) * reps * block, uniform_int<int32_t>(-1000, 1000));

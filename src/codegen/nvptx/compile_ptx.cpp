@@ -58,13 +58,17 @@ std::string print_module(const llvm::Module& m) {
 
 std::string code_generator_version() { return "LLVM " LLVM_VERSION_STRING; }
 
+bool debug_mode(const KernelOptions& options) { return options.debug || support::knobs().debug; }
+
 PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, const PtxTarget& target) {
   if (options.num_warps < 1 || options.num_warps > 32 || (options.num_warps & (options.num_warps - 1)))
     throw Error(fmt::format("kernel '{}': num_warps = {} must be a power of two from 1 to 32", f.name, options.num_warps),
                 f.loc);
   auto tm = make_target_machine(target);
   llvm::LLVMContext context;
-  LoweredKernel lowered = lower_to_nvptx(f, context, options.num_warps, f.name);
+  bool debug = debug_mode(options);
+  passes::WaitSites waits = debug ? passes::plan_wait_sites(f, options.num_warps) : passes::WaitSites{};
+  LoweredKernel lowered = lower_to_nvptx(f, context, options.num_warps, f.name, debug ? &waits : nullptr);
   llvm::Module& m = *lowered.module;
   m.setTargetTriple(llvm::Triple(kTriple));
   m.setDataLayout(tm->createDataLayout());
@@ -82,6 +86,7 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
   out.entry = lowered.symbol;
   out.threads = lowered.threads;
   out.shared_bytes = lowered.shared_bytes;
+  out.debug = debug;
   support::dump("ptx", f.name, "ptx", out.ptx);
   return out;
 }

@@ -19,7 +19,13 @@ struct PtxKernel {
   std::string entry;          // the kernel's symbol in it
   int threads = 128;          // threads per block (num_warps * 32)
   int64_t shared_bytes = 0;   // dynamic shared memory the launch must provide
+  // GPU debug mode: the entry takes three more 64-bit parameters after the user's: the device addresses of
+  // a passes::WaitTimeoutRecord and of its claim word, and the wait timeout in nanoseconds (debug_waits.h).
+  bool debug = false;
 };
+
+// Whether `options` ask for GPU debug mode: KernelOptions::debug, or WEFT_DEBUG=1 for every kernel.
+bool debug_mode(const KernelOptions& options);
 
 // "LLVM 22.1.8": the code generator's version, for cache keys.
 std::string code_generator_version();

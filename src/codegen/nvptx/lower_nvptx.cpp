@@ -30,6 +30,7 @@
 
 #include "codegen/element_ops.h"
 #include "codegen/llvm_builders.h"
+#include "codegen/nvptx/debug_waits.h"
 #include "codegen/nvptx/mma_tiles.h"
 #include "codegen/nvptx/ptx_instructions.h"
 #include "passes/access_patterns.h"
@@ -70,15 +71,17 @@ std::vector<int64_t> strides(const ir::Shape& s) {
 
 class Lowering {
  public:
-  Lowering(const ir::Function& f, llvm::LLVMContext& c, int num_warps, const std::string& symbol)
+  Lowering(const ir::Function& f, llvm::LLVMContext& c, int num_warps, const std::string& symbol,
+           const passes::WaitSites* debug_waits)
       : f_(f), c_(c), b_(c), ops_(b_, MathTarget::Nvptx, kGlobal), ptx_(b_), patterns_(f),
         tasks_(passes::plan_tasks(f, num_warps)), allocations_(passes::plan_shared_memory(f)),
-        threads_(tasks_.threads()) {
+        threads_(tasks_.threads()), wait_sites_(debug_waits) {
     mod_ = std::make_unique<llvm::Module>(symbol, c);
     // Numbers and pointers travel as 64-bit slots; a TMA descriptor arrives by value (128 bytes, a
     // grid-constant .param whose address the TMA instructions take).
     std::vector<llvm::Type*> params;
     for (const NodeRef& p : f.params) params.push_back(is_descriptor(*p) ? static_cast<llvm::Type*>(llvm::PointerType::get(c, 0)) : b_.getInt64Ty());
+    if (wait_sites_) params.insert(params.end(), 3, b_.getInt64Ty());  // debug mode: record, claim, timeout
     auto* type = llvm::FunctionType::get(b_.getVoidTy(), params, false);
     fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage, symbol, *mod_);
     for (size_t i = 0; i < f.params.size(); ++i) {
@@ -98,6 +101,7 @@ class Lowering {
                                      llvm::GlobalValue::ExternalLinkage, nullptr, "weft_shared", nullptr,
                                      llvm::GlobalValue::NotThreadLocal, kShared);
     smem_->setAlignment(llvm::Align(16));
+    if (wait_sites_) debug_waits_ = std::make_unique<DebugWaits>(b_, fn_);
     entry_ = llvm::BasicBlock::Create(c, "entry", fn_);
     b_.SetInsertPoint(entry_);
     tid_ = block_tid_ = ptx_.thread_index();
@@ -1244,7 +1248,12 @@ class Lowering {
         Value* bytes = regs(o[1]).v[0];
         return once_per_group([&] { ptx_.mbarrier_arrive_expect_tx(bar, bytes); });
       }
-      case Op::BarrierWait: return barrier_wait(shared_address(regs(o[0]).v[0]), b_.CreateAnd(regs(o[1]).v[0], i32c(1)));
+      case Op::BarrierWait: {
+        Value* offset = regs(o[0]).v[0];
+        Value* parity = b_.CreateAnd(regs(o[1]).v[0], i32c(1));
+        if (debug_waits_) return debug_waits_->wait(shared_address(offset), offset, parity, wait_sites_->index.at(n.get()));
+        return barrier_wait(shared_address(offset), parity);
+      }
       case Op::NamedBarrierWait:
         ptx_.barrier(i32c(n->attrs.ints[0]), i32c(n->attrs.ints[1]));
         return;
@@ -1397,6 +1406,8 @@ class Lowering {
   passes::TaskPlan tasks_;
   passes::SharedMemoryPlan allocations_;
   int64_t threads_;  // of the current group
+  const passes::WaitSites* wait_sites_;        // debug mode only
+  std::unique_ptr<DebugWaits> debug_waits_;    // debug mode only
   std::unique_ptr<llvm::Module> mod_;
   llvm::Function* fn_ = nullptr;
   llvm::BasicBlock* entry_ = nullptr;
@@ -1421,8 +1432,9 @@ class Lowering {
 
 }  // namespace
 
-LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int num_warps, const std::string& symbol) {
-  return Lowering(f, context, num_warps, symbol).run();
+LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int num_warps, const std::string& symbol,
+                             const passes::WaitSites* debug_waits) {
+  return Lowering(f, context, num_warps, symbol, debug_waits).run();
 }
 
 }  // namespace weft::codegen::nvptx

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ir/node.h"
+#include "passes/wait_sites.h"
 
 namespace llvm {
 class LLVMContext;
@@ -21,6 +22,9 @@ struct LoweredKernel {
 };
 
 // `num_warps`: the block's warps when the kernel has no async_tasks (its tasks say how many otherwise).
-LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int num_warps, const std::string& symbol);
+// `debug_waits`: GPU debug mode (debug_waits.h): the kernel's wait sites (passes::plan_wait_sites); the
+// kernel then takes three hidden trailing parameters and its mbarrier waits time out. Null: no debug mode.
+LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int num_warps, const std::string& symbol,
+                             const passes::WaitSites* debug_waits = nullptr);
 
 }  // namespace weft::codegen::nvptx

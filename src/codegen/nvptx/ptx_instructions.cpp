@@ -82,6 +82,18 @@ llvm::Value* PtxInstructions::mbarrier_try_wait_parity(llvm::Value* bar, llvm::V
   return b_.CreateICmpNE(done, b_.getInt32(0));
 }
 
+llvm::Value* PtxInstructions::global_timer() {
+  return b_.CreateIntrinsic(b_.getInt64Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_globaltimer, {});
+}
+
+void PtxInstructions::fence_system() { asm_call(b_, b_.getVoidTy(), "fence.sc.sys;", "~{memory}", {}); }
+
+void PtxInstructions::trap() { asm_call(b_, b_.getVoidTy(), "trap;", "~{memory}", {}); }
+
+void PtxInstructions::exit_thread() {
+  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_exit, llvm::ArrayRef<llvm::Type*>{}, llvm::ArrayRef<llvm::Value*>{});
+}
+
 static std::string coordinate_list(size_t first, size_t count) {
   std::string s;
   for (size_t i = 0; i < count; ++i) s += (i ? ", $" : "$") + std::to_string(first + i);

@@ -31,6 +31,12 @@ class PtxInstructions {
   // mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity -> i1: the phase of that parity completed
   llvm::Value* mbarrier_try_wait_parity(llvm::Value* bar, llvm::Value* parity);
 
+  // GPU debug mode (debug_waits.h).
+  llvm::Value* global_timer();  // mov.u64 %rd, %globaltimer: nanoseconds, the same clock on every SM
+  void fence_system();          // fence.sc.sys: earlier stores reach the host before later ones
+  void trap();                  // trap: aborts the whole launch (the CUDA context is then unusable)
+  void exit_thread();           // exit: this thread ends here
+
   // TMA. `desc`: the generic address (i64) of a CUtensorMap; `coords`: i32, innermost first; `smem`,
   // `bar`: 32-bit shared addresses.
   // cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes [smem], [desc, {coords}], [bar]

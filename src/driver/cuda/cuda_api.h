@@ -131,6 +131,8 @@ enum CUtensorMapFloatOOBfill : int {
 inline constexpr unsigned CU_STREAM_DEFAULT = 0x0;
 inline constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 inline constexpr unsigned CU_EVENT_DEFAULT = 0x0;
+// Flags of cuMemHostAlloc: map the pinned host memory into the device's address space.
+inline constexpr unsigned CU_MEMHOSTALLOC_DEVICEMAP = 0x02;
 
 // ---- the symbol table ----------------------------------------------------------------------------------
 // X(required, member, symbol, fallback_symbol, parameters)
@@ -157,6 +159,12 @@ inline constexpr unsigned CU_EVENT_DEFAULT = 0x0;
   X(true, cuCtxSynchronize, "cuCtxSynchronize", nullptr, ())                                                   \
   X(true, cuMemAlloc, "cuMemAlloc_v2", nullptr, (CUdeviceptr * address, size_t bytes))                         \
   X(true, cuMemFree, "cuMemFree_v2", nullptr, (CUdeviceptr address))                                           \
+  /* Pinned host memory mapped into the device: GPU debug mode's record of a timed-out wait (it must */     \
+  /* survive the trap that makes the context unusable). */                                                  \
+  X(true, cuMemHostAlloc, "cuMemHostAlloc", nullptr, (void** host, size_t bytes, unsigned flags))              \
+  X(true, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", nullptr,                                  \
+    (CUdeviceptr * device, void* host, unsigned flags))                                                        \
+  X(true, cuMemFreeHost, "cuMemFreeHost", nullptr, (void* host))                                               \
   X(true, cuMemcpyHtoD, "cuMemcpyHtoD_v2", nullptr, (CUdeviceptr dst, const void* src, size_t bytes))          \
   X(true, cuMemcpyDtoH, "cuMemcpyDtoH_v2", nullptr, (void* dst, CUdeviceptr src, size_t bytes))                \
   X(true, cuMemcpyDtoD, "cuMemcpyDtoD_v2", nullptr, (CUdeviceptr dst, CUdeviceptr src, size_t bytes))          \

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
+#include <new>
 #include <string_view>
 
 #include "cache/disk_cache.h"
@@ -17,10 +19,35 @@
 #include "support/build_id.h"
 #include "support/env.h"
 
+namespace weft::driver::cuda {
+
+std::string cubin_cache_key(const ir::Function& f, const KernelOptions& options,
+                            const codegen::nvptx::PtxTarget& target, int driver_version) {
+  return cache::KeyBuilder()
+      .add("cuda cubin 1")
+      .add(ir::print(f))
+      .add(options.num_warps)
+      .add(codegen::nvptx::debug_mode(options) ? "debug" : "release")
+      .add(target.arch)
+      .add(target.features)
+      .add(support::weft_identity())
+      .add(codegen::nvptx::code_generator_version())
+      .add(driver_version)
+      .finish();
+}
+
+}  // namespace weft::driver::cuda
+
 namespace weft::detail {
 namespace {
 
 using namespace driver::cuda;
+
+// After a debug-mode timeout, why weft does not carry on (see CudaBackend::finish_debug_launch).
+constexpr const char* kContextLost =
+    "\nthe kernel was stopped with a trap, which leaves the CUDA context unusable: restart the process (weft does "
+    "not reset the device's primary context, which would free memory and modules that Buffers and compiled "
+    "kernels still hold)";
 
 // The oldest PTX ISA that knows the architecture (8.6 brought sm_100a/sm_101a, 8.7 sm_120a, 8.8 sm_103a and
 // sm_121a); null keeps the code generator's default.
@@ -127,6 +154,9 @@ class CudaBackend final : public Backend {
   std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) override {
     std::shared_ptr<CudaKernel> k = compile_cubin(f, options);
     mark_descriptor_params(*k, f);
+    // From the IR, as the lowering numbered the waits: the same for a kernel from the compile cache.
+    if (codegen::nvptx::debug_mode(options))
+      k->debug_waits = std::make_shared<const passes::WaitSites>(passes::plan_wait_sites(f, options.num_warps));
     return k;
   }
 
@@ -138,7 +168,8 @@ class CudaBackend final : public Backend {
   }
 
   // Nothing here may synchronize or allocate: launches must be capturable into a CUDA graph, and this is
-  // the hot path of every launch (bench_launch measures it against a bare cuLaunchKernel).
+  // the hot path of every launch (bench_launch measures it against a bare cuLaunchKernel). Except in GPU
+  // debug mode, which appends three hidden parameters and synchronizes (finish_debug_launch).
   void launch(const CompiledKernel& compiled, const LaunchDims& grid, const uint64_t* args, size_t count,
               void* stream) override {
     const auto& k = static_cast<const CudaKernel&>(compiled);
@@ -150,20 +181,30 @@ class CudaBackend final : public Backend {
     // the CUtensorMap (tensor_desc_slot). The pointers live on the stack; only a kernel of more than
     // kInlineParams parameters uses the heap.
     constexpr size_t kInlineParams = 32;
+    const size_t total = count + (k.debug_waits ? 3 : 0);
     void* inline_params[kInlineParams];
     std::vector<void*> heap_params;
     void** params = inline_params;
-    if (count > kInlineParams) {
-      heap_params.resize(count);
+    if (total > kInlineParams) {
+      heap_params.resize(total);
       params = heap_params.data();
     }
     for (size_t i = 0; i < count; ++i) params[i] = const_cast<uint64_t*>(&args[i]);
     for (size_t i = 0; i < k.descriptor_params.size() && i < count; ++i)
       if (k.descriptor_params[i]) params[i] = reinterpret_cast<void*>(static_cast<uintptr_t>(args[i]));
+    uint64_t hidden[3] = {};  // debug mode: the timeout record, its claim word, the timeout in ns
+    if (k.debug_waits) {
+      const TimeoutRecord& record = timeout_record();
+      hidden[0] = record.device;
+      hidden[1] = record.claim;
+      hidden[2] = static_cast<uint64_t>(support::knobs().debug_timeout_ms) * 1000000u;
+      for (size_t i = 0; i < 3; ++i) params[count + i] = &hidden[i];
+    }
     check(driver().cuLaunchKernel(k.function, grid_dimension(grid.x, k), grid_dimension(grid.y, k),
                                   grid_dimension(grid.z, k), static_cast<unsigned>(k.threads), 1, 1, k.shared_bytes,
-                                  static_cast<CUstream>(stream), count == 0 ? nullptr : params, nullptr),
+                                  static_cast<CUstream>(stream), total == 0 ? nullptr : params, nullptr),
           "cuLaunchKernel", k.label);
+    if (k.debug_waits) finish_debug_launch(k, static_cast<CUstream>(stream));
   }
 
   // nullptr (Device::synchronize, and the default Stream) waits for all work on the device, whichever
@@ -188,18 +229,55 @@ class CudaBackend final : public Backend {
     k.descriptor_params = any ? std::move(marks) : std::vector<bool>{};
   }
 
+  // GPU debug mode's passes::WaitTimeoutRecord: pinned host memory mapped into the device, made at the
+  // first debug launch and kept for the process. Host memory because a timeout ends in a trap, after which
+  // the context answers every call with an error: the record must be readable without the driver. The
+  // claim word, which lets one thread write the record, is device memory. Neither is ever reset: the first
+  // timeout is also the context's last.
+  struct TimeoutRecord {
+    passes::WaitTimeoutRecord* host = nullptr;
+    CUdeviceptr device = 0;  // the record, as the device addresses it
+    CUdeviceptr claim = 0;   // u32, 0 until claimed
+  };
+  const TimeoutRecord& timeout_record() {
+    std::call_once(timeout_record_once_, [&] {
+      device_.make_current();
+      void* host = nullptr;
+      check(driver().cuMemHostAlloc(&host, sizeof(passes::WaitTimeoutRecord), CU_MEMHOSTALLOC_DEVICEMAP),
+            "cuMemHostAlloc (GPU debug mode's timeout record)", name_);
+      timeout_record_.host = new (host) passes::WaitTimeoutRecord{};  // all zero: not complete
+      check(driver().cuMemHostGetDevicePointer(&timeout_record_.device, host, 0), "cuMemHostGetDevicePointer", name_);
+      const uint32_t unclaimed = 0;
+      check(driver().cuMemAlloc(&timeout_record_.claim, sizeof unclaimed), "cuMemAlloc (debug mode's claim word)", name_);
+      check(driver().cuMemcpyHtoD(timeout_record_.claim, &unclaimed, sizeof unclaimed), "cuMemcpyHtoD", name_);
+    });
+    return timeout_record_;
+  }
+
+  // Debug mode: waits for the launch, so that a wait that timed out on the device becomes an Error here
+  // with its record (the first thread that gave up), rather than an anonymous CUDA_ERROR_ILLEGAL_INSTRUCTION
+  // at some later call. A trap is the only way out of a deadlocked kernel, and it poisons the context; weft
+  // leaves it so (kContextLost says why) and tells the user to restart the process.
+  void finish_debug_launch(const CudaKernel& k, CUstream stream) {
+    CUresult result = driver().cuStreamSynchronize(stream);
+    if (result == CUDA_SUCCESS) return;
+    const volatile passes::WaitTimeoutRecord* written = timeout_record().host;
+    if (written->complete) {
+      passes::WaitTimeoutRecord r;
+      r.site = written->site;
+      r.barrier = written->barrier;
+      r.parity = written->parity;
+      r.thread = written->thread;
+      for (int axis = 0; axis < 3; ++axis) r.block[axis] = written->block[axis];
+      throw Error(k.debug_waits->describe(r, support::knobs().debug_timeout_ms) + kContextLost,
+                  k.debug_waits->site_loc(r.site));
+    }
+    throw_cuda_error(result, "cuStreamSynchronize after a launch in GPU debug mode", k.label);
+  }
+
   std::shared_ptr<CudaKernel> compile_cubin(const ir::Function& f, const KernelOptions& options) {
     codegen::nvptx::PtxTarget target = ptx_target_for(device_);
-    std::string key = cache::KeyBuilder()
-                          .add("cuda cubin 1")
-                          .add(ir::print(f))
-                          .add(options.num_warps)
-                          .add(target.arch)
-                          .add(target.features)
-                          .add(support::weft_identity())
-                          .add(codegen::nvptx::code_generator_version())
-                          .add(driver().version)
-                          .finish();
+    std::string key = cubin_cache_key(f, options, target, driver().version);
     // Asked for dumps, compile afresh so that every stage is there to dump.
     const support::Knobs& knobs = support::knobs();
     bool dumping = knobs.dumps("llvm") || knobs.dumps("ptx") || knobs.dumps("sass");
@@ -226,6 +304,8 @@ class CudaBackend final : public Backend {
 
   CudaDevice device_;
   std::string name_;  // "cuda:0 (NVIDIA H200)"
+  std::once_flag timeout_record_once_;
+  TimeoutRecord timeout_record_;
 };
 
 struct Creation {

@@ -12,6 +12,7 @@
 #include "codegen/nvptx/compile_ptx.h"
 #include "driver/backend.h"
 #include "driver/cuda/cuda_api.h"
+#include "passes/wait_sites.h"
 #include "weft/error.h"
 
 namespace weft::driver::cuda {
@@ -118,7 +119,15 @@ struct CudaKernel : detail::CompiledKernel {
   std::string link_log;           // ptxas's report when the cubin was linked here
   // Parameter i is a TMA descriptor (passed by value, 128 bytes); empty when none is.
   std::vector<bool> descriptor_params;
+  // GPU debug mode (KernelOptions::debug, WEFT_DEBUG): its wait sites; the kernel then takes three hidden
+  // parameters after the user's (codegen/nvptx/debug_waits.h). Null otherwise.
+  std::shared_ptr<const passes::WaitSites> debug_waits;
 };
+
+// The compile cache's key of the cubin of `f` compiled with `options` for `target` by the driver of
+// `driver_version`: everything that changes the code, debug mode included.
+std::string cubin_cache_key(const ir::Function& f, const KernelOptions& options,
+                            const codegen::nvptx::PtxTarget& target, int driver_version);
 
 // Loads `cubin` on `device` (making its context current) and prepares `entry` for launches of `threads`
 // threads with `shared_bytes` of dynamic shared memory: raises the function's shared-memory limit past
