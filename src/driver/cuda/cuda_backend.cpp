@@ -127,6 +127,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) override {
     std::shared_ptr<CudaKernel> k = compile_cubin(f, options);
     mark_descriptor_params(*k, f);
+    k->cluster = options.cluster;
     return k;
   }
 
@@ -160,10 +161,35 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < count; ++i) params[i] = const_cast<uint64_t*>(&args[i]);
     for (size_t i = 0; i < k.descriptor_params.size() && i < count; ++i)
       if (k.descriptor_params[i]) params[i] = reinterpret_cast<void*>(static_cast<uintptr_t>(args[i]));
+    if (k.cluster.blocks() > 1) return launch_in_clusters(k, grid, stream, count == 0 ? nullptr : params);
     check(driver().cuLaunchKernel(k.function, grid_dimension(grid.x, k), grid_dimension(grid.y, k),
                                   grid_dimension(grid.z, k), static_cast<unsigned>(k.threads), 1, 1, k.shared_bytes,
                                   static_cast<CUstream>(stream), count == 0 ? nullptr : params, nullptr),
           "cuLaunchKernel", k.label);
+  }
+
+  // The grid in thread-block clusters: cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, the
+  // same shape as the kernel's .reqnctapercluster. (The grid is a multiple of it: checked at launch.)
+  void launch_in_clusters(const CudaKernel& k, const LaunchDims& grid, void* stream, void** params) {
+    if (!driver().cuLaunchKernelEx)
+      throw Error(fmt::format("{} runs in thread-block clusters, which need cuLaunchKernelEx (CUDA 12.0); the driver "
+                              "({}) lacks it: update the driver",
+                              k.label, cuda_version_string(driver().version)));
+    CUlaunchAttribute cluster{};
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim = {static_cast<unsigned>(k.cluster.x), static_cast<unsigned>(k.cluster.y),
+                                static_cast<unsigned>(k.cluster.z)};
+    CUlaunchConfig config{};
+    config.gridDimX = grid_dimension(grid.x, k);
+    config.gridDimY = grid_dimension(grid.y, k);
+    config.gridDimZ = grid_dimension(grid.z, k);
+    config.blockDimX = static_cast<unsigned>(k.threads);
+    config.blockDimY = config.blockDimZ = 1;
+    config.sharedMemBytes = k.shared_bytes;
+    config.hStream = static_cast<CUstream>(stream);
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    check(driver().cuLaunchKernelEx(&config, k.function, params, nullptr), "cuLaunchKernelEx", k.label);
   }
 
   // nullptr (Device::synchronize, and the default Stream) waits for all work on the device, whichever
@@ -194,6 +220,7 @@ class CudaBackend final : public Backend {
                           .add("cuda cubin 1")
                           .add(ir::print(f))
                           .add(options.num_warps)
+                          .add(fmt::format("cluster {} {} {}", options.cluster.x, options.cluster.y, options.cluster.z))
                           .add(target.arch)
                           .add(target.features)
                           .add(support::weft_identity())
