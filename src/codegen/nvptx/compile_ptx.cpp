@@ -64,7 +64,7 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
                 f.loc);
   auto tm = make_target_machine(target);
   llvm::LLVMContext context;
-  LoweredKernel lowered = lower_to_nvptx(f, context, options.num_warps, f.name);
+  LoweredKernel lowered = lower_to_nvptx(f, context, options.num_warps, options.cluster, f.name);
   llvm::Module& m = *lowered.module;
   m.setTargetTriple(llvm::Triple(kTriple));
   m.setDataLayout(tm->createDataLayout());

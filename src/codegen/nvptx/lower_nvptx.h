@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ir/node.h"
+#include "weft/kernel.h"
 
 namespace llvm {
 class LLVMContext;
@@ -20,7 +21,9 @@ struct LoweredKernel {
   int threads = 0;           // per block: num_warps * 32, or all warps of the kernel's tasks
 };
 
-// `num_warps`: the block's warps when the kernel has no async_tasks (its tasks say how many otherwise).
-LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int num_warps, const std::string& symbol);
+// `num_warps`: the block's warps when the kernel has no async_tasks (its tasks say how many otherwise);
+// `cluster`: the blocks per thread-block cluster the kernel is launched in.
+LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int num_warps,
+                             const ClusterDims& cluster, const std::string& symbol);
 
 }  // namespace weft::codegen::nvptx
