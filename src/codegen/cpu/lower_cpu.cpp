@@ -51,6 +51,7 @@ bool is_block_op(Op op) {
     case Op::NamedBarrierArrive: case Op::NamedBarrierWait: case Op::AsyncTasks: case Op::TaskReplicaId:
     case Op::LocalTrans: case Op::LocalRows: case Op::LocalCols: case Op::AsyncDot: case Op::AsyncDotWait: case Op::FenceAsyncShared:
     case Op::AsyncDescriptorLoad: case Op::AsyncDescriptorStore: case Op::AsyncStoreWait:
+    case Op::ClusterCtaRank: case Op::ClusterSync: case Op::BarrierArriveRemote: case Op::AsyncDescriptorLoadMulticast:
       return true;
     default:
       return false;
@@ -427,6 +428,19 @@ class Lowering {
         runtime_call(block_fn::kTmaLoad, b_.getVoidTy(),
                      {ctx_, site(n), val(n->operands[0]).v, val(n->operands[1]).v, scalar(n->operands[2]),
                       coordinates(n, 3)});
+        return;
+      case Op::AsyncDescriptorLoadMulticast:
+        runtime_call(block_fn::kTmaLoadMulticast, b_.getVoidTy(),
+                     {ctx_, site(n), val(n->operands[0]).v, val(n->operands[1]).v, scalar(n->operands[2]),
+                      scalar(n->operands[3]), coordinates(n, 4)});
+        return;
+      case Op::ClusterCtaRank:
+        vals_[n.get()] = {Val::Kind::Scalar, ctx_field(offsetof(ProgramCtx, cluster_rank))};
+        return;
+      case Op::ClusterSync: runtime_call(block_fn::kClusterSync, b_.getVoidTy(), {ctx_, site(n)}); return;
+      case Op::BarrierArriveRemote:
+        runtime_call(block_fn::kBarrierArriveRemote, b_.getVoidTy(),
+                     {ctx_, site(n), scalar(n->operands[0]), scalar(n->operands[1])});
         return;
       case Op::AsyncDescriptorStore:
         runtime_call(block_fn::kTmaStore, b_.getVoidTy(),
