@@ -108,6 +108,16 @@ template <class T> void local_store(const SharedView<T>& view, const Tile<T>& va
   detail::emit(detail::Op::LocalStore, {view.node(), detail::node_of(value, loc)}, {}, loc);
 }
 
+// Writes a tile of the view's shape into the same stage of block `remote_cta_rank` of this block's
+// cluster (mapa.shared::cluster, then st.shared::cluster). Tell that block with an arrival on its barrier
+// (barrier_arrive(bar, remote_cta_rank): its release orders these stores); it reads the tile after
+// waiting on its own barrier. The stores of the whole group are done before the call returns.
+template <class T>
+void local_store(const SharedView<T>& view, const Tile<T>& value, Operand<int32_t> remote_cta_rank,
+                 SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::LocalStoreRemote, {view.node(), detail::node_of(value, loc), remote_cta_rank.node}, {}, loc);
+}
+
 // The same bytes seen transposed: a [R, C] stage as [C, R] (TLX: local_trans). async_dot reads a B
 // operand stored N x K (K contiguous) through local_trans as K x N.
 template <class T> SharedView<T> local_trans(const SharedView<T>& view, SourceLoc loc = SourceLoc::current()) {
@@ -233,6 +243,11 @@ class Pipeline {
   // Consumer: release the current stage to the producer.
   void release(const Barriers& empty, SourceLoc loc = SourceLoc::current()) const {
     barrier_arrive(empty[Operand<int32_t>(index_, loc)], loc);
+  }
+  // Consumer in a cluster: release the current stage to the producer of the block of cluster rank
+  // `cta_rank` (e.g. the one whose multicast filled it).
+  void release(const Barriers& empty, Operand<int32_t> cta_rank) const {
+    barrier_arrive(empty[Operand<int32_t>(index_, cta_rank.loc)], std::move(cta_rank));
   }
   void advance(SourceLoc loc = SourceLoc::current()) {
     Int next = index_.read(loc) + 1;

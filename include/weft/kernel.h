@@ -48,7 +48,7 @@ struct ClusterDims {
 
 struct KernelOptions {
   int num_warps = 4;    // GPU backends: warps per program instance
-  ClusterDims cluster;  // blocks per cluster; {1, 1, 1}: no clusters
+  ClusterDims cluster = {};  // blocks per cluster; {1, 1, 1}: no clusters
 };
 
 namespace detail {

@@ -444,7 +444,9 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       const Type& v = shared_operand(op, operands, 0, true, loc);
       return Type::value(v.dtype, v.shape);
     }
-    case Op::LocalStore: {
+    case Op::LocalStore:
+    case Op::LocalStoreRemote: {
+      if (op == Op::LocalStoreRemote) require_i32_scalar(op, operands, 2, "the cluster rank of the block to store into", loc);
       const Type& v = shared_operand(op, operands, 0, true, loc);
       const Type& x = value_operand(op, operands, 1, loc);
       if (!x.same_value_type(Type::value(v.dtype, v.shape)))

@@ -107,7 +107,7 @@ TEST_CASE("a remote arrival hands tiles from block 1 of a cluster to a task of b
             for_range(0, steps, [&](Int i) {
               p.wait(full);
               store(out + (cluster * steps + i) * kTile + offs, load(scratch + (cluster * slots + p.index()) * kTile + offs) + 1);
-              barrier_arrive(empty[p.index()], 1);
+              p.release(empty, 1);  // at block 1's `empty`
               p.advance();
             });
           });
@@ -117,6 +117,42 @@ TEST_CASE("a remote arrival hands tiles from block 1 of a cluster to a task of b
   std::vector<float> x = whole_floats(rng, size_t(clusters) * steps * kTile);
   Output<float> scratch(size_t(clusters) * slots * kTile), out(x.size());
   launch(k, Grid(2 * clusters), Input<float>(x), scratch, out);
+  std::vector<float> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = 2 * x[i] + 1;
+  check_near<float>(out, want);
+}
+
+TEST_CASE("local_store into another block's shared memory, handed over with remote arrivals", "[async]") {
+  WEFT_SEEDED_RNG(rng);
+  static constexpr int steps = 6, stages = 2;
+  // Block 1 writes tile i of its cluster's input, times 2, into stage i % 2 of block 0's ring and arrives
+  // at block 0's `full`; block 0 reads the stage after waiting on its own `full`, writes it plus 1 out and
+  // releases the stage at block 1's `empty`.
+  Kernel k("remote_store", [](Ptr<float> x, Ptr<float> out) {
+    auto ring = local_alloc<float>({R, C}, stages, "ring");
+    auto full = alloc_barriers(stages, 1, "full");
+    auto empty = alloc_barriers(stages, 1, "empty");
+    Int rank = cluster_cta_rank();
+    Int cluster = program_id(0) / 2;
+    Int offs = tile_offsets();
+    Pipeline p(stages);
+    for_range(0, steps, [&](Int i) {
+      if_(rank == 1, [&] {
+        p.acquire(empty);
+        local_store(ring[p.index()], load(x + (cluster * steps + i) * kTile + offs) * 2, 0);
+        barrier_arrive(full[p.index()], 0);
+      }, [&] {
+        p.wait(full);
+        store(out + (cluster * steps + i) * kTile + offs, local_load(ring[p.index()]) + 1);
+        p.release(empty, 1);
+      });
+      p.advance();
+    });
+  }, in_clusters(2));
+  constexpr int clusters = 3;
+  std::vector<float> x = whole_floats(rng, size_t(clusters) * steps * kTile);
+  Output<float> out(x.size());
+  launch(k, Grid(2 * clusters), Input<float>(x), out);
   std::vector<float> want(x.size());
   for (size_t i = 0; i < x.size(); ++i) want[i] = 2 * x[i] + 1;
   check_near<float>(out, want);

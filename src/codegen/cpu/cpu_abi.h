@@ -79,6 +79,9 @@ inline constexpr const char* kTmaStoreWait = "weft_cpu_tma_store_wait";
 // void (const ProgramCtx*, i32 site, i32 barrier, i32 rank): an arrival at the barrier at that offset in the
 // block of cluster rank `rank`.
 inline constexpr const char* kBarrierArriveRemote = "weft_cpu_barrier_arrive_remote";
+// char* (const ProgramCtx*, i32 site, const char* address, i32 rank): the same shared-memory address (of the
+// calling block's arena) in the block of cluster rank `rank`; the rank is checked.
+inline constexpr const char* kSharedAtRank = "weft_cpu_shared_at_rank";
 // void (const ProgramCtx*, i32 site): waits until every fiber of every block of the cluster got here.
 inline constexpr const char* kClusterSync = "weft_cpu_cluster_sync";
 }  // namespace block_fn

@@ -376,7 +376,7 @@ class Lowering {
     if (!any) return false;
     if (elementwise_op(n->op) && all) return true;
     if (n->op == Op::AsyncDot || n->op == Op::AsyncDotWait || n->op == Op::VarSet || n->op == Op::VarDecl ||
-        n->op == Op::LocalStore || n->op == Op::Slice)
+        n->op == Op::LocalStore || n->op == Op::LocalStoreRemote || n->op == Op::Slice)
       return false;  // these handle the wgmma layout themselves
     for (const NodeRef& x : o) {
       const Regs& r = raw(x);
@@ -1060,8 +1060,11 @@ class Lowering {
   // consecutive elements is one aligned vector access of at most 16 bytes per piece (buffers are 1024-byte
   // aligned, a chunk starts at a multiple of V, and a swizzle moves whole 16-byte units); transposed views
   // and wgmma-layout values go element by element.
-  void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value) {
+  // `remote_rank`: store into the same stage of that block of the cluster (st.shared::cluster).
+  void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value,
+                   Value* remote_rank = nullptr) {
     Value* offset = regs(view).v[0];
+    Value* base = remote_rank ? ptx_.map_shared_pointer_to_rank(smem_, remote_rank) : smem_;
     const passes::SharedAllocation& alloc = allocations_.of(passes::root_allocation(view.get()));
     int swz = alloc.swizzle;
     bool transposed = view->op == Op::LocalTrans;
@@ -1083,7 +1086,7 @@ class Lowering {
                             b_.CreateURem(c, i32c(panel)));
       }
       Value* byte = swizzle(b_.CreateMul(flat, i32c(eb)), swz);
-      return b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(b_.CreateAdd(offset, byte), b_.getInt64Ty()));
+      return b_.CreateInBoundsGEP(b_.getInt8Ty(), base, b_.CreateZExt(b_.CreateAdd(offset, byte), b_.getInt64Ty()));
     };
     bool by_element = transposed || (value && value->wgmma && !value->uniform);
     int64_t width = by_element ? 1 : vector_width(numel), per = std::min(width, piece_elems(d));
@@ -1112,8 +1115,11 @@ class Lowering {
     }
     // A swizzled buffer is read by TMA or wgmma (the async proxy): each thread fences its own writes
     // before the group syncs.
-    if (swz) ptx_.fence_proxy_async_shared();
-    sync_group();  // the whole tile is written before any thread of the group reads it
+    if (swz && remote_rank)
+      ptx_.fence_proxy_async_shared_cluster();
+    else if (swz)
+      ptx_.fence_proxy_async_shared();
+    sync_group();  // the whole tile is written before any thread of the group reads it (or arrives)
   }
 
   void hopper_node(const NodeRef& n) {
@@ -1189,6 +1195,8 @@ class Lowering {
       }
       case Op::LocalLoad: return shared_tile(o[0], n, n->type.dtype, n->type.numel(), nullptr);
       case Op::LocalStore: return shared_tile(o[0], n, o[1]->type.dtype, o[1]->type.numel(), &raw(o[1]));
+      case Op::LocalStoreRemote:
+        return shared_tile(o[0], n, o[1]->type.dtype, o[1]->type.numel(), &raw(o[1]), regs(o[2]).v[0]);
       case Op::BarrierAt:
         regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(passes::kMbarrierBytes)))}};
         return;

@@ -129,6 +129,14 @@ llvm::Value* PtxInstructions::map_shared_to_rank(llvm::Value* addr, llvm::Value*
   return asm_call(b_, b_.getInt32Ty(), "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r", {addr, rank});
 }
 
+llvm::Value* PtxInstructions::map_shared_pointer_to_rank(llvm::Value* pointer, llvm::Value* rank) {
+  return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {}, {pointer, rank});
+}
+
+void PtxInstructions::fence_proxy_async_shared_cluster() {
+  asm_call(b_, b_.getVoidTy(), "fence.proxy.async.shared::cluster;", "~{memory}", {});
+}
+
 void PtxInstructions::mbarrier_arrive_cluster(llvm::Value* bar) {
   asm_call(b_, b_.getVoidTy(), "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$0];", "r,~{memory}", {bar});
 }

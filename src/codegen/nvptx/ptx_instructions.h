@@ -42,6 +42,7 @@ class PtxInstructions {
   void bulk_commit_group();                  // cp.async.bulk.commit_group
   void bulk_wait_group_read(int pending);    // cp.async.bulk.wait_group.read pending
   void fence_proxy_async_shared();           // fence.proxy.async.shared::cta
+  void fence_proxy_async_shared_cluster();   // fence.proxy.async.shared::cluster
 
   // Thread-block clusters (sm_90).
   llvm::Value* cluster_cta_rank();           // mov.u32 %r, %cluster_ctarank
@@ -50,6 +51,9 @@ class PtxInstructions {
   // mapa.shared::cluster.u32 %r, addr, rank: the 32-bit shared::cluster address of `addr` (a shared::cta
   // address of this block) in the block of cluster rank `rank`.
   llvm::Value* map_shared_to_rank(llvm::Value* addr, llvm::Value* rank);
+  // The same with pointers: a shared::cta pointer (addrspace 3) -> a shared::cluster one (addrspace 7),
+  // through which loads and stores are ld/st.shared::cluster (the llvm.nvvm.mapa.shared.cluster intrinsic).
+  llvm::Value* map_shared_pointer_to_rank(llvm::Value* pointer, llvm::Value* rank);
   // mbarrier.arrive.release.cluster.shared::cluster.b64 _, [bar]: `bar` from map_shared_to_rank.
   void mbarrier_arrive_cluster(llvm::Value* bar);
   // cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster

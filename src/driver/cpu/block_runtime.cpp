@@ -522,6 +522,11 @@ void barrier_arrive_remote(const ProgramCtx* ctx, int32_t site, int32_t barrier,
   b.cluster.block_at_rank(ctx, site, rank, "barrier_arrive").arrive(ctx, site, barrier, 0, "barrier_arrive");
 }
 
+char* shared_at_rank(const ProgramCtx* ctx, int32_t site, const char* address, int32_t rank) noexcept {
+  BlockState& b = state_of(ctx);
+  return b.cluster.block_at_rank(ctx, site, rank, "local_store").arena + (address - b.arena);
+}
+
 void barrier_expect_bytes(const ProgramCtx* ctx, int32_t site, int32_t barrier, int32_t bytes) noexcept {
   state_of(ctx).arrive(ctx, site, barrier, bytes, "barrier_expect_bytes");
 }
@@ -727,6 +732,7 @@ const std::vector<RuntimeSymbol>& block_runtime_symbols() {
       {fn::kNamedBarrierArrive, reinterpret_cast<void*>(&named_barrier_arrive)},
       {fn::kNamedBarrierWait, reinterpret_cast<void*>(&named_barrier_wait)},
       {fn::kClusterSync, reinterpret_cast<void*>(&cluster_sync)},
+      {fn::kSharedAtRank, reinterpret_cast<void*>(&shared_at_rank)},
       {fn::kAsyncDot, reinterpret_cast<void*>(&async_dot)},
       {fn::kAsyncDotWait, reinterpret_cast<void*>(&async_dot_wait)},
       {fn::kTmaLoad, reinterpret_cast<void*>(&tma_load)},
