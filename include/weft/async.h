@@ -123,6 +123,16 @@ template <class T> void local_store(const SharedView<T>& view, const Tile<T>& va
   detail::emit(detail::Op::LocalStore, {view.node(), detail::node_of(value, loc)}, {}, loc);
 }
 
+// Writes a tile of the view's shape into the same stage of block `remote_cta_rank` of this block's
+// cluster (mapa.shared::cluster, then st.shared::cluster). Tell that block with an arrival on its barrier
+// (barrier_arrive(bar, remote_cta_rank): its release orders these stores); it reads the tile after
+// waiting on its own barrier. The stores of the whole group are done before the call returns.
+template <class T>
+void local_store(const SharedView<T>& view, const Tile<T>& value, Operand<int32_t> remote_cta_rank,
+                 SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::LocalStoreRemote, {view.node(), detail::node_of(value, loc), remote_cta_rank.node}, {}, loc);
+}
+
 // The same bytes seen transposed: a [R, C] stage as [C, R] (TLX: local_trans). async_dot reads a B
 // operand stored N x K (K contiguous) through local_trans as K x N.
 template <class T> SharedView<T> local_trans(const SharedView<T>& view, SourceLoc loc = SourceLoc::current()) {
@@ -199,6 +209,15 @@ inline void barrier_expect_bytes(const Barrier& bar, Operand<int32_t> bytes) {
 inline void barrier_arrive(const Barrier& bar, SourceLoc loc = SourceLoc::current()) {
   detail::emit(detail::Op::BarrierArrive, {bar.node()}, {}, loc);
 }
+// One arrival of this task replica on the mbarrier at the same shared-memory offset in block
+// `remote_cta_rank` of this block's thread-block cluster (see cluster_cta_rank): one thread maps the
+// address with mapa.shared::cluster.u32 and arrives with mbarrier.arrive.release.cluster.shared::cluster.b64,
+// after the replica's threads meet. The rank may be this block's own. Only arrivals reach another block:
+// waiting on a remote barrier is not possible (PTX waits on the own block's barriers only), so each block
+// waits on its own and the others arrive there.
+inline void barrier_arrive(const Barrier& bar, Operand<int32_t> remote_cta_rank) {
+  detail::emit(detail::Op::BarrierArriveRemote, {bar.node(), remote_cta_rank.node}, {}, remote_cta_rank.loc);
+}
 // Waits until the phase of parity `phase` (0 or 1) has completed (mbarrier.try_wait.parity in a loop).
 // A fresh barrier is in phase 0: waiting for parity 1 returns at once, which is how a producer's first
 // pass over its empty buffers goes through.
@@ -239,6 +258,11 @@ class Pipeline {
   // Consumer: release the current stage to the producer.
   void release(const Barriers& empty, SourceLoc loc = SourceLoc::current()) const {
     barrier_arrive(empty[Operand<int32_t>(index_, loc)], loc);
+  }
+  // Consumer in a cluster: release the current stage to the producer of the block of cluster rank
+  // `cta_rank` (e.g. the one whose multicast filled it).
+  void release(const Barriers& empty, Operand<int32_t> cta_rank) const {
+    barrier_arrive(empty[Operand<int32_t>(index_, cta_rank.loc)], std::move(cta_rank));
   }
   void advance(SourceLoc loc = SourceLoc::current()) {
     Int next = index_.read(loc) + 1;
@@ -293,6 +317,19 @@ void async_descriptor_load(const TensorDesc<T, Rank>& desc, const SharedView<T>&
   for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
   detail::emit(detail::Op::AsyncDescriptorLoad, std::move(o), {}, loc);
 }
+// TMA multicast: the box lands in `view` of every block of the cluster whose bit is set in
+// `multicast_mask` (bit r: the block of cluster_cta_rank r; 16 bits), at the same shared-memory offset, and
+// completes the box's bytes on each one's barrier at the offset of `bar`: every receiving block expects
+// the bytes on its own barrier (barrier_expect_bytes) and waits there. One thread of the group issues
+// cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster with the
+// mask as its 16-bit ctaMask.
+template <class T, int Rank>
+void async_descriptor_load(const TensorDesc<T, Rank>& desc, const SharedView<T>& view, std::initializer_list<Operand<int32_t>> coords,
+                           const Barrier& bar, Operand<int32_t> multicast_mask, SourceLoc loc = SourceLoc::current()) {
+  std::vector<detail::NodeRef> o{desc.node(), view.node(), bar.node(), multicast_mask.node};
+  for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
+  detail::emit(detail::Op::AsyncDescriptorLoadMulticast, std::move(o), {}, loc);
+}
 // Copies `view` to the box of `desc` at `coords` (cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group,
 // one thread of the group, after fence.proxy.async and a sync of the group); out-of-bounds elements are
 // not written. Wait with async_store_wait before overwriting `view`.
@@ -314,6 +351,24 @@ inline void async_store_wait(int pending = 0, SourceLoc loc = SourceLoc::current
 // fence.proxy.async.shared::cta.
 inline void fence_async_shared(SourceLoc loc = SourceLoc::current()) {
   detail::emit(detail::Op::FenceAsyncShared, {}, {}, loc);
+}
+
+// ---- thread-block clusters ------------------------------------------------------------------------------
+// A kernel declared with KernelOptions::cluster runs its blocks in clusters (kernel.h). With more than one
+// block per cluster and any alloc_barriers, weft syncs the cluster after initializing the barriers (so no
+// block arrives at, or multicasts to, a barrier not yet initialized) and again before the blocks exit (so
+// no block's shared memory goes away while another may still arrive there or copy into it).
+
+// This block's rank in its cluster, 0 .. blocks per cluster - 1, x fastest: (x % cx) + (y % cy) * cx +
+// (z % cz) * cx * cy of its program ids (mov.u32 %r, %cluster_ctarank). 0 without clusters.
+inline Int cluster_cta_rank(SourceLoc loc = SourceLoc::current()) {
+  return Int(detail::emit(detail::Op::ClusterCtaRank, {}, {}, loc));
+}
+// Waits until every thread of every block of the cluster got here, and makes the shared-memory writes
+// before it visible to all of them (barrier.cluster.arrive.release + barrier.cluster.wait.acquire, by
+// every thread). Every task replica of every block must call it the same number of times.
+inline void cluster_sync(SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::ClusterSync, {}, {}, loc);
 }
 
 // ---- persistent kernels --------------------------------------------------------------------------------

@@ -36,8 +36,19 @@ struct Grid {
   Grid(int64_t x_, int64_t y_ = 1, int64_t z_ = 1, SourceLoc l = SourceLoc::current()) : x(x_), y(y_), z(z_), loc(l) {}
 };
 
+// Thread-block clusters (sm_90): the grid still counts blocks; a cluster regroups `x * y * z` neighbouring
+// blocks that run at the same time on one GPU processing cluster and can reach each other's shared memory
+// (remote barrier arrivals, TMA multicast, cluster_sync; see async.h). Each grid dimension must be a
+// multiple of the cluster's, and a cluster has at most 8 blocks (the portable limit of CUDA; the H100's
+// non-portable 16 is not offered).
+struct ClusterDims {
+  int x = 1, y = 1, z = 1;
+  int blocks() const { return x * y * z; }
+};
+
 struct KernelOptions {
-  int num_warps = 4;  // GPU backends: warps per program instance
+  int num_warps = 4;    // GPU backends: warps per program instance
+  ClusterDims cluster = {};  // blocks per cluster; {1, 1, 1}: no clusters
   // GPU debug mode for this kernel, as WEFT_DEBUG=1 gives every kernel: mbarrier waits time out and the
   // launch throws a weft::Error saying who waited where, instead of hanging (README, "WEFT_DEBUG"). The
   // CPU backend always reports deadlocks and ignores it.

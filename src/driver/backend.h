@@ -17,6 +17,7 @@ namespace weft::detail {
 struct CompiledKernel {
   virtual ~CompiledKernel() = default;
   std::string name;
+  ClusterDims cluster;  // the KernelOptions' it was compiled for: launches run its blocks in such clusters
 };
 
 struct LaunchDims {
@@ -41,7 +42,7 @@ class Backend {
   // The 64-bit slot of a TensorDesc parameter: by default (the CPU) the address of the descriptor's
   // TensorDescData. Called at every launch with a descriptor: cheap after the first call.
   virtual uint64_t tensor_desc_slot(const TmaDescriptor& d) { return reinterpret_cast<uint64_t>(&d.cpu); }
-  // Launches `k` over `grid`; `args` points to `count` 64-bit slots, one per Tile or TensorDesc parameter,
+  // Launches `k` over `grid` (a multiple of k.cluster, checked by the caller); `args` points to `count` 64-bit slots, one per Tile or TensorDesc parameter,
   // in order (pointers as addresses, numbers in the low bits of their own type, descriptors as
   // tensor_desc_slot made them). On the hot path of every launch: no allocation here where it can be helped.
   virtual void launch(const CompiledKernel& k, const LaunchDims& grid, const uint64_t* args, size_t count,

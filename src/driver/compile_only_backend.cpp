@@ -35,6 +35,7 @@ class CompileOnlyBackend final : public Backend {
   std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) override {
     auto k = std::make_shared<PtxOnlyKernel>();
     k->name = f.name;
+    k->cluster = options.cluster;
     k->ptx = codegen::nvptx::compile_to_ptx(f, options, codegen::nvptx::PtxTarget{arch_, "+ptx85"});
     return k;
   }

@@ -59,6 +59,8 @@ class KernelImpl {
 
 namespace {
 
+constexpr int kMaxClusterBlocks = 8;
+
 std::string describe(const ParamInfo& p) {
   if (p.is_const) return fmt::format("Const<{}>", p.dtype.str());
   if (p.is_descriptor)
@@ -215,6 +217,33 @@ void check_grid(const Grid& g, const KernelImpl& k) {
                 g.loc);
 }
 
+// The grid regrouped in clusters: every dimension a multiple of the cluster's (as the hardware requires).
+void check_grid_fits_clusters(const Grid& g, const KernelImpl& k) {
+  const ClusterDims& c = k.options.cluster;
+  if (c.blocks() == 1) return;
+  if (g.x % c.x != 0 || g.y % c.y != 0 || g.z % c.z != 0)
+    throw Error(fmt::format("kernel '{}' runs in clusters of ({}, {}, {}) blocks but is launched on grid ({}, {}, {}): "
+                            "each grid dimension must be a multiple of the cluster's; round the grid up (and let the "
+                            "extra blocks do nothing)",
+                            k.name, c.x, c.y, c.z, g.x, g.y, g.z),
+                g.loc);
+}
+
+// Cluster dims given at the kernel's declaration: 1 to 8 blocks (CUDA's portable cluster size).
+void check_cluster(const ClusterDims& c, const std::string& name, SourceLoc loc) {
+  if (c.x < 1 || c.y < 1 || c.z < 1)
+    throw Error(fmt::format("kernel '{}': cluster ({}, {}, {}) has a dimension below 1; give at least 1 block along "
+                            "each axis",
+                            name, c.x, c.y, c.z),
+                loc);
+  const int64_t blocks = int64_t(c.x) * c.y * c.z;  // no overflow, whatever the dims
+  if (blocks > kMaxClusterBlocks)
+    throw Error(fmt::format("kernel '{}': a cluster of ({}, {}, {}) is {} blocks, more than the {} a cluster may have "
+                            "(CUDA's portable limit); use a smaller cluster",
+                            name, c.x, c.y, c.z, blocks, kMaxClusterBlocks),
+                loc);
+}
+
 }  // namespace
 
 KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelArg>& consts, uint64_t divisible) {
@@ -235,6 +264,7 @@ std::shared_ptr<KernelImpl> make_kernel(std::string name, std::vector<ParamInfo>
   for (char c : name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_')
       throw Error(fmt::format("kernel name '{}' may contain only letters, digits and '_'", name), loc);
+  check_cluster(options.cluster, name, loc);
   auto k = std::make_shared<KernelImpl>();
   k->name = std::move(name);
   k->params = std::move(params);
@@ -282,6 +312,7 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
                             count),
                 grid.loc);
   check_grid(grid, k);
+  check_grid_fits_clusters(grid, k);
   Backend& backend = stream ? stream->backend() : Device::current().backend();
 
   constexpr size_t kInlineParams = 32;

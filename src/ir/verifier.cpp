@@ -455,7 +455,9 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       const Type& v = shared_operand(op, operands, 0, true, loc);
       return Type::value(v.dtype, v.shape);
     }
-    case Op::LocalStore: {
+    case Op::LocalStore:
+    case Op::LocalStoreRemote: {
+      if (op == Op::LocalStoreRemote) require_i32_scalar(op, operands, 2, "the cluster rank of the block to store into", loc);
       const Type& v = shared_operand(op, operands, 0, true, loc);
       const Type& x = value_operand(op, operands, 1, loc);
       if (!x.same_value_type(Type::value(v.dtype, v.shape)))
@@ -501,8 +503,9 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       return Type::none();
     }
     case Op::AsyncDescriptorLoad:
+    case Op::AsyncDescriptorLoadMulticast:
     case Op::AsyncDescriptorStore: {
-      bool is_load = op == Op::AsyncDescriptorLoad;
+      bool is_load = op != Op::AsyncDescriptorStore, multicast = op == Op::AsyncDescriptorLoadMulticast;
       const Type& d = operands.at(0)->type;
       if (d.kind != Type::Kind::TensorDesc)
         fail(loc, fmt::format("{}: operand 0 must be a TensorDesc kernel parameter, got {}", name(op), kind_name(d)));
@@ -511,11 +514,12 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
         fail(loc, fmt::format("{}: the descriptor moves boxes of {}{} but the shared buffer stage is {}{}; make the "
                               "buffer's tile shape the descriptor's box (or the box the tile shape)",
                               name(op), d.dtype.str(), shape_str(d.shape), v.dtype.str(), shape_str(v.shape)));
-      size_t first_coord = is_load ? 3 : 2;
+      size_t first_coord = multicast ? 4 : is_load ? 3 : 2;
       if (is_load) {
         std::vector<NodeRef> bar{operands.at(2)};
         require_one_barrier(op, bar, loc);
       }
+      if (multicast) require_i32_scalar(op, operands, 3, "the multicast mask", loc);
       if (operands.size() - first_coord != d.shape.size())
         fail(loc, fmt::format("{}: {} coordinates for a {}-dimensional descriptor; give one per dimension",
                               name(op), operands.size() - first_coord, d.shape.size()));
@@ -590,7 +594,14 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
     case Op::AsyncTasks:
       return Type::none();
     case Op::TaskReplicaId:
+    case Op::ClusterCtaRank:
       return Type::value(i32, {});
+    case Op::ClusterSync:
+      return Type::none();
+    case Op::BarrierArriveRemote:
+      require_one_barrier(op, operands, loc);
+      require_i32_scalar(op, operands, 1, "the cluster rank of the block to arrive in", loc);
+      return Type::none();
     default:
       break;
   }

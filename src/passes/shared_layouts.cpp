@@ -46,6 +46,7 @@ struct Assigner {
     for (const ir::NodeRef& n : r.body) {
       switch (n->op) {
         case ir::Op::AsyncDescriptorLoad:
+        case ir::Op::AsyncDescriptorLoadMulticast:
         case ir::Op::AsyncDescriptorStore:
           want(*n, n->operands[1].get(), static_cast<int>(n->operands[0]->attrs.ints.at(3)), "its TMA descriptor's");
           break;

@@ -28,7 +28,7 @@ struct ProgramCtx {
   int32_t task = 0;       // which task of async_tasks this fiber runs (0: the only one, without async_tasks)
   int32_t replica = 0;    // which replica of that task
   int32_t fiber = 0;      // the fiber's index in its block
-  int32_t unused = 0;
+  int32_t cluster_rank = 0;  // the block's rank in its thread-block cluster (0 without clusters)
   void* block = nullptr;  // the block's runtime state (driver/cpu/block_runtime.cpp)
 };
 
@@ -67,11 +67,23 @@ inline constexpr const char* kAsyncDotWait = "weft_cpu_async_dot_wait";
 // void (const ProgramCtx*, i32 site, const TensorDescData* desc, char* smem, i32 barrier, const i32* coords):
 // a TMA load; its bytes count toward the barrier now, the data lands when the barrier's phase completes.
 inline constexpr const char* kTmaLoad = "weft_cpu_tma_load";
+// void (const ProgramCtx*, i32 site, const TensorDescData* desc, char* smem, i32 barrier, i32 mask, const i32* coords):
+// a TMA multicast: tma_load into each block of the cluster whose bit is set in `mask`, at the same `smem` offset
+// and on the barrier at the same offset there.
+inline constexpr const char* kTmaLoadMulticast = "weft_cpu_tma_load_multicast";
 // void (const ProgramCtx*, i32 site, const TensorDescData* desc, const char* smem, const i32* coords): a TMA
 // store, performed (reading shared memory) at the async_store_wait that retires it, or when the fiber ends.
 inline constexpr const char* kTmaStore = "weft_cpu_tma_store";
 // void (const ProgramCtx*, i32 site, i32 pending)
 inline constexpr const char* kTmaStoreWait = "weft_cpu_tma_store_wait";
+// void (const ProgramCtx*, i32 site, i32 barrier, i32 rank): an arrival at the barrier at that offset in the
+// block of cluster rank `rank`.
+inline constexpr const char* kBarrierArriveRemote = "weft_cpu_barrier_arrive_remote";
+// char* (const ProgramCtx*, i32 site, const char* address, i32 rank): the same shared-memory address (of the
+// calling block's arena) in the block of cluster rank `rank`; the rank is checked.
+inline constexpr const char* kSharedAtRank = "weft_cpu_shared_at_rank";
+// void (const ProgramCtx*, i32 site): waits until every fiber of every block of the cluster got here.
+inline constexpr const char* kClusterSync = "weft_cpu_cluster_sync";
 }  // namespace block_fn
 
 // What the runtime needs to know about a kernel's block ops: the shared-memory layout, the tasks, and

@@ -51,6 +51,8 @@ bool is_block_op(Op op) {
     case Op::NamedBarrierArrive: case Op::NamedBarrierWait: case Op::AsyncTasks: case Op::TaskReplicaId:
     case Op::LocalTrans: case Op::LocalRows: case Op::LocalCols: case Op::AsyncDot: case Op::AsyncDotWait: case Op::FenceAsyncShared:
     case Op::AsyncDescriptorLoad: case Op::AsyncDescriptorStore: case Op::AsyncStoreWait:
+    case Op::ClusterCtaRank: case Op::ClusterSync: case Op::BarrierArriveRemote: case Op::AsyncDescriptorLoadMulticast:
+    case Op::LocalStoreRemote:
       return true;
     default:
       return false;
@@ -408,7 +410,8 @@ class Lowering {
         return;  // placed by the BlockPlan; the runtime sets them up before the fibers start
       case Op::LocalView: return local_view(n);
       case Op::LocalLoad: return local_load(n);
-      case Op::LocalStore: return local_store(n);
+      case Op::LocalStore:
+      case Op::LocalStoreRemote: return local_store(n);
       case Op::BarrierAt: return barrier_at(n);
       case Op::BarrierArrive: return barrier_arrive(n);
       case Op::BarrierExpectBytes: return barrier_expect_bytes(n);
@@ -427,6 +430,19 @@ class Lowering {
         runtime_call(block_fn::kTmaLoad, b_.getVoidTy(),
                      {ctx_, site(n), val(n->operands[0]).v, val(n->operands[1]).v, scalar(n->operands[2]),
                       coordinates(n, 3)});
+        return;
+      case Op::AsyncDescriptorLoadMulticast:
+        runtime_call(block_fn::kTmaLoadMulticast, b_.getVoidTy(),
+                     {ctx_, site(n), val(n->operands[0]).v, val(n->operands[1]).v, scalar(n->operands[2]),
+                      scalar(n->operands[3]), coordinates(n, 4)});
+        return;
+      case Op::ClusterCtaRank:
+        vals_[n.get()] = {Val::Kind::Scalar, ctx_field(offsetof(ProgramCtx, cluster_rank))};
+        return;
+      case Op::ClusterSync: runtime_call(block_fn::kClusterSync, b_.getVoidTy(), {ctx_, site(n)}); return;
+      case Op::BarrierArriveRemote:
+        runtime_call(block_fn::kBarrierArriveRemote, b_.getVoidTy(),
+                     {ctx_, site(n), scalar(n->operands[0]), scalar(n->operands[1])});
         return;
       case Op::AsyncDescriptorStore:
         runtime_call(block_fn::kTmaStore, b_.getVoidTy(),
@@ -536,6 +552,8 @@ class Lowering {
   }
   void local_store(const NodeRef& n) {
     Value* view = val(n->operands[0]).v;
+    if (n->op == Op::LocalStoreRemote)  // the same stage in the other block's arena
+      view = runtime_call(block_fn::kSharedAtRank, ptr_, {ctx_, site(n), view, scalar(n->operands[2])});
     const NodeRef& x = n->operands[1];
     loop(numel(x->type.shape), [&](Value* i) { store_elem(x->type.dtype, view, stored_index(n->operands[0], i), elem(x, i)); });
   }

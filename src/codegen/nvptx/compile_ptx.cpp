@@ -68,7 +68,7 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
   llvm::LLVMContext context;
   bool debug = debug_mode(options);
   passes::WaitSites waits = debug ? passes::plan_wait_sites(f, options.num_warps) : passes::WaitSites{};
-  LoweredKernel lowered = lower_to_nvptx(f, context, options.num_warps, f.name, debug ? &waits : nullptr);
+  LoweredKernel lowered = lower_to_nvptx(f, context, options.num_warps, options.cluster, f.name, debug ? &waits : nullptr);
   llvm::Module& m = *lowered.module;
   m.setTargetTriple(llvm::Triple(kTriple));
   m.setDataLayout(tm->createDataLayout());

@@ -71,11 +71,11 @@ std::vector<int64_t> strides(const ir::Shape& s) {
 
 class Lowering {
  public:
-  Lowering(const ir::Function& f, llvm::LLVMContext& c, int num_warps, const std::string& symbol,
-           const passes::WaitSites* debug_waits)
+  Lowering(const ir::Function& f, llvm::LLVMContext& c, int num_warps, const ClusterDims& cluster,
+           const std::string& symbol, const passes::WaitSites* debug_waits)
       : f_(f), c_(c), b_(c), ops_(b_, MathTarget::Nvptx, kGlobal), ptx_(b_), patterns_(f),
         tasks_(passes::plan_tasks(f, num_warps)), allocations_(passes::plan_shared_memory(f)),
-        threads_(tasks_.threads()), wait_sites_(debug_waits) {
+        threads_(tasks_.threads()), wait_sites_(debug_waits), cluster_(cluster) {
     mod_ = std::make_unique<llvm::Module>(symbol, c);
     // Numbers and pointers travel as 64-bit slots; a TMA descriptor arrives by value (128 bytes, a
     // grid-constant .param whose address the TMA instructions take).
@@ -96,6 +96,9 @@ class Lowering {
     fn_->addFnAttr("nvvm.maxntid", std::to_string(threads_));
     // setmaxnreg needs a register cap at entry, which one block per SM gives (launch_bounds(threads, 1)).
     if (tasks_.entry_regs) fn_->addFnAttr("nvvm.minctasm", "1");
+    // .explicitcluster and .reqnctapercluster x, y, z: the kernel launches only in clusters of that shape.
+    if (clustered())
+      fn_->addFnAttr("nvvm.cluster_dim", fmt::format("{},{},{}", cluster_.x, cluster_.y, cluster_.z));
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     smem_ = new llvm::GlobalVariable(*mod_, llvm::ArrayType::get(b_.getInt8Ty(), 0), false,
                                      llvm::GlobalValue::ExternalLinkage, nullptr, "weft_shared", nullptr,
@@ -124,6 +127,9 @@ class Lowering {
     init_barriers();
     defer_prologue_tiles();
     region(f_.body);
+    // No block of the cluster exits (freeing its shared memory) while another may still arrive at its
+    // barriers or multicast into it.
+    if (clustered() && has_barriers_) ptx_.cluster_sync();
     b_.CreateRetVoid();
     int64_t stride = round_up(scratch_bytes_, kScratchAlign);
     scratch_stride_->setInitializer(b_.getInt32(static_cast<uint32_t>(stride)));
@@ -373,7 +379,7 @@ class Lowering {
     if (!any) return false;
     if (elementwise_op(n->op) && all) return true;
     if (n->op == Op::AsyncDot || n->op == Op::AsyncDotWait || n->op == Op::VarSet || n->op == Op::VarDecl ||
-        n->op == Op::LocalStore || n->op == Op::Slice)
+        n->op == Op::LocalStore || n->op == Op::LocalStoreRemote || n->op == Op::Slice)
       return false;  // these handle the wgmma layout themselves
     for (const NodeRef& x : o) {
       const Regs& r = raw(x);
@@ -1068,10 +1074,12 @@ class Lowering {
       ptx_.barrier();
   }
 
-  // Thread 0 initializes every mbarrier before any user code; the fence and bar.sync publish them.
+  // Thread 0 initializes every mbarrier before any user code; the fence and bar.sync publish them (in a
+  // cluster, the cluster sync: other blocks arrive at and multicast to them).
   void init_barriers() {
     bool any = false;
     for (const passes::SharedAllocation& a : allocations_.allocations) any = any || a.node->op == Op::AllocBarriers;
+    has_barriers_ = any;
     if (!any) return;
     guarded(b_.CreateICmpEQ(block_tid_, i32c(0)), [&]() -> Value* {
       for (const passes::SharedAllocation& a : allocations_.allocations) {
@@ -1083,8 +1091,13 @@ class Lowering {
       ptx_.fence_mbarrier_init();
       return nullptr;
     }, nullptr);
-    ptx_.barrier();
+    if (clustered())
+      ptx_.cluster_sync();
+    else
+      ptx_.barrier();
   }
+
+  bool clustered() const { return cluster_.blocks() > 1; }
 
   // The 32-bit shared-state-space address of byte `offset` of the block's shared memory.
   Value* shared_address(Value* offset) {
@@ -1112,8 +1125,11 @@ class Lowering {
   // consecutive elements is one aligned vector access of at most 16 bytes per piece (buffers are 1024-byte
   // aligned, a chunk starts at a multiple of V, and a swizzle moves whole 16-byte units); transposed views
   // and wgmma-layout values go element by element.
-  void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value) {
+  // `remote_rank`: store into the same stage of that block of the cluster (st.shared::cluster).
+  void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value,
+                   Value* remote_rank = nullptr) {
     Value* offset = regs(view).v[0];
+    Value* base = remote_rank ? ptx_.map_shared_pointer_to_rank(smem_, remote_rank) : smem_;
     const passes::SharedAllocation& alloc = allocations_.of(passes::root_allocation(view.get()));
     int swz = alloc.swizzle;
     bool transposed = view->op == Op::LocalTrans;
@@ -1135,7 +1151,7 @@ class Lowering {
                             b_.CreateURem(c, i32c(panel)));
       }
       Value* byte = swizzle(b_.CreateMul(flat, i32c(eb)), swz);
-      return b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(b_.CreateAdd(offset, byte), b_.getInt64Ty()));
+      return b_.CreateInBoundsGEP(b_.getInt8Ty(), base, b_.CreateZExt(b_.CreateAdd(offset, byte), b_.getInt64Ty()));
     };
     // A wgmma-layout value holds pairs of neighbouring columns (registers 2i, 2i + 1): one access each.
     bool pairs = value && value->wgmma && !value->uniform && !transposed;
@@ -1165,8 +1181,11 @@ class Lowering {
     }
     // A swizzled buffer is read by TMA or wgmma (the async proxy): each thread fences its own writes
     // before the group syncs.
-    if (swz) ptx_.fence_proxy_async_shared();
-    sync_group();  // the whole tile is written before any thread of the group reads it
+    if (swz && remote_rank)
+      ptx_.fence_proxy_async_shared_cluster();
+    else if (swz)
+      ptx_.fence_proxy_async_shared();
+    sync_group();  // the whole tile is written before any thread of the group reads it (or arrives)
   }
 
   void hopper_node(const NodeRef& n) {
@@ -1194,14 +1213,20 @@ class Lowering {
         regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(row_bytes)))}};
         return;
       }
-      case Op::AsyncDescriptorLoad: {
+      case Op::AsyncDescriptorLoad:
+      case Op::AsyncDescriptorLoadMulticast: {
+        bool multicast = n->op == Op::AsyncDescriptorLoadMulticast;
         Value* desc = raw(o[0]).v[0];
         Value* smem = shared_address(regs(o[1]).v[0]);
         Value* bar = shared_address(regs(o[2]).v[0]);
+        Value* mask = multicast ? b_.CreateTrunc(regs(o[3]).v[0], b_.getInt16Ty()) : nullptr;
         std::vector<Value*> coords;
-        for (size_t i = o.size(); i-- > 3;) coords.push_back(regs(o[i]).v[0]);  // innermost first
+        for (size_t i = o.size(); i-- > (multicast ? 4u : 3u);) coords.push_back(regs(o[i]).v[0]);  // innermost first
         guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
-          ptx_.tma_load(smem, desc, coords, bar);
+          if (multicast)
+            ptx_.tma_load_multicast(smem, desc, coords, bar, mask);
+          else
+            ptx_.tma_load(smem, desc, coords, bar);
           return nullptr;
         }, nullptr);
         return;
@@ -1236,6 +1261,8 @@ class Lowering {
       }
       case Op::LocalLoad: return shared_tile(o[0], n, n->type.dtype, n->type.numel(), nullptr);
       case Op::LocalStore: return shared_tile(o[0], n, o[1]->type.dtype, o[1]->type.numel(), &raw(o[1]));
+      case Op::LocalStoreRemote:
+        return shared_tile(o[0], n, o[1]->type.dtype, o[1]->type.numel(), &raw(o[1]), regs(o[2]).v[0]);
       case Op::BarrierAt:
         regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(passes::kMbarrierBytes)))}};
         return;
@@ -1262,6 +1289,15 @@ class Lowering {
         return;
       case Op::AsyncTasks: return async_tasks(n);
       case Op::TaskReplicaId: regs_[n.get()] = {{replica_}}; return;
+      // Thread-block clusters: the ops are a line each; the cluster-wide syncs around the kernel body are in
+      // the constructor (the cluster shape), init_barriers and run().
+      case Op::ClusterCtaRank: regs_[n.get()] = {{ptx_.cluster_cta_rank()}}; return;
+      case Op::ClusterSync: ptx_.cluster_sync(); return;
+      case Op::BarrierArriveRemote: {
+        Value* bar = shared_address(regs(o[0]).v[0]);
+        Value* rank = regs(o[1]).v[0];
+        return once_per_group([&] { ptx_.mbarrier_arrive_cluster(ptx_.map_shared_to_rank(bar, rank)); });
+      }
       default: break;
     }
     throw InternalError(fmt::format("NVPTX lowering: no rule for op '{}'", ir::op_name(n->op)));
@@ -1332,7 +1368,8 @@ class Lowering {
     auto* done = llvm::BasicBlock::Create(c_, "mbarrier.done", fn_);
     b_.CreateBr(poll);
     b_.SetInsertPoint(poll);
-    b_.CreateCondBr(ptx_.mbarrier_try_wait_parity(bar, parity), done, poll);
+    // In a cluster, arrivals may come from other blocks: acquire at cluster scope (their release is).
+    b_.CreateCondBr(ptx_.mbarrier_try_wait_parity(bar, parity, clustered()), done, poll);
     b_.SetInsertPoint(done);
   }
 
@@ -1408,10 +1445,12 @@ class Lowering {
   int64_t threads_;  // of the current group
   const passes::WaitSites* wait_sites_;        // debug mode only
   std::unique_ptr<DebugWaits> debug_waits_;    // debug mode only
+  ClusterDims cluster_;  // blocks per cluster (1, 1, 1: no clusters)
   std::unique_ptr<llvm::Module> mod_;
   llvm::Function* fn_ = nullptr;
   llvm::BasicBlock* entry_ = nullptr;
   llvm::GlobalVariable* smem_ = nullptr;
+  bool has_barriers_ = false;         // the kernel allocates mbarriers
   Value* tid_ = nullptr;
   Value* block_tid_ = nullptr;        // %tid.x
   Value* group_barrier_ = nullptr;    // the group's named barrier id (i32); null: the whole block (bar.sync 0)
@@ -1432,9 +1471,10 @@ class Lowering {
 
 }  // namespace
 
-LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int num_warps, const std::string& symbol,
+LoweredKernel lower_to_nvptx(const ir::Function& f, llvm::LLVMContext& context, int num_warps,
+                             const ClusterDims& cluster, const std::string& symbol,
                              const passes::WaitSites* debug_waits) {
-  return Lowering(f, context, num_warps, symbol, debug_waits).run();
+  return Lowering(f, context, num_warps, cluster, symbol, debug_waits).run();
 }
 
 }  // namespace weft::codegen::nvptx

@@ -75,9 +75,11 @@ void PtxInstructions::mbarrier_arrive_expect_tx(llvm::Value* bar, llvm::Value* b
            "r,r,~{memory}", {bar, bytes});
 }
 
-llvm::Value* PtxInstructions::mbarrier_try_wait_parity(llvm::Value* bar, llvm::Value* parity) {
+llvm::Value* PtxInstructions::mbarrier_try_wait_parity(llvm::Value* bar, llvm::Value* parity, bool cluster_scope) {
+  std::string scope = cluster_scope ? ".acquire.cluster" : "";
   llvm::Value* done = asm_call(b_, b_.getInt32Ty(),
-                               "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; selp.u32 $0, 1, 0, p; }",
+                               "{ .reg .pred p; mbarrier.try_wait.parity" + scope +
+                                   ".shared::cta.b64 p, [$1], $2; selp.u32 $0, 1, 0, p; }",
                                "=r,r,r,~{memory}", {bar, parity});
   return b_.CreateICmpNE(done, b_.getInt32(0));
 }
@@ -111,6 +113,44 @@ void PtxInstructions::tma_load(llvm::Value* smem, llvm::Value* desc, const std::
   std::string constraints = "r,l,r";
   for (size_t i = 0; i < rank; ++i) constraints += ",r";
   asm_call(b_, b_.getVoidTy(), text, constraints + ",~{memory}", args);
+}
+
+void PtxInstructions::tma_load_multicast(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords,
+                                         llvm::Value* bar, llvm::Value* mask) {
+  size_t rank = coords.size();
+  std::string text = "cp.async.bulk.tensor." + std::to_string(rank) +
+                     "d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [$0], [$1, {" +
+                     coordinate_list(4, rank) + "}], [$2], $3;";
+  std::vector<llvm::Value*> args{smem, desc, bar, mask};
+  args.insert(args.end(), coords.begin(), coords.end());
+  std::string constraints = "r,l,r,h";  // ctaMask is a 16-bit register
+  for (size_t i = 0; i < rank; ++i) constraints += ",r";
+  asm_call(b_, b_.getVoidTy(), text, constraints + ",~{memory}", args);
+}
+
+llvm::Value* PtxInstructions::cluster_cta_rank() {
+  return read_special(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_cluster_ctarank);
+}
+
+void PtxInstructions::cluster_sync() {
+  // Not .aligned: correct whatever the warps' convergence, at no cost that matters for a cluster-wide sync.
+  asm_call(b_, b_.getVoidTy(), "barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;", "~{memory}", {});
+}
+
+llvm::Value* PtxInstructions::map_shared_to_rank(llvm::Value* addr, llvm::Value* rank) {
+  return asm_call(b_, b_.getInt32Ty(), "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r", {addr, rank});
+}
+
+llvm::Value* PtxInstructions::map_shared_pointer_to_rank(llvm::Value* pointer, llvm::Value* rank) {
+  return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {}, {pointer, rank});
+}
+
+void PtxInstructions::fence_proxy_async_shared_cluster() {
+  asm_call(b_, b_.getVoidTy(), "fence.proxy.async.shared::cluster;", "~{memory}", {});
+}
+
+void PtxInstructions::mbarrier_arrive_cluster(llvm::Value* bar) {
+  asm_call(b_, b_.getVoidTy(), "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$0];", "r,~{memory}", {bar});
 }
 
 void PtxInstructions::tma_store(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* smem) {

@@ -28,8 +28,10 @@ class PtxInstructions {
   void mbarrier_arrive(llvm::Value* bar);               // mbarrier.arrive.shared::cta.b64 state, [bar]
   // mbarrier.arrive.expect_tx.shared::cta.b64 state, [bar], bytes
   void mbarrier_arrive_expect_tx(llvm::Value* bar, llvm::Value* bytes);
-  // mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity -> i1: the phase of that parity completed
-  llvm::Value* mbarrier_try_wait_parity(llvm::Value* bar, llvm::Value* parity);
+  // mbarrier.try_wait.parity{.acquire.cluster}.shared::cta.b64 p, [bar], parity -> i1: the phase of that
+  // parity completed. `cluster_scope`: acquire at cluster scope, for arrivals from other blocks of the
+  // cluster (the default is .acquire.cta).
+  llvm::Value* mbarrier_try_wait_parity(llvm::Value* bar, llvm::Value* parity, bool cluster_scope = false);
 
   // GPU debug mode (debug_waits.h).
   llvm::Value* global_timer();  // mov.u64 %rd, %globaltimer: nanoseconds, the same clock on every SM
@@ -46,6 +48,25 @@ class PtxInstructions {
   void bulk_commit_group();                  // cp.async.bulk.commit_group
   void bulk_wait_group_read(int pending);    // cp.async.bulk.wait_group.read pending
   void fence_proxy_async_shared();           // fence.proxy.async.shared::cta
+  void fence_proxy_async_shared_cluster();   // fence.proxy.async.shared::cluster
+
+  // Thread-block clusters (sm_90).
+  llvm::Value* cluster_cta_rank();           // mov.u32 %r, %cluster_ctarank
+  // barrier.cluster.arrive.release; barrier.cluster.wait.acquire (every thread of every block of the cluster)
+  void cluster_sync();
+  // mapa.shared::cluster.u32 %r, addr, rank: the 32-bit shared::cluster address of `addr` (a shared::cta
+  // address of this block) in the block of cluster rank `rank`.
+  llvm::Value* map_shared_to_rank(llvm::Value* addr, llvm::Value* rank);
+  // The same with pointers: a shared::cta pointer (addrspace 3) -> a shared::cluster one (addrspace 7),
+  // through which loads and stores are ld/st.shared::cluster (the llvm.nvvm.mapa.shared.cluster intrinsic).
+  llvm::Value* map_shared_pointer_to_rank(llvm::Value* pointer, llvm::Value* rank);
+  // mbarrier.arrive.release.cluster.shared::cluster.b64 _, [bar]: `bar` from map_shared_to_rank.
+  void mbarrier_arrive_cluster(llvm::Value* bar);
+  // cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster
+  //   [smem], [desc, {coords}], [bar], mask: the box lands at `smem` and signals `bar` in every block whose
+  //   bit is set in `mask` (an i16).
+  void tma_load_multicast(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords,
+                          llvm::Value* bar, llvm::Value* mask);
 
   // wgmma (sm_90a).
   void wgmma_fence();                        // wgmma.fence.sync.aligned

@@ -106,17 +106,17 @@ struct NamedBarrier {
   uint32_t generation = 0;
 };
 
-enum class Waiting { Nothing, Mbarrier, NamedBarrier };
+enum class Waiting { Nothing, Mbarrier, NamedBarrier, Cluster };
 
 struct FiberState {
-  ProgramCtx ctx;
+  ProgramCtx ctx;  // ctx.block: its block's BlockState; ctx.fiber: its index in the cluster
   char* frame = nullptr;
   int32_t threads = 0;  // warps * 32 of its task
   bool started = false, finished = false;
   Waiting waiting = Waiting::Nothing;
   int32_t wait_site = -1;
-  int32_t wait_on = -1;   // an mbarrier slot or a named barrier id
-  int32_t wait_for = 0;   // the phase parity, or the named barrier's generation
+  int32_t wait_on = -1;   // an mbarrier slot (of its own block) or a named barrier id
+  int32_t wait_for = 0;   // the phase parity, or the named barrier's or cluster_sync's generation
 };
 
 void* aligned_or_throw(int64_t align, int64_t bytes, const char* what) {
@@ -136,116 +136,43 @@ uint64_t next_random(uint64_t& state) {
 
 }  // namespace
 
-struct BlockState {
-  BlockState(const BlockPlan& p, KernelFn e, int64_t frame_bytes) : plan(p), entry(e) {
-    const int64_t align = codegen::cpu::kFrameAlign;
-    frame_stride = (frame_bytes + align - 1) / align * align;
-    for (size_t t = 0; t < plan.tasks.size(); ++t)
-      for (int32_t r = 0; r < plan.tasks[t].replicas; ++r) {
-        FiberState f;
-        f.ctx.task = static_cast<int32_t>(t);
-        f.ctx.replica = r;
-        f.ctx.fiber = static_cast<int32_t>(fibers.size());
-        f.ctx.block = this;
-        f.threads = plan.tasks[t].warps * 32;
-        fibers.push_back(f);
-      }
-    frames = static_cast<char*>(
-        aligned_or_throw(codegen::cpu::kFrameAlign, frame_stride * int64_t(fibers.size()), "fiber frames"));
-    for (size_t i = 0; i < fibers.size(); ++i) fibers[i].frame = frames + frame_stride * int64_t(i);
-    arena = static_cast<char*>(aligned_or_throw(kArenaAlign, plan.shared_bytes, "shared memory"));
-    for (size_t a = 0; a < plan.barriers.size(); ++a) {
-      first_slot.push_back(static_cast<int32_t>(mbarriers.size()));
-      for (int32_t e = 0; e < plan.barriers[a].count; ++e) {
-        Mbarrier m;
-        m.array = static_cast<int32_t>(a);
-        m.element = e;
-        m.arrive_count = plan.barriers[a].arrive_count;
-        mbarriers.push_back(m);
-      }
-    }
-  }
-  ~BlockState() {
-    std::free(frames);
-    std::free(arena);
-  }
+struct BlockState;
+
+// The blocks of one thread-block cluster (one block without clusters) and what they share: the fibers of
+// all of them, one scheduler, cluster_sync, and the error that abandons them.
+struct ClusterState {
+  ClusterState(const BlockPlan& plan, KernelFn entry, int64_t frame_bytes, const ClusterDims& dims);
+  ~ClusterState();
 
   const BlockPlan& plan;
   KernelFn entry;
+  ClusterDims dims;
   const uint64_t* args = nullptr;
-  int64_t frame_stride = 0;
-  char* frames = nullptr;
-  char* arena = nullptr;
-  std::vector<FiberState> fibers;
+  std::vector<std::unique_ptr<BlockState>> blocks;  // by cluster rank
+  std::vector<FiberState> fibers;                   // every task replica of every block, block by block
+  char* frames = nullptr;                           // theirs, one after the other
   FiberPool pool;
-  std::vector<int32_t> first_slot;  // per barrier array: its first element in `mbarriers`
-  std::vector<Mbarrier> mbarriers;
-  NamedBarrier named[kNamedBarriers];
-  int64_t phases_completed = 0;
-  std::unordered_map<int32_t, std::vector<TmaCopy>> tma_loads;  // by mbarrier slot: land when its phase completes
-  std::vector<TmaCopy> tma_stores;                               // issued, not performed, in issue order
-  std::vector<DotJob> dot_jobs;                                   // issued, not retired, in issue order
-  std::unordered_map<int32_t, std::vector<float>> dot_results;    // retired, by job id
-  int32_t next_dot = 0;
+  int32_t sync_arrived = 0;      // fibers at the current cluster_sync
+  uint32_t sync_generation = 0;  // cluster_syncs completed
   bool progress = false;  // in the current round: a fiber started, got past a wait or finished
   bool failed = false;
   std::string error;
   SourceLoc error_loc;
 
-  void reset() {
-    std::memset(arena, 0xFF, static_cast<size_t>(plan.shared_bytes));
-    for (Mbarrier& m : mbarriers) {
-      m.pending = m.arrive_count;
-      m.bytes_pending = 0;
-      m.parity = 0;
-      m.last_fiber = m.last_site = -1;
-    }
-    for (NamedBarrier& n : named) n = {};
-    for (FiberState& f : fibers) {
-      f.started = f.finished = false;
-      f.waiting = Waiting::Nothing;
-    }
-    phases_completed = 0;
-    tma_loads.clear();
-    tma_stores.clear();
-    dot_jobs.clear();
-    dot_results.clear();
-    next_dot = 0;
-    failed = false;
-    error.clear();
-  }
-
-  // ---- names for messages ----
-
-  std::string block_name() const {
-    const int32_t* p = fibers.at(0).ctx.program_id;
-    return fmt::format("kernel '{}', block ({}, {}, {})", plan.kernel, p[0], p[1], p[2]);
-  }
-  std::string fiber_name(int32_t i) const {
-    const FiberState& f = fibers.at(i);
-    return fmt::format("task '{}' replica {}", plan.tasks.at(f.ctx.task).name, f.ctx.replica);
-  }
-  std::string barrier_name(int32_t slot) const {
-    const Mbarrier& m = mbarriers.at(slot);
-    return fmt::format("'{}[{}]'", plan.barriers.at(m.array).name, m.element);
-  }
+  void reset();
+  bool clustered() const { return blocks.size() > 1; }
+  BlockState& block_of(int32_t fiber) const { return *static_cast<BlockState*>(fibers.at(fiber).ctx.block); }
   SourceLoc site_loc(int32_t site) const { return plan.sites.at(site).loc; }
-
-  // ---- errors inside fibers ----
+  // "task 'producer' replica 0", preceded by its block in a cluster: "block (1, 0, 0) task 'producer' replica 0".
+  std::string fiber_name(int32_t fiber) const;
 
   // Records the error; call abandon() next, outside the expression that built the message (so that no
   // temporary string is left on the fiber's stack).
-  void set_error(const ProgramCtx* ctx, int32_t site, const std::string& message) {
-    failed = true;
-    error = fmt::format("{}, {}: {}", block_name(), fiber_name(ctx->fiber), message);
-    error_loc = site_loc(site);
-  }
+  void set_error(const ProgramCtx* ctx, int32_t site, const std::string& message);
   [[noreturn]] void abandon() {
-    pool.suspend();  // a failed block is never resumed
+    pool.suspend();  // a failed cluster is never resumed
     std::abort();
   }
-
-  // ---- waiting ----
 
   // Suspends the calling fiber until `done()`; the scheduler's deadlock report reads what it waits for.
   template <class Done> void wait_until(const ProgramCtx* ctx, Waiting what, int32_t site, int32_t on, int32_t wait_for,
@@ -261,6 +188,76 @@ struct BlockState {
     progress = true;
   }
 
+  // The block of cluster rank `rank`, for a remote operation of `op` at `site`; an error outside the cluster.
+  BlockState& block_at_rank(const ProgramCtx* ctx, int32_t site, int32_t rank, const char* op);
+
+  std::string deadlock_report() const;
+};
+
+// One block of a cluster: its shared memory, barriers and asynchronous operations.
+struct BlockState {
+  BlockState(ClusterState& c, int32_t r, int32_t first, int32_t count) : plan(c.plan), cluster(c), rank(r),
+      first_fiber(first), fiber_count(count) {
+    arena = static_cast<char*>(aligned_or_throw(kArenaAlign, plan.shared_bytes, "shared memory"));
+    for (size_t a = 0; a < plan.barriers.size(); ++a) {
+      first_slot.push_back(static_cast<int32_t>(mbarriers.size()));
+      for (int32_t e = 0; e < plan.barriers[a].count; ++e) {
+        Mbarrier m;
+        m.array = static_cast<int32_t>(a);
+        m.element = e;
+        m.arrive_count = plan.barriers[a].arrive_count;
+        mbarriers.push_back(m);
+      }
+    }
+  }
+  ~BlockState() { std::free(arena); }
+
+  const BlockPlan& plan;
+  ClusterState& cluster;
+  int32_t rank;                      // in its cluster
+  int32_t first_fiber, fiber_count;  // its fibers in cluster.fibers
+  int32_t program_id[3] = {};
+  char* arena = nullptr;
+  std::vector<int32_t> first_slot;  // per barrier array: its first element in `mbarriers`
+  std::vector<Mbarrier> mbarriers;
+  NamedBarrier named[kNamedBarriers];
+  int64_t phases_completed = 0;
+  std::unordered_map<int32_t, std::vector<TmaCopy>> tma_loads;  // by mbarrier slot: land when its phase completes
+  std::vector<TmaCopy> tma_stores;                               // issued, not performed, in issue order
+  std::vector<DotJob> dot_jobs;                                   // issued, not retired, in issue order
+  std::unordered_map<int32_t, std::vector<float>> dot_results;    // retired, by job id
+  int32_t next_dot = 0;
+
+  void reset() {
+    std::memset(arena, 0xFF, static_cast<size_t>(plan.shared_bytes));
+    for (Mbarrier& m : mbarriers) {
+      m.pending = m.arrive_count;
+      m.bytes_pending = 0;
+      m.parity = 0;
+      m.last_fiber = m.last_site = -1;
+    }
+    for (NamedBarrier& n : named) n = {};
+    phases_completed = 0;
+    tma_loads.clear();
+    tma_stores.clear();
+    dot_jobs.clear();
+    dot_results.clear();
+    next_dot = 0;
+  }
+
+  // ---- names for messages ----
+
+  std::string block_name() const {
+    return fmt::format("kernel '{}', block ({}, {}, {})", plan.kernel, program_id[0], program_id[1], program_id[2]);
+  }
+  std::string block_label() const { return fmt::format("block ({}, {}, {})", program_id[0], program_id[1], program_id[2]); }
+  // "'full[1]'", and in a cluster "'full[1]' of block (1, 0, 0)".
+  std::string barrier_name(int32_t slot) const {
+    const Mbarrier& m = mbarriers.at(slot);
+    std::string name = fmt::format("'{}[{}]'", plan.barriers.at(m.array).name, m.element);
+    return cluster.clustered() ? name + " of " + block_label() : name;
+  }
+
   // ---- mbarriers ----
 
   int32_t slot_of(const ProgramCtx* ctx, int32_t site, int32_t offset) {
@@ -270,24 +267,27 @@ struct BlockState {
       if (rel >= 0 && rel < arr.count * passes::kMbarrierBytes && rel % passes::kMbarrierBytes == 0)
         return first_slot[a] + static_cast<int32_t>(rel / passes::kMbarrierBytes);
     }
-    set_error(ctx, site, fmt::format("no mbarrier at shared-memory offset {}", offset));
-    abandon();
+    cluster.set_error(ctx, site, fmt::format("no mbarrier at shared-memory offset {}", offset));
+    cluster.abandon();
   }
 
+  // An arrival by the fiber of `ctx` (of this block or, remotely, of another block of the cluster).
   void arrive(const ProgramCtx* ctx, int32_t site, int32_t offset, int64_t bytes, const char* op) {
     int32_t slot = slot_of(ctx, site, offset);
     Mbarrier& m = mbarriers[slot];
     if (m.pending == 0) {
       // All arrivals are in and the phase waits for bytes only: on the GPU the count would underflow.
-      set_error(ctx, site,
-                fmt::format("{} on {} is an arrival too many: its arrive count is {} and all {} arrivals of phase {} are "
-                            "in (the phase waits only for {} more bytes, expected with barrier_expect_bytes)",
-                            op, barrier_name(slot), m.arrive_count, m.arrive_count, m.parity, m.bytes_pending));
-      abandon();
+      cluster.set_error(ctx, site,
+                        fmt::format("{} on {} is an arrival too many: its arrive count is {} and all {} arrivals of phase "
+                                    "{} are in (the phase waits only for {} more bytes, expected with "
+                                    "barrier_expect_bytes)",
+                                    op, barrier_name(slot), m.arrive_count, m.arrive_count, m.parity, m.bytes_pending));
+      cluster.abandon();
     }
     if (bytes < 0) {
-      set_error(ctx, site, fmt::format("{} on {} expects {} bytes; the count cannot be negative", op, barrier_name(slot), bytes));
-      abandon();
+      cluster.set_error(ctx, site,
+                        fmt::format("{} on {} expects {} bytes; the count cannot be negative", op, barrier_name(slot), bytes));
+      cluster.abandon();
     }
     --m.pending;
     m.bytes_pending += bytes;
@@ -305,6 +305,24 @@ struct BlockState {
     m.parity ^= 1;
     m.pending = m.arrive_count;
     ++phases_completed;
+  }
+
+  // A TMA load (issued by the fiber of `ctx`, maybe of another block) into `smem` of this block, signalling
+  // the barrier at `offset` here: the box is poison until that barrier's phase completes.
+  void receive_tma_load(const ProgramCtx* ctx, int32_t site, const detail::TensorDescData* desc, char* smem,
+                        int32_t offset, const int32_t* coords) {
+    int32_t slot = slot_of(ctx, site, offset);
+    int64_t bytes = box_bytes(*desc);
+    std::memset(smem, 0xFF, size_t(bytes));  // not there yet
+    TmaCopy c;
+    c.desc = desc;
+    c.smem = smem;
+    c.fiber = ctx->fiber;
+    std::copy(coords, coords + desc->rank, c.coords);
+    tma_loads[slot].push_back(c);
+    Mbarrier& m = mbarriers[slot];
+    m.bytes_pending -= bytes;  // complete_tx: the bytes are on their way
+    complete_if_done(m);
   }
 
   // ---- TMA stores ----
@@ -368,20 +386,23 @@ struct BlockState {
   // Adds the calling fiber's threads to barrier `id`; returns the generation it arrived in.
   uint32_t named_arrive(const ProgramCtx* ctx, int32_t site, int32_t id, int32_t threads, const char* op) {
     NamedBarrier& n = named[id];
-    int32_t mine = fibers[ctx->fiber].threads;
+    int32_t mine = cluster.fibers[ctx->fiber].threads;
     if (n.arrived > 0 && n.expected != threads) {
-      set_error(ctx, site, fmt::format("{}({}, {}): other calls of this generation of named barrier {} count {} threads; "
-                                       "every call must give the same count", op, id, threads, id, n.expected));
-      abandon();
+      cluster.set_error(ctx, site,
+                        fmt::format("{}({}, {}): other calls of this generation of named barrier {} count {} threads; "
+                                    "every call must give the same count",
+                                    op, id, threads, id, n.expected));
+      cluster.abandon();
     }
     if (n.arrived + mine > threads) {
       // On the GPU the surplus warps would start the next generation; the CPU runs a replica's warps as
       // one, and such a split is almost always a wrong count.
-      set_error(ctx, site, fmt::format("{}({}, {}): {} threads would arrive at named barrier {} ({} already, {} of this "
-                                       "task replica's {} warps), more than the {} it counts; a generation must take "
-                                       "whole task replicas",
-                                       op, id, threads, n.arrived + mine, id, n.arrived, mine, mine / 32, threads));
-      abandon();
+      cluster.set_error(ctx, site,
+                        fmt::format("{}({}, {}): {} threads would arrive at named barrier {} ({} already, {} of this "
+                                    "task replica's {} warps), more than the {} it counts; a generation must take "
+                                    "whole task replicas",
+                                    op, id, threads, n.arrived + mine, id, n.arrived, mine, mine / 32, threads));
+      cluster.abandon();
     }
     n.expected = threads;
     n.arrived += mine;
@@ -392,11 +413,70 @@ struct BlockState {
     }
     return generation;
   }
-
-  // ---- the scheduler ----
-
-  std::string deadlock_report() const;
 };
+
+ClusterState::ClusterState(const BlockPlan& p, KernelFn e, int64_t frame_bytes, const ClusterDims& d)
+    : plan(p), entry(e), dims(d) {
+  const int64_t align = codegen::cpu::kFrameAlign;
+  const int64_t frame_stride = (frame_bytes + align - 1) / align * align;
+  for (int32_t rank = 0; rank < dims.blocks(); ++rank) {
+    int32_t first = static_cast<int32_t>(fibers.size());
+    for (size_t t = 0; t < plan.tasks.size(); ++t)
+      for (int32_t r = 0; r < plan.tasks[t].replicas; ++r) {
+        FiberState f;
+        f.ctx.task = static_cast<int32_t>(t);
+        f.ctx.replica = r;
+        f.ctx.fiber = static_cast<int32_t>(fibers.size());
+        f.ctx.cluster_rank = rank;
+        f.threads = plan.tasks[t].warps * 32;
+        fibers.push_back(f);
+      }
+    blocks.push_back(std::make_unique<BlockState>(*this, rank, first, static_cast<int32_t>(fibers.size()) - first));
+  }
+  frames = static_cast<char*>(
+      aligned_or_throw(codegen::cpu::kFrameAlign, frame_stride * int64_t(fibers.size()), "fiber frames"));
+  for (size_t i = 0; i < fibers.size(); ++i) {
+    fibers[i].frame = frames + frame_stride * int64_t(i);
+    fibers[i].ctx.block = blocks[fibers[i].ctx.cluster_rank].get();
+  }
+}
+
+ClusterState::~ClusterState() { std::free(frames); }
+
+void ClusterState::reset() {
+  for (auto& b : blocks) b->reset();
+  for (FiberState& f : fibers) {
+    f.started = f.finished = false;
+    f.waiting = Waiting::Nothing;
+  }
+  sync_arrived = 0;
+  sync_generation = 0;
+  failed = false;
+  error.clear();
+}
+
+std::string ClusterState::fiber_name(int32_t fiber) const {
+  const FiberState& f = fibers.at(fiber);
+  std::string name = fmt::format("task '{}' replica {}", plan.tasks.at(f.ctx.task).name, f.ctx.replica);
+  return clustered() ? block_of(fiber).block_label() + " " + name : name;
+}
+
+void ClusterState::set_error(const ProgramCtx* ctx, int32_t site, const std::string& message) {
+  failed = true;
+  const FiberState& f = fibers.at(ctx->fiber);
+  error = fmt::format("{}, task '{}' replica {}: {}", block_of(ctx->fiber).block_name(), plan.tasks.at(f.ctx.task).name,
+                      f.ctx.replica, message);
+  error_loc = site_loc(site);
+}
+
+BlockState& ClusterState::block_at_rank(const ProgramCtx* ctx, int32_t site, int32_t rank, const char* op) {
+  if (rank < 0 || rank >= static_cast<int32_t>(blocks.size())) {
+    set_error(ctx, site, fmt::format("{} names cluster rank {}, but the kernel's cluster of ({}, {}, {}) has ranks 0 to {}",
+                                     op, rank, dims.x, dims.y, dims.z, blocks.size() - 1));
+    abandon();
+  }
+  return *blocks[rank];
+}
 
 namespace {
 
@@ -408,9 +488,9 @@ char* local_view(const ProgramCtx* ctx, int32_t site, int32_t stage) noexcept {
   BlockState& b = state_of(ctx);
   const auto& buf = b.plan.buffers.at(b.plan.sites.at(site).target);
   if (stage < 0 || stage >= buf.stages) {
-    b.set_error(ctx, site, fmt::format("stage {} of '{}' does not exist: it has {} stages (0 to {})", stage, buf.name,
-                                       buf.stages, buf.stages - 1));
-    b.abandon();
+    b.cluster.set_error(ctx, site, fmt::format("stage {} of '{}' does not exist: it has {} stages (0 to {})", stage,
+                                               buf.name, buf.stages, buf.stages - 1));
+    b.cluster.abandon();
   }
   return b.arena + buf.offset + int64_t(stage) * buf.stage_bytes;
 }
@@ -419,15 +499,26 @@ int32_t barrier_at(const ProgramCtx* ctx, int32_t site, int32_t index) noexcept 
   BlockState& b = state_of(ctx);
   const auto& arr = b.plan.barriers.at(b.plan.sites.at(site).target);
   if (index < 0 || index >= arr.count) {
-    b.set_error(ctx, site, fmt::format("barrier {} of '{}' does not exist: it has {} barriers (0 to {})", index,
-                                       arr.name, arr.count, arr.count - 1));
-    b.abandon();
+    b.cluster.set_error(ctx, site, fmt::format("barrier {} of '{}' does not exist: it has {} barriers (0 to {})", index,
+                                               arr.name, arr.count, arr.count - 1));
+    b.cluster.abandon();
   }
   return static_cast<int32_t>(arr.offset + index * passes::kMbarrierBytes);
 }
 
 void barrier_arrive(const ProgramCtx* ctx, int32_t site, int32_t barrier) noexcept {
   state_of(ctx).arrive(ctx, site, barrier, 0, "barrier_arrive");
+}
+
+// The barrier at the same offset in the block of cluster rank `rank` (offsets are the same in every block).
+void barrier_arrive_remote(const ProgramCtx* ctx, int32_t site, int32_t barrier, int32_t rank) noexcept {
+  BlockState& b = state_of(ctx);
+  b.cluster.block_at_rank(ctx, site, rank, "barrier_arrive").arrive(ctx, site, barrier, 0, "barrier_arrive");
+}
+
+char* shared_at_rank(const ProgramCtx* ctx, int32_t site, const char* address, int32_t rank) noexcept {
+  BlockState& b = state_of(ctx);
+  return b.cluster.block_at_rank(ctx, site, rank, "local_store").arena + (address - b.arena);
 }
 
 void barrier_expect_bytes(const ProgramCtx* ctx, int32_t site, int32_t barrier, int32_t bytes) noexcept {
@@ -439,7 +530,7 @@ void barrier_wait(const ProgramCtx* ctx, int32_t site, int32_t barrier, int32_t 
   int32_t slot = b.slot_of(ctx, site, barrier);
   int32_t parity = phase & 1;
   const Mbarrier& m = b.mbarriers[slot];
-  b.wait_until(ctx, Waiting::Mbarrier, site, slot, parity, [&] { return m.parity != parity; });
+  b.cluster.wait_until(ctx, Waiting::Mbarrier, site, slot, parity, [&] { return m.parity != parity; });
 }
 
 void named_barrier_arrive(const ProgramCtx* ctx, int32_t site, int32_t id, int32_t threads) noexcept {
@@ -450,8 +541,21 @@ void named_barrier_wait(const ProgramCtx* ctx, int32_t site, int32_t id, int32_t
   BlockState& b = state_of(ctx);
   uint32_t generation = b.named_arrive(ctx, site, id, threads, "named_barrier_wait");
   const NamedBarrier& n = b.named[id];
-  b.wait_until(ctx, Waiting::NamedBarrier, site, id, static_cast<int32_t>(generation),
-               [&] { return n.generation != generation; });
+  b.cluster.wait_until(ctx, Waiting::NamedBarrier, site, id, static_cast<int32_t>(generation),
+                       [&] { return n.generation != generation; });
+}
+
+// A fiber stands for all threads of its task replica: the sync completes when every fiber of the cluster
+// has arrived (a fiber that finished without arriving leaves the others waiting: a deadlock report).
+void cluster_sync(const ProgramCtx* ctx, int32_t site) noexcept {
+  ClusterState& c = state_of(ctx).cluster;
+  uint32_t generation = c.sync_generation;
+  if (++c.sync_arrived == static_cast<int32_t>(c.fibers.size())) {
+    c.sync_arrived = 0;
+    ++c.sync_generation;
+  }
+  c.wait_until(ctx, Waiting::Cluster, site, -1, static_cast<int32_t>(generation),
+               [&] { return c.sync_generation != generation; });
 }
 
 void async_dot(const ProgramCtx* ctx, int32_t, const char* a, int32_t a_transposed, const char* b,
@@ -489,30 +593,37 @@ void async_dot_wait(const ProgramCtx* ctx, int32_t, int32_t pending, const float
     std::memmove(out, value, size_t(count) * 4);  // a finished value, or one still in flight (NaNs)
 }
 
-TmaCopy make_copy(const ProgramCtx* ctx, const detail::TensorDescData* desc, char* smem, const int32_t* coords) {
-  TmaCopy c;
-  c.desc = desc;
-  c.smem = smem;
-  c.fiber = ctx->fiber;
-  std::copy(coords, coords + desc->rank, c.coords);
-  return c;
-}
-
 void tma_load(const ProgramCtx* ctx, int32_t site, const detail::TensorDescData* desc, char* smem, int32_t barrier,
               const int32_t* coords) noexcept {
+  state_of(ctx).receive_tma_load(ctx, site, desc, smem, barrier, coords);
+}
+
+// The same copy into every block of the mask, at the same offsets there as `smem` and `barrier` here.
+void tma_load_multicast(const ProgramCtx* ctx, int32_t site, const detail::TensorDescData* desc, char* smem,
+                        int32_t barrier, int32_t mask, const int32_t* coords) noexcept {
   BlockState& b = state_of(ctx);
-  int32_t slot = b.slot_of(ctx, site, barrier);
-  int64_t bytes = box_bytes(*desc);
-  std::memset(smem, 0xFF, size_t(bytes));  // not there yet: poison until the phase completes
-  b.tma_loads[slot].push_back(make_copy(ctx, desc, smem, coords));
-  Mbarrier& m = b.mbarriers[slot];
-  m.bytes_pending -= bytes;  // complete_tx: the bytes are on their way
-  b.complete_if_done(m);
+  ClusterState& c = b.cluster;
+  const int32_t blocks = static_cast<int32_t>(c.blocks.size());
+  if (mask <= 0 || mask >= (1 << blocks)) {
+    c.set_error(ctx, site, fmt::format("async_descriptor_load's multicast mask {:#x} {}: the kernel's cluster of ({}, {}, "
+                                       "{}) has ranks 0 to {}, so the mask takes bits 0 to {} and at least one of them",
+                                       static_cast<uint32_t>(mask), mask == 0 ? "selects no block" : "names a block outside the cluster",
+                                       c.dims.x, c.dims.y, c.dims.z, blocks - 1, blocks - 1));
+    c.abandon();
+  }
+  const int64_t offset = smem - b.arena;
+  for (int32_t rank = 0; rank < blocks; ++rank)
+    if (mask & (1 << rank)) c.blocks[rank]->receive_tma_load(ctx, site, desc, c.blocks[rank]->arena + offset, barrier, coords);
 }
 
 void tma_store(const ProgramCtx* ctx, int32_t, const detail::TensorDescData* desc, const char* smem,
                const int32_t* coords) noexcept {
-  state_of(ctx).tma_stores.push_back(make_copy(ctx, desc, const_cast<char*>(smem), coords));
+  TmaCopy c;
+  c.desc = desc;
+  c.smem = const_cast<char*>(smem);
+  c.fiber = ctx->fiber;
+  std::copy(coords, coords + desc->rank, c.coords);
+  state_of(ctx).tma_stores.push_back(c);
 }
 
 void tma_store_wait(const ProgramCtx* ctx, int32_t, int32_t pending) noexcept {
@@ -520,38 +631,46 @@ void tma_store_wait(const ProgramCtx* ctx, int32_t, int32_t pending) noexcept {
 }
 
 void run_fiber(void* arg, int i) {
-  auto* b = static_cast<BlockState*>(arg);
-  FiberState& f = b->fibers[i];
-  b->entry(b->args, &f.ctx, f.frame);
-  b->retire_stores(f.ctx.fiber, 0);  // bulk stores complete before the kernel does
+  auto* c = static_cast<ClusterState*>(arg);
+  FiberState& f = c->fibers[i];
+  c->entry(c->args, &f.ctx, f.frame);
+  c->block_of(i).retire_stores(f.ctx.fiber, 0);  // bulk stores complete before the kernel does
 }
 
 }  // namespace
 
 // One line per fiber, in columns: who, what it waits on, for what, where; then the barriers involved.
-std::string BlockState::deadlock_report() const {
+std::string ClusterState::deadlock_report() const {
   struct Line {
     std::string who, on, until, where;
   };
   std::vector<Line> lines;
-  std::vector<int32_t> mbarriers_involved, named_involved;
-  auto involve = [](std::vector<int32_t>& list, int32_t x) {
-    if (std::find(list.begin(), list.end(), x) == list.end()) list.push_back(x);
+  std::vector<std::pair<const BlockState*, int32_t>> mbarriers_involved, named_involved;
+  bool sync_involved = false;
+  auto involve = [](std::vector<std::pair<const BlockState*, int32_t>>& list, const BlockState* b, int32_t x) {
+    if (std::find(list.begin(), list.end(), std::make_pair(b, x)) == list.end()) list.emplace_back(b, x);
   };
+  int64_t phases = 0;
+  for (const auto& b : blocks) phases += b->phases_completed;
   for (size_t i = 0; i < fibers.size(); ++i) {
     const FiberState& f = fibers[i];
+    const BlockState& b = block_of(static_cast<int32_t>(i));
     Line l{fiber_name(static_cast<int32_t>(i)), "", "", ""};
     if (f.finished) {
       l.on = "finished";
     } else if (f.waiting == Waiting::Mbarrier) {
-      l.on = "waits on " + barrier_name(f.wait_on);
+      l.on = "waits on " + b.barrier_name(f.wait_on);
       l.until = fmt::format("for phase {}", f.wait_for);
       l.where = site_loc(f.wait_site).str();
-      involve(mbarriers_involved, f.wait_on);
+      involve(mbarriers_involved, &b, f.wait_on);
+    } else if (f.waiting == Waiting::Cluster) {
+      l.on = "waits in cluster_sync";
+      l.where = site_loc(f.wait_site).str();
+      sync_involved = true;
     } else {
       l.on = fmt::format("waits on named barrier {}", f.wait_on);
       l.where = site_loc(f.wait_site).str();
-      involve(named_involved, f.wait_on);
+      involve(named_involved, &b, f.wait_on);
     }
     lines.push_back(l);
   }
@@ -562,7 +681,14 @@ std::string BlockState::deadlock_report() const {
     on_w = std::max(on_w, lines[i].on.size());
     until_w = std::max(until_w, lines[i].until.size());
   }
-  std::string out = fmt::format("deadlock in {}, after {} barrier phases completed:", block_name(), phases_completed);
+  std::string where = blocks.front()->block_name();
+  if (clustered()) {
+    const int32_t* first = blocks.front()->program_id;
+    const int32_t* last = blocks.back()->program_id;
+    where = fmt::format("kernel '{}', the cluster of blocks ({}, {}, {}) to ({}, {}, {})", plan.kernel, first[0], first[1],
+                        first[2], last[0], last[1], last[2]);
+  }
+  std::string out = fmt::format("deadlock in {}, after {} barrier phases completed:", where, phases);
   for (size_t i = 0; i < lines.size(); ++i) {
     const Line& l = lines[i];
     if (fibers[i].finished)
@@ -570,9 +696,9 @@ std::string BlockState::deadlock_report() const {
     else
       out += fmt::format("\n  {:<{}}  {:<{}} {:<{}}   {}", l.who, who_w, l.on, on_w, l.until, until_w, l.where);
   }
-  for (int32_t slot : mbarriers_involved) {
-    const Mbarrier& m = mbarriers[slot];
-    out += fmt::format("\n  {} has {} of {} arrivals in phase {}", barrier_name(slot), m.arrive_count - m.pending,
+  for (auto [b, slot] : mbarriers_involved) {
+    const Mbarrier& m = b->mbarriers[slot];
+    out += fmt::format("\n  {} has {} of {} arrivals in phase {}", b->barrier_name(slot), m.arrive_count - m.pending,
                        m.arrive_count, m.parity);
     if (m.bytes_pending > 0) out += fmt::format(" and still expects {} bytes", m.bytes_pending);
     if (m.last_fiber >= 0)
@@ -580,8 +706,11 @@ std::string BlockState::deadlock_report() const {
     else
       out += " (no arrival yet)";
   }
-  for (int32_t id : named_involved)
-    out += fmt::format("\n  named barrier {} has {} of {} threads", id, named[id].arrived, named[id].expected);
+  for (auto [b, id] : named_involved) {
+    out += fmt::format("\n  named barrier {}{} has {} of {} threads", id, clustered() ? " of " + b->block_label() : "",
+                       b->named[id].arrived, b->named[id].expected);
+  }
+  if (sync_involved) out += fmt::format("\n  cluster_sync has {} of {} task replicas", sync_arrived, fibers.size());
   return out;
 }
 
@@ -591,61 +720,70 @@ const std::vector<RuntimeSymbol>& block_runtime_symbols() {
       {fn::kLocalView, reinterpret_cast<void*>(&local_view)},
       {fn::kBarrierAt, reinterpret_cast<void*>(&barrier_at)},
       {fn::kBarrierArrive, reinterpret_cast<void*>(&barrier_arrive)},
+      {fn::kBarrierArriveRemote, reinterpret_cast<void*>(&barrier_arrive_remote)},
       {fn::kBarrierExpectBytes, reinterpret_cast<void*>(&barrier_expect_bytes)},
       {fn::kBarrierWait, reinterpret_cast<void*>(&barrier_wait)},
       {fn::kNamedBarrierArrive, reinterpret_cast<void*>(&named_barrier_arrive)},
       {fn::kNamedBarrierWait, reinterpret_cast<void*>(&named_barrier_wait)},
+      {fn::kClusterSync, reinterpret_cast<void*>(&cluster_sync)},
+      {fn::kSharedAtRank, reinterpret_cast<void*>(&shared_at_rank)},
       {fn::kAsyncDot, reinterpret_cast<void*>(&async_dot)},
       {fn::kAsyncDotWait, reinterpret_cast<void*>(&async_dot_wait)},
       {fn::kTmaLoad, reinterpret_cast<void*>(&tma_load)},
+      {fn::kTmaLoadMulticast, reinterpret_cast<void*>(&tma_load_multicast)},
       {fn::kTmaStore, reinterpret_cast<void*>(&tma_store)},
       {fn::kTmaStoreWait, reinterpret_cast<void*>(&tma_store_wait)},
   };
   return symbols;
 }
 
-BlockRunner::BlockRunner(const BlockPlan& plan, KernelFn entry, int64_t frame_bytes)
-    : state_(std::make_unique<BlockState>(plan, entry, frame_bytes)) {}
+ClusterRunner::ClusterRunner(const BlockPlan& plan, KernelFn entry, int64_t frame_bytes, const ClusterDims& cluster)
+    : state_(std::make_unique<ClusterState>(plan, entry, frame_bytes, cluster)) {}
 
-BlockRunner::~BlockRunner() = default;
+ClusterRunner::~ClusterRunner() = default;
 
-void BlockRunner::run(const uint64_t* args, const int32_t program_id[3], const int32_t num_programs[3],
-                      std::optional<uint64_t> seed) {
-  BlockState& b = *state_;
-  b.reset();
-  b.args = args;
-  for (FiberState& f : b.fibers)
+void ClusterRunner::run(const uint64_t* args, const int32_t first_block[3], const int32_t num_programs[3],
+                        std::optional<uint64_t> seed) {
+  ClusterState& c = *state_;
+  c.reset();
+  c.args = args;
+  for (auto& b : c.blocks) {  // rank r: x fastest, as %cluster_ctarank counts
+    const int32_t offset[3] = {b->rank % c.dims.x, (b->rank / c.dims.x) % c.dims.y, b->rank / (c.dims.x * c.dims.y)};
+    for (int d = 0; d < 3; ++d) b->program_id[d] = first_block[d] + offset[d];
+  }
+  for (FiberState& f : c.fibers)
     for (int d = 0; d < 3; ++d) {
-      f.ctx.program_id[d] = program_id[d];
+      f.ctx.program_id[d] = c.block_of(f.ctx.fiber).program_id[d];
       f.ctx.num_programs[d] = num_programs[d];
     }
-  const int n = static_cast<int>(b.fibers.size());
-  b.pool.start(n, &run_fiber, &b);
+  const int n = static_cast<int>(c.fibers.size());
+  c.pool.start(n, &run_fiber, &c);
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);
-  // Each block its own sequence, whichever host thread runs it.
-  uint64_t random = seed ? *seed ^ (0x2545f4914f6cdd1dull * uint64_t(program_id[0] + 1) + 0x9e37ull * uint64_t(program_id[1]) +
-                                    uint64_t(program_id[2]) * 0x100000001b3ull)
+  // Each cluster its own sequence, whichever host thread runs it.
+  const int32_t* p = first_block;
+  uint64_t random = seed ? *seed ^ (0x2545f4914f6cdd1dull * uint64_t(p[0] + 1) + 0x9e37ull * uint64_t(p[1]) +
+                                    uint64_t(p[2]) * 0x100000001b3ull)
                          : 0;
   for (;;) {
     if (seed)
       for (int i = n - 1; i > 0; --i) std::swap(order[i], order[next_random(random) % uint64_t(i + 1)]);
-    b.progress = false;
+    c.progress = false;
     bool all_finished = true;
     for (int i : order) {
-      FiberState& f = b.fibers[i];
+      FiberState& f = c.fibers[i];
       if (f.finished) continue;
-      if (!f.started) b.progress = f.started = true;
-      bool finished = b.pool.resume(i);
-      if (b.failed) throw Error(b.error, b.error_loc);
+      if (!f.started) c.progress = f.started = true;
+      bool finished = c.pool.resume(i);
+      if (c.failed) throw Error(c.error, c.error_loc);
       if (finished) {
-        f.finished = b.progress = true;
+        f.finished = c.progress = true;
       } else {
         all_finished = false;
       }
     }
     if (all_finished) return;
-    if (!b.progress) throw Error(b.deadlock_report());
+    if (!c.progress) throw Error(c.deadlock_report());
   }
 }
 

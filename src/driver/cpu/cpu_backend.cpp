@@ -78,6 +78,7 @@ class CpuBackend final : public Backend {
     auto k = std::make_shared<CpuKernel>();
     k->name = f.name;
     k->code = driver::cpu::jit_compile(f, options.num_warps);
+    k->cluster = options.cluster;
     return k;
   }
 
@@ -95,15 +96,23 @@ class CpuBackend final : public Backend {
       id[2] = static_cast<int32_t>(p / (grid.x * grid.y));
     };
 
-    if (k.code.block) {  // blocks of fibers, one runner (stacks, frames, shared memory) per thread
+    if (k.code.block) {
+      // Blocks of fibers, a cluster of them at a time (a block without clusters: the grid is a multiple of
+      // the cluster, checked at launch); one runner (stacks, frames, shared memory) per thread.
+      const ClusterDims& c = k.cluster;
+      const int64_t clusters_x = grid.x / c.x, clusters_y = grid.y / c.y;
+      const int64_t clusters = total / c.blocks();
+      threads = std::min(threads, clusters);
       std::optional<uint64_t> seed = support::cpu_sched_seed();
-      std::vector<std::unique_ptr<driver::cpu::BlockRunner>> runners;
+      std::vector<std::unique_ptr<driver::cpu::ClusterRunner>> runners;
       for (int64_t t = 0; t < threads; ++t)
-        runners.push_back(std::make_unique<driver::cpu::BlockRunner>(*k.code.block, k.code.entry, k.code.frame_bytes));
-      run_grid(total, threads, [&](int64_t t, int64_t p) {
-        int32_t id[3];
-        program_id(p, id);
-        runners[t]->run(args, id, num_programs, seed);
+        runners.push_back(
+            std::make_unique<driver::cpu::ClusterRunner>(*k.code.block, k.code.entry, k.code.frame_bytes, c));
+      run_grid(clusters, threads, [&](int64_t t, int64_t p) {
+        const int32_t first[3] = {static_cast<int32_t>(p % clusters_x * c.x),
+                                  static_cast<int32_t>((p / clusters_x) % clusters_y * c.y),
+                                  static_cast<int32_t>(p / (clusters_x * clusters_y) * c.z)};
+        runners[t]->run(args, first, num_programs, seed);
       });
       return;
     }

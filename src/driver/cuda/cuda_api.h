@@ -89,6 +89,38 @@ enum CUstreamCaptureMode : int {
   CU_STREAM_CAPTURE_MODE_RELAXED = 2,
 };
 
+// Launch attributes of cuLaunchKernelEx (CUDA 12.0): weft sets the thread-block cluster shape only.
+enum CUlaunchAttributeID : int {
+  CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
+  CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+};
+
+// A union of 64 bytes in cuda.h; weft uses its clusterDim member only.
+union CUlaunchAttributeValue {
+  char pad[64];
+  struct {
+    unsigned x, y, z;
+  } clusterDim;
+};
+static_assert(sizeof(CUlaunchAttributeValue) == 64);
+
+struct CUlaunchAttribute {
+  CUlaunchAttributeID id;
+  char pad[8 - sizeof(CUlaunchAttributeID)];
+  CUlaunchAttributeValue value;
+};
+static_assert(sizeof(CUlaunchAttribute) == 72);
+
+struct CUlaunchConfig {
+  unsigned gridDimX, gridDimY, gridDimZ;     // in blocks
+  unsigned blockDimX, blockDimY, blockDimZ;  // in threads
+  unsigned sharedMemBytes;                   // dynamic shared memory per block
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned numAttrs;
+};
+static_assert(sizeof(CUlaunchConfig) == 56);
+
 // Tensor maps (cuTensorMapEncodeTiled). The driver has no signed 8- or 16-bit type: a copy moves bits, so
 // weft's i8 and i16 use UINT8 and UINT16.
 enum CUtensorMapDataType : int {
@@ -198,6 +230,9 @@ inline constexpr unsigned CU_MEMHOSTALLOC_DEVICEMAP = 0x02;
   X(true, cuLaunchKernel, "cuLaunchKernel", nullptr,                                                           \
     (CUfunction function, unsigned grid_x, unsigned grid_y, unsigned grid_z, unsigned block_x,                 \
      unsigned block_y, unsigned block_z, unsigned shared_bytes, CUstream stream, void** params, void** extra)) \
+  /* CUDA 12.0 and later; optional: only launches in thread-block clusters need it. */                       \
+  X(false, cuLaunchKernelEx, "cuLaunchKernelEx", nullptr,                                                      \
+    (const CUlaunchConfig* config, CUfunction function, void** params, void** extra))                         \
   X(true, cuStreamCreate, "cuStreamCreate", nullptr, (CUstream * stream, unsigned flags))                      \
   X(true, cuStreamDestroy, "cuStreamDestroy_v2", nullptr, (CUstream stream))                                   \
   X(true, cuStreamSynchronize, "cuStreamSynchronize", nullptr, (CUstream stream))                              \

@@ -28,6 +28,7 @@ std::string cubin_cache_key(const ir::Function& f, const KernelOptions& options,
       .add(ir::print(f))
       .add(options.num_warps)
       .add(codegen::nvptx::debug_mode(options) ? "debug" : "release")
+      .add(fmt::format("cluster {} {} {}", options.cluster.x, options.cluster.y, options.cluster.z))
       .add(target.arch)
       .add(target.features)
       .add(support::weft_identity())
@@ -157,6 +158,7 @@ class CudaBackend final : public Backend {
     // From the IR, as the lowering numbered the waits: the same for a kernel from the compile cache.
     if (codegen::nvptx::debug_mode(options))
       k->debug_waits = std::make_shared<const passes::WaitSites>(passes::plan_wait_sites(f, options.num_warps));
+    k->cluster = options.cluster;
     return k;
   }
 
@@ -200,11 +202,38 @@ class CudaBackend final : public Backend {
       hidden[2] = static_cast<uint64_t>(support::knobs().debug_timeout_ms) * 1000000u;
       for (size_t i = 0; i < 3; ++i) params[count + i] = &hidden[i];
     }
-    check(driver().cuLaunchKernel(k.function, grid_dimension(grid.x, k), grid_dimension(grid.y, k),
-                                  grid_dimension(grid.z, k), static_cast<unsigned>(k.threads), 1, 1, k.shared_bytes,
-                                  static_cast<CUstream>(stream), total == 0 ? nullptr : params, nullptr),
-          "cuLaunchKernel", k.label);
+    if (k.cluster.blocks() > 1)
+      launch_in_clusters(k, grid, stream, total == 0 ? nullptr : params);
+    else
+      check(driver().cuLaunchKernel(k.function, grid_dimension(grid.x, k), grid_dimension(grid.y, k),
+                                    grid_dimension(grid.z, k), static_cast<unsigned>(k.threads), 1, 1, k.shared_bytes,
+                                    static_cast<CUstream>(stream), total == 0 ? nullptr : params, nullptr),
+            "cuLaunchKernel", k.label);
     if (k.debug_waits) finish_debug_launch(k, static_cast<CUstream>(stream));
+  }
+
+  // The grid in thread-block clusters: cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, the
+  // same shape as the kernel's .reqnctapercluster. (The grid is a multiple of it: checked at launch.)
+  void launch_in_clusters(const CudaKernel& k, const LaunchDims& grid, void* stream, void** params) {
+    if (!driver().cuLaunchKernelEx)
+      throw Error(fmt::format("{} runs in thread-block clusters, which need cuLaunchKernelEx (CUDA 12.0); the driver "
+                              "({}) lacks it: update the driver",
+                              k.label, cuda_version_string(driver().version)));
+    CUlaunchAttribute cluster{};
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim = {static_cast<unsigned>(k.cluster.x), static_cast<unsigned>(k.cluster.y),
+                                static_cast<unsigned>(k.cluster.z)};
+    CUlaunchConfig config{};
+    config.gridDimX = grid_dimension(grid.x, k);
+    config.gridDimY = grid_dimension(grid.y, k);
+    config.gridDimZ = grid_dimension(grid.z, k);
+    config.blockDimX = static_cast<unsigned>(k.threads);
+    config.blockDimY = config.blockDimZ = 1;
+    config.sharedMemBytes = k.shared_bytes;
+    config.hStream = static_cast<CUstream>(stream);
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    check(driver().cuLaunchKernelEx(&config, k.function, params, nullptr), "cuLaunchKernelEx", k.label);
   }
 
   // nullptr (Device::synchronize, and the default Stream) waits for all work on the device, whichever
