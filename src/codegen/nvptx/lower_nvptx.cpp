@@ -30,6 +30,7 @@
 
 #include "codegen/element_ops.h"
 #include "codegen/llvm_builders.h"
+#include "codegen/nvptx/async_copy.h"
 #include "codegen/nvptx/mma_tiles.h"
 #include "codegen/nvptx/ptx_instructions.h"
 #include "passes/access_patterns.h"
@@ -1042,35 +1043,38 @@ class Lowering {
     return b_.CreateXor(byte, b_.CreateShl(row_bits, i32c(4)));
   }
 
+  // The shared-memory address of element `flat` (i32, row-major) of a view of a buffer stage, where the
+  // buffer's layout puts it: transposed views, column panels and the swizzle (passes/shared_layouts.h).
+  Value* view_element(const NodeRef& view, DType d, Value* flat) {
+    const passes::SharedAllocation& alloc = allocations_.of(passes::root_allocation(view.get()));
+    bool transposed = view->op == Op::LocalTrans;
+    // Panels: a view's columns are stored in [rows, P] blocks.
+    const ir::Shape& stored = transposed ? view->operands[0]->type.shape : view->type.shape;
+    int64_t panel = stored.size() == 2 && alloc.panel && alloc.panel < stored[1] ? alloc.panel : 0;
+    if (transposed) {  // the view is [C, R] of storage [R, C]
+      int64_t R = view->type.shape[1], C = view->type.shape[0];
+      flat = b_.CreateAdd(b_.CreateMul(b_.CreateURem(flat, i32c(R)), i32c(C)), b_.CreateUDiv(flat, i32c(R)));
+    }
+    if (panel) {  // (r, c) -> (c / P) * R * P + r * P + c % P
+      Value* r = b_.CreateUDiv(flat, i32c(stored[1]));
+      Value* c = b_.CreateURem(flat, i32c(stored[1]));
+      flat = b_.CreateAdd(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(c, i32c(panel)), i32c(stored[0] * panel)),
+                                       b_.CreateMul(r, i32c(panel))),
+                          b_.CreateURem(c, i32c(panel)));
+    }
+    Value* byte = swizzle(b_.CreateMul(flat, i32c(d.bytes())), alloc.swizzle);
+    return b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(b_.CreateAdd(regs(view).v[0], byte), b_.getInt64Ty()));
+  }
+
   // Loads (or stores) a tile from (to) a stage of a shared buffer. In the blocked layout each chunk of V
   // consecutive elements is one aligned vector access of at most 16 bytes per piece (buffers are 1024-byte
   // aligned, a chunk starts at a multiple of V, and a swizzle moves whole 16-byte units); transposed views
   // and wgmma-layout values go element by element.
   void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value) {
-    Value* offset = regs(view).v[0];
-    const passes::SharedAllocation& alloc = allocations_.of(passes::root_allocation(view.get()));
-    int swz = alloc.swizzle;
+    int swz = allocations_.of(passes::root_allocation(view.get())).swizzle;
     bool transposed = view->op == Op::LocalTrans;
-    // Panels: a view's columns are stored in [rows, P] blocks (passes/shared_layouts.h).
-    const ir::Shape& stored = transposed ? view->operands[0]->type.shape : view->type.shape;
-    int64_t panel = stored.size() == 2 && alloc.panel && alloc.panel < stored[1] ? alloc.panel : 0;
     llvm::Type* mt = ops_.memory_type(d);
     int64_t eb = d.bytes();
-    auto address = [&](Value* flat) {  // element `flat` of the view
-      if (transposed) {  // the view is [C, R] of storage [R, C]
-        int64_t R = view->type.shape[1], C = view->type.shape[0];
-        flat = b_.CreateAdd(b_.CreateMul(b_.CreateURem(flat, i32c(R)), i32c(C)), b_.CreateUDiv(flat, i32c(R)));
-      }
-      if (panel) {  // (r, c) -> (c / P) * R * P + r * P + c % P
-        Value* r = b_.CreateUDiv(flat, i32c(stored[1]));
-        Value* c = b_.CreateURem(flat, i32c(stored[1]));
-        flat = b_.CreateAdd(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(c, i32c(panel)), i32c(stored[0] * panel)),
-                                         b_.CreateMul(r, i32c(panel))),
-                            b_.CreateURem(c, i32c(panel)));
-      }
-      Value* byte = swizzle(b_.CreateMul(flat, i32c(eb)), swz);
-      return b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(b_.CreateAdd(offset, byte), b_.getInt64Ty()));
-    };
     bool by_element = transposed || (value && value->wgmma && !value->uniform);
     int64_t width = by_element ? 1 : vector_width(numel), per = std::min(width, piece_elems(d));
     auto* piece = llvm::FixedVectorType::get(mt, static_cast<unsigned>(per));
@@ -1079,7 +1083,7 @@ class Lowering {
     if (value) sync_group();  // earlier reads of this group are done before anything is overwritten
     for (int64_t first = 0; first < per_thread(numel); first += width) {
       for (int64_t j = 0; j < width; j += per) {
-        Value* at = address(value ? index_of(*value, numel, first + j) : flat_index(numel, first + j));
+        Value* at = view_element(view, d, value ? index_of(*value, numel, first + j) : flat_index(numel, first + j));
         if (value) {
           Value* vec = llvm::PoisonValue::get(piece);
           for (int64_t e = 0; e < per; ++e)
@@ -1100,6 +1104,29 @@ class Lowering {
     // before the group syncs.
     if (swz) ptx_.fence_proxy_async_shared();
     sync_group();  // the whole tile is written before any thread of the group reads it
+  }
+
+  // async_load (ptrs, view[, mask[, other]]): each thread copies its own chunks of the blocked layout
+  // (async_copy.cpp), after the group's earlier reads of shared memory, as local_store does.
+  void async_load(const NodeRef& n) {
+    const auto& o = n->operands;
+    DType d = o[1]->type.dtype;
+    int64_t numel = o[0]->type.numel(), width = vector_width(numel);
+    bool proven = width > 1 && chunks_proven(o[0], d, width);
+    // A fill of constant zero is cp.async's own zero-fill.
+    bool zero_fill = o.size() < 4 || (o[3]->op == Op::Constant && o[3]->attrs.number == 0) ||
+                     (o[3]->op == Op::Broadcast && o[3]->operands[0]->op == Op::Constant &&
+                      o[3]->operands[0]->attrs.number == 0);
+    sync_group();
+    for (int64_t first = 0; first < per_thread(numel); first += width) {
+      Chunk c = chunk_of(o, 2, first, width);
+      AsyncCopyChunk copy{d.bytes(), ops_.memory_type(d), c.ptrs, {}, c.masks, c.one_mask, proven, {}};
+      for (int64_t j = 0; j < width; ++j) {
+        copy.dst.push_back(view_element(o[1], d, flat_index(numel, first + j)));
+        if (!zero_fill) copy.fill.push_back(ops_.to_memory(d, regs(o[3]).v[first + j]));
+      }
+      emit_async_copy(b_, ptx_, copy);
+    }
   }
 
   void hopper_node(const NodeRef& n) {
@@ -1159,6 +1186,12 @@ class Lowering {
         sync_group();  // no thread overwrites the stage before the copy engine has read it
         return;
       case Op::FenceAsyncShared: ptx_.fence_proxy_async_shared(); return;
+      case Op::AsyncLoad: return async_load(n);
+      case Op::AsyncCommitGroup: ptx_.cp_async_commit_group(); return;
+      case Op::AsyncWaitGroup:
+        ptx_.cp_async_wait_group(static_cast<int>(n->attrs.ints[0]));
+        sync_group();  // every thread's copies, visible to the whole group
+        return;
       case Op::AsyncDot: return async_dot(n);
       case Op::AsyncDotWait: {
         ptx_.wgmma_wait_group(static_cast<int>(n->attrs.ints[0]));
