@@ -403,7 +403,7 @@ struct Task {
 // One task of async_tasks: `body` runs on its own warps, `replicas` times.
 template <class Body>
 Task task(std::string name, TaskOptions options, Body&& body, SourceLoc loc = SourceLoc::current()) {
-  return Task{{std::move(name), options.warps, options.regs, options.replicas, std::function<void()>(std::forward<Body>(body))},
+  return Task{{std::move(name), options.warps, options.regs, options.replicas, std::function<void()>(std::forward<Body>(body)), loc},
               loc};
 }
 

@@ -196,6 +196,7 @@ void trace_tasks(const std::vector<TaskSpec>& tasks, SourceLoc loc) {
   Attrs attrs;
   for (size_t i = 0; i < tasks.size(); ++i) {
     RegionScope scope(ctx, regions[i]);
+    regions[i].loc = tasks[i].loc;
     tasks[i].body();
     attrs.ints.insert(attrs.ints.end(), {tasks[i].warps, tasks[i].regs, tasks[i].replicas});
     attrs.names.push_back(tasks[i].name);
