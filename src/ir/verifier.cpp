@@ -591,10 +591,15 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       if (b.shape[0] != K)
         fail(loc, fmt::format("async_dot: a is {} and b is {}; a's columns must equal b's rows", shape_str(a.shape),
                               shape_str(b.shape)));
-      if (M % 64 != 0 || K % 16 != 0 || N % 8 != 0 || N > 256)
-        fail(loc, fmt::format("async_dot of [{}x{}] by [{}x{}]: wgmma needs M a multiple of 64, K a multiple of 16 and N "
-                              "a multiple of 8 up to 256",
-                              M, K, K, N));
+      std::vector<std::string> wrong;
+      if (M % 64 != 0) wrong.push_back(fmt::format("M = {} is not a multiple of 64", M));
+      if (K % 16 != 0) wrong.push_back(fmt::format("K = {} is not a multiple of 16", K));
+      if (N % 8 != 0) wrong.push_back(fmt::format("N = {} is not a multiple of 8", N));
+      if (N > 256) wrong.push_back(fmt::format("N = {} is over 256 (split b's columns over several async_dots)", N));
+      if (!wrong.empty())
+        fail(loc, fmt::format("async_dot of [{}x{}] by [{}x{}]: {}; wgmma needs M a multiple of 64, K a multiple of 16 "
+                              "and N a multiple of 8 up to 256",
+                              M, K, K, N, fmt::join(wrong, ", ")));
       Type result = Type::value(DType{ScalarType::f32, false}, {M, N});
       if (!acc.same_value_type(result))
         fail(loc, fmt::format("async_dot: the accumulator is {} but the product is {}", acc.str(), result.str()));
