@@ -139,7 +139,7 @@ template <class T> SharedView<T> local_trans(const SharedView<T>& view, SourceLo
 // 16, src-size for 16 bytes of consecutive elements when the pointers are proven consecutive and aligned
 // (else checked at run time), otherwise cp.async.ca.shared.global with 4 or 8 bytes per element. A
 // masked-off element is a src-size of 0 (cp.async zero-fills it), or, with a non-zero `other`, no copy
-// and an st.shared of `other`. Elements of 1 or 2 bytes that cannot go 16 bytes at a time (cp.async
+// and an st.shared of `other`. Elements of 1 or 2 bytes that cannot go in runs of 4 to 16 bytes (cp.async
 // moves 4, 8 or 16) are copied synchronously instead: ld.global, then st.shared.
 template <detail::PointerTile P>
 void async_load(const P& ptrs, const SharedView<detail::pointee<P>>& view, SourceLoc loc = SourceLoc::current()) {

@@ -206,6 +206,22 @@ TEST_CASE("async_load through pointers of another shape than the stage", "[error
   REQUIRE_WEFT_ERROR(k.ir(), line, "async_load of f32 elements through pointers of shape [64] into a buffer stage of f32[8x16]");
 }
 
+TEST_CASE("async_load into a transposed view, and async_wait_group out of range", "[errors]") {
+  int line = 0;
+  SECTION("local_trans") {
+    Kernel k = body_kernel([&](Ptr<float> p) {
+      auto buf = local_alloc<float>({8, 16}, 1, "buf");
+      Int offs = expand_dims(arange(0, 16), 1) * 8 + expand_dims(arange(0, 8), 0);
+      line = __LINE__; async_load(p + offs, local_trans(buf[0]));
+    });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "async_load into a local_trans view: copy into the stage as it is stored");
+  }
+  SECTION("async_wait_group(64)") {
+    Kernel k = body_kernel([&](Ptr<float>) { line = __LINE__; async_wait_group(64); });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "async_wait_group(64): the number of groups left in flight must be 0 to 63");
+  }
+}
+
 // ---- wgmma -----------------------------------------------------------------------------------------------
 
 TEST_CASE("async_dot shapes wgmma cannot do", "[errors]") {

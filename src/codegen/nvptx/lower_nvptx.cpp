@@ -23,6 +23,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <cmath>
 #include <functional>
 #include <tuple>
 #include <unordered_map>
@@ -1113,10 +1114,12 @@ class Lowering {
     DType d = o[1]->type.dtype;
     int64_t numel = o[0]->type.numel(), width = vector_width(numel);
     bool proven = width > 1 && chunks_proven(o[0], d, width);
-    // A fill of constant zero is cp.async's own zero-fill.
-    bool zero_fill = o.size() < 4 || (o[3]->op == Op::Constant && o[3]->attrs.number == 0) ||
-                     (o[3]->op == Op::Broadcast && o[3]->operands[0]->op == Op::Constant &&
-                      o[3]->operands[0]->attrs.number == 0);
+    // A fill of constant +0 is cp.async's own zero-fill (-0.0 is not: its sign bit is set).
+    auto positive_zero = [](const ir::Node& x) {
+      const ir::Node& c = x.op == Op::Broadcast ? *x.operands[0] : x;
+      return c.op == Op::Constant && c.attrs.number == 0 && !std::signbit(c.attrs.number);
+    };
+    bool zero_fill = o.size() < 4 || positive_zero(*o[3]);
     sync_group();
     for (int64_t first = 0; first < per_thread(numel); first += width) {
       Chunk c = chunk_of(o, 2, first, width);
