@@ -139,6 +139,66 @@ template <class T> SharedView<T> local_trans(const SharedView<T>& view, SourceLo
   return SharedView<T>(detail::emit(detail::Op::LocalTrans, {view.node()}, {}, loc));
 }
 
+// ---- asynchronous copies into shared memory (cp.async) ------------------------------------------------
+//
+// Each thread of the group copies its own elements of the tile, so a copy is waited for by the threads
+// that issued it: a ring of stages double-buffered by one group goes
+//
+//   async_load(x + offs(0), buf[0]); async_commit_group();
+//   for_range(0, n, [&](Int i) {
+//     async_load(x + offs(i + 1), buf[(i + 1) % 2]); async_commit_group();  // the next tile in flight
+//     async_wait_group(1);                                                  // tile i has landed
+//     ... local_load(buf[i % 2]) ...
+//   });
+//
+// On the CPU backend the copies are queued per task replica and land at the async_wait_group that
+// retires their group; until then the stage reads as poison (NaN), so a missing wait fails a test.
+
+// Starts copying the elements `ptrs` point to into `view` (a stage of a buffer, or rows/cols of one), a
+// tile of pointers of the view's shape (TLX: async_load). Where `mask` is false nothing is read and the
+// element becomes `other` (default 0). The copy belongs to the thread's current group: close the group
+// with async_commit_group and wait for it with async_wait_group before reading the view. Like
+// local_store, it first waits for the group's earlier reads of shared memory (a sync of the group).
+//
+// On sm_90a each thread copies its chunks of the blocked layout: cp.async.cg.shared.global [dst], [src],
+// 16, src-size for 16 bytes of consecutive elements when the pointers are proven consecutive and aligned
+// (else checked at run time), otherwise cp.async.ca.shared.global with 4 or 8 bytes per element. A
+// masked-off element is a src-size of 0 (cp.async zero-fills it), or, with a non-zero `other`, no copy
+// and an st.shared of `other`. Elements of 1 or 2 bytes that cannot go in runs of 4 to 16 bytes (cp.async
+// moves 4, 8 or 16) are copied synchronously instead: ld.global, then st.shared.
+template <detail::PointerTile P>
+void async_load(const P& ptrs, const SharedView<detail::pointee<P>>& view, SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::AsyncLoad, {detail::node_of(ptrs, loc), view.node()}, {}, loc);
+}
+template <detail::PointerTile P, class M, class O>
+  requires std::is_same_v<detail::elem_of<M>, bool> && detail::TileOrLiteral<O>
+void async_load(const P& ptrs, const SharedView<detail::pointee<P>>& view, const M& mask, const O& other,
+                SourceLoc loc = SourceLoc::current()) {
+  using T = detail::pointee<P>;
+  detail::emit(detail::Op::AsyncLoad,
+               {detail::node_of(ptrs, loc), view.node(), detail::node_of(mask, loc), detail::value_of<T>(other, loc)}, {},
+               loc);
+}
+template <detail::PointerTile P, class M>
+  requires std::is_same_v<detail::elem_of<M>, bool>
+void async_load(const P& ptrs, const SharedView<detail::pointee<P>>& view, const M& mask,
+                SourceLoc loc = SourceLoc::current()) {
+  async_load(ptrs, view, mask, 0, loc);
+}
+// Closes this thread's group of async_loads issued since the last commit (cp.async.commit_group).
+inline void async_commit_group(SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::AsyncCommitGroup, {}, {}, loc);
+}
+// Waits until at most the `pending` newest committed groups of this thread are in flight
+// (cp.async.wait_group pending), then syncs the group (bar.sync on its barrier) so that every thread's
+// copies are visible to all of them: the views those groups filled can then be read with local_load.
+// Copies not yet committed are not waited for. Before wgmma or TMA reads such a view, fence_async_shared.
+inline void async_wait_group(int pending, SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {pending};
+  detail::emit(detail::Op::AsyncWaitGroup, {}, std::move(a), loc);
+}
+
 // ---- tensor cores (wgmma) -----------------------------------------------------------------------------
 
 // acc + a @ b on the tensor cores, asynchronously: a is an [M, K] stage (K contiguous), b a [K, N] view
@@ -413,7 +473,7 @@ struct Task {
 // One task of async_tasks: `body` runs on its own warps, `replicas` times.
 template <class Body>
 Task task(std::string name, TaskOptions options, Body&& body, SourceLoc loc = SourceLoc::current()) {
-  return Task{{std::move(name), options.warps, options.regs, options.replicas, std::function<void()>(std::forward<Body>(body))},
+  return Task{{std::move(name), options.warps, options.regs, options.replicas, std::function<void()>(std::forward<Body>(body)), loc},
               loc};
 }
 

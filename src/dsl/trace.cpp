@@ -116,12 +116,14 @@ NodeRef emit(Op op, std::vector<NodeRef> operands, Attrs attrs, SourceLoc loc) {
     if (!o) throw Error(fmt::format("{}: an operand is an empty Tile handle; give it a value first", ir::op_name(op)), loc);
   // Masks, fill values and stored values take the shape of the pointers; a scalar assigned to a Var
   // takes the Var's shape.
-  if ((op == Op::Load || op == Op::Store) && !operands.empty() && operands[0]->type.is_value()) {
+  // async_load's operands are (ptrs, view, mask, other): its mask and fill value start at operand 2.
+  if ((op == Op::Load || op == Op::Store || op == Op::AsyncLoad) && !operands.empty() && operands[0]->type.is_value()) {
     const ir::Shape& target = operands[0]->type.shape;
-    for (size_t i = 1; i < operands.size(); ++i) {
+    const size_t first = op == Op::AsyncLoad ? 2 : 1;
+    for (size_t i = first; i < operands.size(); ++i) {
       const ir::Type& t = operands[i]->type;
       if (t.is_value() && !broadcasts_to(t.shape, target)) {
-        const char* role = op == Op::Load ? (i == 1 ? "mask" : "fill value") : (i == 1 ? "value" : "mask");
+        const char* role = op != Op::Store ? (i == first ? "mask" : "fill value") : (i == 1 ? "value" : "mask");
         throw Error(fmt::format("{}: the {} has shape {} but the pointers have shape {}; it must have the pointers' "
                                 "shape or broadcast to it (to {} a tile, offset the pointers by a tile of offsets, "
                                 "e.g. p + arange(0, n))",
@@ -194,6 +196,7 @@ void trace_tasks(const std::vector<TaskSpec>& tasks, SourceLoc loc) {
   Attrs attrs;
   for (size_t i = 0; i < tasks.size(); ++i) {
     RegionScope scope(ctx, regions[i]);
+    regions[i].loc = tasks[i].loc;
     tasks[i].body();
     attrs.ints.insert(attrs.ints.end(), {tasks[i].warps, tasks[i].regs, tasks[i].replicas});
     attrs.names.push_back(tasks[i].name);

@@ -56,6 +56,7 @@ std::string shape_str(const Shape&);  // "[64x32]", "[]"
 struct Region {
   std::vector<NodeRef> args;  // values defined by the region's owner (a loop index)
   std::vector<NodeRef> body;
+  SourceLoc loc;              // a task's region: its task() call (other regions: unset)
 };
 
 struct Node {

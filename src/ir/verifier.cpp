@@ -532,6 +532,38 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       return Type::none();
     case Op::FenceAsyncShared:
       return Type::none();
+    case Op::AsyncLoad: {
+      const Type& p = value_operand(op, operands, 0, loc);
+      if (!p.dtype.pointer) fail(loc, fmt::format("async_load needs a tile of pointers, got {}", p.str()));
+      const Type& v = shared_operand(op, operands, 1, true, loc);
+      if (operands[1]->op == Op::LocalTrans)
+        fail(loc, "async_load into a local_trans view: copy into the stage as it is stored, then read it through "
+                  "local_trans");
+      DType elem{p.dtype.scalar, false};
+      if (v.dtype != elem || v.shape != p.shape)
+        fail(loc, fmt::format("async_load of {} elements through pointers of shape {} into a buffer stage of {}; the "
+                              "pointers must have the stage's shape and point to its element type",
+                              elem.str(), shape_str(p.shape), Type::value(v.dtype, v.shape).str()));
+      if (operands.size() >= 3) {
+        const Type& m = value_operand(op, operands, 2, loc);
+        if (m.dtype != i1 || m.shape != p.shape)
+          fail(loc, fmt::format("async_load: the mask must be a bool tile of the pointers' shape {}, got {}",
+                                shape_str(p.shape), m.str()));
+      }
+      if (operands.size() == 4) {
+        const Type& o = value_operand(op, operands, 3, loc);
+        if (o.dtype != elem || o.shape != p.shape)
+          fail(loc, fmt::format("async_load: the fill value must be {} of shape {}, got {}", elem.str(),
+                                shape_str(p.shape), o.str()));
+      }
+      return Type::none();
+    }
+    case Op::AsyncCommitGroup:
+      return Type::none();
+    case Op::AsyncWaitGroup:
+      if (attrs.ints.at(0) < 0 || attrs.ints.at(0) > 63)
+        fail(loc, fmt::format("async_wait_group({}): the number of groups left in flight must be 0 to 63", attrs.ints[0]));
+      return Type::none();
     case Op::LocalRows: {
       const Type& v = shared_operand(op, operands, 0, true, loc);
       require_i32_scalar(op, operands, 1, "the first row", loc);
@@ -574,10 +606,15 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       if (b.shape[0] != K)
         fail(loc, fmt::format("async_dot: a is {} and b is {}; a's columns must equal b's rows", shape_str(a.shape),
                               shape_str(b.shape)));
-      if (M % 64 != 0 || K % 16 != 0 || N % 8 != 0 || N > 256)
-        fail(loc, fmt::format("async_dot of [{}x{}] by [{}x{}]: wgmma needs M a multiple of 64, K a multiple of 16 and N "
-                              "a multiple of 8 up to 256",
-                              M, K, K, N));
+      std::vector<std::string> wrong;
+      if (M % 64 != 0) wrong.push_back(fmt::format("M = {} is not a multiple of 64", M));
+      if (K % 16 != 0) wrong.push_back(fmt::format("K = {} is not a multiple of 16", K));
+      if (N % 8 != 0) wrong.push_back(fmt::format("N = {} is not a multiple of 8", N));
+      if (N > 256) wrong.push_back(fmt::format("N = {} is over 256 (split b's columns over several async_dots)", N));
+      if (!wrong.empty())
+        fail(loc, fmt::format("async_dot of [{}x{}] by [{}x{}]: {}; wgmma needs M a multiple of 64, K a multiple of 16 "
+                              "and N a multiple of 8 up to 256",
+                              M, K, K, N, fmt::join(wrong, ", ")));
       Type result = Type::value(DType{ScalarType::f32, false}, {M, N});
       if (!acc.same_value_type(result))
         fail(loc, fmt::format("async_dot: the accumulator is {} but the product is {}", acc.str(), result.str()));

@@ -24,12 +24,17 @@ struct Assigner {
       decided_by[alloc] = &use;
       return;
     }
-    if (it->second != swizzle)
+    if (it->second != swizzle) {
+      auto is_tma = [](const ir::Node& n) { return n.op == ir::Op::AsyncDescriptorLoad || n.op == ir::Op::AsyncDescriptorStore; };
+      const char* hint = is_tma(use) || is_tma(*decided_by[alloc])
+                             ? " (a TMA descriptor's swizzle is the one its tma(..., {.swizzle = bytes}) gives)"
+                             : "";
       throw Error(fmt::format("{} needs buffer '{}' with a {}-byte swizzle ({}), but {} at {} needs a {}-byte swizzle; "
-                              "use two buffers, or make the uses agree",
+                              "use two buffers, or make the uses agree{}",
                               ir::op_name(use.op), alloc->attrs.names.at(0), swizzle, why,
-                              ir::op_name(decided_by[alloc]->op), decided_by[alloc]->loc.str(), it->second),
+                              ir::op_name(decided_by[alloc]->op), decided_by[alloc]->loc.str(), it->second, hint),
                   use.loc);
+    }
   }
 
   void want_panels(const ir::Node& use, const ir::Node* view, int64_t cols) {

@@ -35,11 +35,14 @@ void check_named_barrier_ids(const ir::Region& r, int first_reserved) {
   for (const ir::NodeRef& n : r.body) {
     if (n->op == ir::Op::NamedBarrierArrive || n->op == ir::Op::NamedBarrierWait) {
       int64_t id = n->attrs.ints.at(0);
-      if (id == 0 || id >= first_reserved)
-        throw Error(fmt::format("named barrier {} is reserved: weft syncs the whole block with 0 and each task replica "
-                                "with one of {} to 15; use an id from 1 to {}",
-                                id, first_reserved, first_reserved - 1),
+      if (id == 0 || id >= first_reserved) {
+        std::string replicas = first_reserved > 15 ? ""
+                               : fmt::format(" and each of the {} task replicas with one of {} to 15", 16 - first_reserved,
+                                             first_reserved);
+        throw Error(fmt::format("named barrier {} is reserved: weft syncs the whole block with 0{}; use an id from 1 to {}",
+                                id, replicas, first_reserved - 1),
                     n->loc);
+      }
     }
     for (const ir::Region& inner : n->regions) check_named_barrier_ids(inner, first_reserved);
   }
@@ -67,33 +70,35 @@ TaskPlan plan_tasks(const ir::Function& f, int default_warps) {
     s.regs = static_cast<int>(n.attrs.ints.at(3 * t + 1));
     s.replicas = static_cast<int>(n.attrs.ints.at(3 * t + 2));
     s.first_warp = warp;
+    // Errors about one task name its task() call; those about all of them, async_tasks (the first task).
+    SourceLoc task_loc = n.regions[t].loc.line ? n.regions[t].loc : loc;
     if (s.warps < 1 || s.replicas < 1)
       throw Error(fmt::format("task '{}' has {} warps and {} replicas; each must be at least 1", s.name, s.warps,
                               s.replicas),
-                  loc);
+                  task_loc);
     if (s.warps & (s.warps - 1))
       throw Error(fmt::format("task '{}' has {} warps; a task's warps must be a power of two (1, 2, 4, 8 or 16) so "
                               "that its tiles spread evenly over its threads",
                               s.name, s.warps),
-                  loc);
+                  task_loc);
     if (s.regs) {
       any_regs = true;
       if (s.regs < 24 || s.regs > 256 || s.regs % 8 != 0)
         throw Error(fmt::format("task '{}' asks for {} registers per thread; setmaxnreg takes a multiple of 8 from 24 "
                                 "to 256",
                                 s.name, s.regs),
-                    loc);
+                    task_loc);
       if (s.warps % 4 != 0)
         throw Error(fmt::format("task '{}' sets regs but has {} warps; register budgets (setmaxnreg) apply to whole "
                                 "warp groups: give it a multiple of 4 warps, or drop regs",
                                 s.name, s.warps),
-                    loc);
+                    task_loc);
       if (s.first_warp % 4 != 0)
         throw Error(fmt::format("task '{}' starts at warp {}, but a task that sets regs must start a warp group (a "
                                 "multiple of 4 warps); the tasks before it have {} warps in all: give them a multiple "
                                 "of 4, or list '{}' first",
                                 s.name, s.first_warp, s.first_warp, s.name),
-                    loc);
+                    task_loc);
     }
     warp += s.warps * s.replicas;
     plan.slots.push_back(s);

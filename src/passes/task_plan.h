@@ -5,7 +5,8 @@
 // then has as many threads as all replicas together; code outside async_tasks runs on all of them. A
 // kernel without tasks is one implicit task of `default_warps` warps.
 //
-// Checked here, each with the user's line of async_tasks: warps >= 1 and replicas >= 1 per task; at most
+// Checked here, each with the user's line of the task() at fault, or of async_tasks for what concerns all
+// tasks (the thread count, the register file): warps >= 1 and replicas >= 1 per task; at most
 // 1024 threads; a task that sets `regs` (setmaxnreg) has whole warp groups (a multiple of 4 warps) that
 // start at a multiple of 4; regs is a multiple of 8 in [24, 256]; and the register file (64K 32-bit
 // registers per block, as the kernel is launched one block per SM) holds every thread's budget, the tasks

@@ -62,6 +62,7 @@ struct TaskSpec {
   std::string name;
   int warps = 4, regs = 0, replicas = 1;
   std::function<void()> body;
+  SourceLoc loc;  // the task() call: errors about one task name it
 };
 void trace_tasks(const std::vector<TaskSpec>& tasks, SourceLoc loc);
 

@@ -84,6 +84,17 @@ inline constexpr const char* kBarrierArriveRemote = "weft_cpu_barrier_arrive_rem
 inline constexpr const char* kSharedAtRank = "weft_cpu_shared_at_rank";
 // void (const ProgramCtx*, i32 site): waits until every fiber of every block of the cluster got here.
 inline constexpr const char* kClusterSync = "weft_cpu_cluster_sync";
+// void (const ProgramCtx*, i32 site, i32 count, i32 element_bytes, char* const* dst, const char* const* src,
+//       const uint8_t* mask, const char* fill): an async_load of `count` elements, dst[i] <- *src[i] (or
+//       fill[i], or zeros without fill, where mask[i] is 0; mask null: all set). The destinations are
+//       poisoned now; the copy joins the fiber's open group and is performed, reading global memory then,
+//       at the async_wait_group that retires its group.
+inline constexpr const char* kAsyncLoad = "weft_cpu_async_load";
+// void (const ProgramCtx*, i32 site): closes the fiber's open group of async_loads.
+inline constexpr const char* kAsyncCommitGroup = "weft_cpu_async_commit_group";
+// void (const ProgramCtx*, i32 site, i32 pending): performs the fiber's oldest committed groups until at
+// most `pending` are left.
+inline constexpr const char* kAsyncWaitGroup = "weft_cpu_async_wait_group";
 }  // namespace block_fn
 
 // What the runtime needs to know about a kernel's block ops: the shared-memory layout, the tasks, and

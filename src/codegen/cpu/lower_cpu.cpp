@@ -53,6 +53,7 @@ bool is_block_op(Op op) {
     case Op::AsyncDescriptorLoad: case Op::AsyncDescriptorStore: case Op::AsyncStoreWait:
     case Op::ClusterCtaRank: case Op::ClusterSync: case Op::BarrierArriveRemote: case Op::AsyncDescriptorLoadMulticast:
     case Op::LocalStoreRemote:
+    case Op::AsyncLoad: case Op::AsyncCommitGroup: case Op::AsyncWaitGroup:
       return true;
     default:
       return false;
@@ -448,6 +449,12 @@ class Lowering {
         runtime_call(block_fn::kTmaStore, b_.getVoidTy(),
                      {ctx_, site(n), val(n->operands[0]).v, val(n->operands[1]).v, coordinates(n, 2)});
         return;
+      case Op::AsyncLoad: return async_load(n);
+      case Op::AsyncCommitGroup: runtime_call(block_fn::kAsyncCommitGroup, b_.getVoidTy(), {ctx_, site(n)}); return;
+      case Op::AsyncWaitGroup:
+        runtime_call(block_fn::kAsyncWaitGroup, b_.getVoidTy(),
+                     {ctx_, site(n), b_.getInt32(static_cast<uint32_t>(n->attrs.ints[0]))});
+        return;
       case Op::AsyncStoreWait:
         runtime_call(block_fn::kTmaStoreWait, b_.getVoidTy(),
                      {ctx_, site(n), b_.getInt32(static_cast<uint32_t>(n->attrs.ints[0]))});
@@ -606,6 +613,24 @@ class Lowering {
     for (size_t i = first; i < n->operands.size(); ++i)
       b_.CreateStore(scalar(n->operands[i]), b_.CreateConstInBoundsGEP2_32(type, array, 0, static_cast<unsigned>(i - first)));
     return array;
+  }
+  // async_load (ptrs, view[, mask[, other]]): the runtime gets each element's destination in shared memory
+  // (where the view's layout stores it), its source pointer, mask and fill value.
+  void async_load(const NodeRef& n) {
+    const auto& o = n->operands;
+    DType d = o[1]->type.dtype;
+    int64_t count = numel(o[0]->type.shape);
+    Value* dst = frame_slot(count * 8);
+    Value* view = val(o[1]).v;
+    loop(count, [&](Value* i) {
+      Value* at = b_.CreateGEP(i8_, view, b_.CreateMul(stored_index(o[1], i), i64c(d.bytes())));
+      b_.CreateStore(at, b_.CreateGEP(ptr_, dst, i));
+    });
+    Value* null = llvm::ConstantPointerNull::get(ptr_);
+    auto i32c = [&](int64_t v) { return b_.getInt32(static_cast<uint32_t>(v)); };
+    runtime_call(block_fn::kAsyncLoad, b_.getVoidTy(),
+                 {ctx_, site(n), i32c(count), i32c(d.bytes()), dst, tile_address(o[0]),
+                  o.size() > 2 ? tile_address(o[2]) : null, o.size() > 3 ? tile_address(o[3]) : null});
   }
   void async_dot(const NodeRef& n) {
     const auto& o = n->operands;

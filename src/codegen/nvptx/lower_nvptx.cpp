@@ -23,6 +23,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <cmath>
 #include <functional>
 #include <tuple>
 #include <unordered_map>
@@ -31,6 +32,7 @@
 #include "codegen/element_ops.h"
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/debug_waits.h"
+#include "codegen/nvptx/async_copy.h"
 #include "codegen/nvptx/mma_tiles.h"
 #include "codegen/nvptx/ptx_instructions.h"
 #include "passes/access_patterns.h"
@@ -1121,6 +1123,31 @@ class Lowering {
     return b_.CreateXor(byte, b_.CreateShl(row_bits, i32c(4)));
   }
 
+  // The shared-memory address of element `flat` (i32, row-major) of a view of a buffer stage, where the
+  // buffer's layout puts it: transposed views, column panels and the swizzle (passes/shared_layouts.h).
+  // `base`: the block's shared memory (or, for a remote store, the same memory in another block).
+  Value* view_element(const NodeRef& view, DType d, Value* flat, Value* base = nullptr) {
+    const passes::SharedAllocation& alloc = allocations_.of(passes::root_allocation(view.get()));
+    bool transposed = view->op == Op::LocalTrans;
+    // Panels: a view's columns are stored in [rows, P] blocks.
+    const ir::Shape& stored = transposed ? view->operands[0]->type.shape : view->type.shape;
+    int64_t panel = stored.size() == 2 && alloc.panel && alloc.panel < stored[1] ? alloc.panel : 0;
+    if (transposed) {  // the view is [C, R] of storage [R, C]
+      int64_t R = view->type.shape[1], C = view->type.shape[0];
+      flat = b_.CreateAdd(b_.CreateMul(b_.CreateURem(flat, i32c(R)), i32c(C)), b_.CreateUDiv(flat, i32c(R)));
+    }
+    if (panel) {  // (r, c) -> (c / P) * R * P + r * P + c % P
+      Value* r = b_.CreateUDiv(flat, i32c(stored[1]));
+      Value* c = b_.CreateURem(flat, i32c(stored[1]));
+      flat = b_.CreateAdd(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(c, i32c(panel)), i32c(stored[0] * panel)),
+                                       b_.CreateMul(r, i32c(panel))),
+                          b_.CreateURem(c, i32c(panel)));
+    }
+    Value* byte = swizzle(b_.CreateMul(flat, i32c(d.bytes())), alloc.swizzle);
+    return b_.CreateInBoundsGEP(b_.getInt8Ty(), base ? base : smem_,
+                                b_.CreateZExt(b_.CreateAdd(regs(view).v[0], byte), b_.getInt64Ty()));
+  }
+
   // Loads (or stores) a tile from (to) a stage of a shared buffer. In the blocked layout each chunk of V
   // consecutive elements is one aligned vector access of at most 16 bytes per piece (buffers are 1024-byte
   // aligned, a chunk starts at a multiple of V, and a swizzle moves whole 16-byte units); transposed views
@@ -1128,31 +1155,11 @@ class Lowering {
   // `remote_rank`: store into the same stage of that block of the cluster (st.shared::cluster).
   void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value,
                    Value* remote_rank = nullptr) {
-    Value* offset = regs(view).v[0];
     Value* base = remote_rank ? ptx_.map_shared_pointer_to_rank(smem_, remote_rank) : smem_;
-    const passes::SharedAllocation& alloc = allocations_.of(passes::root_allocation(view.get()));
-    int swz = alloc.swizzle;
+    int swz = allocations_.of(passes::root_allocation(view.get())).swizzle;
     bool transposed = view->op == Op::LocalTrans;
-    // Panels: a view's columns are stored in [rows, P] blocks (passes/shared_layouts.h).
-    const ir::Shape& stored = transposed ? view->operands[0]->type.shape : view->type.shape;
-    int64_t panel = stored.size() == 2 && alloc.panel && alloc.panel < stored[1] ? alloc.panel : 0;
     llvm::Type* mt = ops_.memory_type(d);
     int64_t eb = d.bytes();
-    auto address = [&](Value* flat) {  // element `flat` of the view
-      if (transposed) {  // the view is [C, R] of storage [R, C]
-        int64_t R = view->type.shape[1], C = view->type.shape[0];
-        flat = b_.CreateAdd(b_.CreateMul(b_.CreateURem(flat, i32c(R)), i32c(C)), b_.CreateUDiv(flat, i32c(R)));
-      }
-      if (panel) {  // (r, c) -> (c / P) * R * P + r * P + c % P
-        Value* r = b_.CreateUDiv(flat, i32c(stored[1]));
-        Value* c = b_.CreateURem(flat, i32c(stored[1]));
-        flat = b_.CreateAdd(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(c, i32c(panel)), i32c(stored[0] * panel)),
-                                         b_.CreateMul(r, i32c(panel))),
-                            b_.CreateURem(c, i32c(panel)));
-      }
-      Value* byte = swizzle(b_.CreateMul(flat, i32c(eb)), swz);
-      return b_.CreateInBoundsGEP(b_.getInt8Ty(), base, b_.CreateZExt(b_.CreateAdd(offset, byte), b_.getInt64Ty()));
-    };
     // A wgmma-layout value holds pairs of neighbouring columns (registers 2i, 2i + 1): one access each.
     bool pairs = value && value->wgmma && !value->uniform && !transposed;
     int64_t width = transposed ? 1 : pairs ? 2 : vector_width(numel), per = std::min(width, piece_elems(d));
@@ -1162,7 +1169,7 @@ class Lowering {
     if (value) sync_group();  // earlier reads of this group are done before anything is overwritten
     for (int64_t first = 0; first < per_thread(numel); first += width) {
       for (int64_t j = 0; j < width; j += per) {
-        Value* at = address(value ? index_of(*value, numel, first + j) : flat_index(numel, first + j));
+        Value* at = view_element(view, d, value ? index_of(*value, numel, first + j) : flat_index(numel, first + j), base);
         if (value) {
           Value* vec = llvm::PoisonValue::get(piece);
           for (int64_t e = 0; e < per; ++e)
@@ -1186,6 +1193,31 @@ class Lowering {
     else if (swz)
       ptx_.fence_proxy_async_shared();
     sync_group();  // the whole tile is written before any thread of the group reads it (or arrives)
+  }
+
+  // async_load (ptrs, view[, mask[, other]]): each thread copies its own chunks of the blocked layout
+  // (async_copy.cpp), after the group's earlier reads of shared memory, as local_store does.
+  void async_load(const NodeRef& n) {
+    const auto& o = n->operands;
+    DType d = o[1]->type.dtype;
+    int64_t numel = o[0]->type.numel(), width = vector_width(numel);
+    bool proven = width > 1 && chunks_proven(o[0], d, width);
+    // A fill of constant +0 is cp.async's own zero-fill (-0.0 is not: its sign bit is set).
+    auto positive_zero = [](const ir::Node& x) {
+      const ir::Node& c = x.op == Op::Broadcast ? *x.operands[0] : x;
+      return c.op == Op::Constant && c.attrs.number == 0 && !std::signbit(c.attrs.number);
+    };
+    bool zero_fill = o.size() < 4 || positive_zero(*o[3]);
+    sync_group();
+    for (int64_t first = 0; first < per_thread(numel); first += width) {
+      Chunk c = chunk_of(o, 2, first, width);
+      AsyncCopyChunk copy{d.bytes(), ops_.memory_type(d), c.ptrs, {}, c.masks, c.one_mask, proven, {}};
+      for (int64_t j = 0; j < width; ++j) {
+        copy.dst.push_back(view_element(o[1], d, flat_index(numel, first + j)));
+        if (!zero_fill) copy.fill.push_back(ops_.to_memory(d, regs(o[3]).v[first + j]));
+      }
+      emit_async_copy(b_, ptx_, copy);
+    }
   }
 
   void hopper_node(const NodeRef& n) {
@@ -1251,6 +1283,12 @@ class Lowering {
         sync_group();  // no thread overwrites the stage before the copy engine has read it
         return;
       case Op::FenceAsyncShared: ptx_.fence_proxy_async_shared(); return;
+      case Op::AsyncLoad: return async_load(n);
+      case Op::AsyncCommitGroup: ptx_.cp_async_commit_group(); return;
+      case Op::AsyncWaitGroup:
+        ptx_.cp_async_wait_group(static_cast<int>(n->attrs.ints[0]));
+        sync_group();  // every thread's copies, visible to the whole group
+        return;
       case Op::AsyncDot: return async_dot(n);
       case Op::AsyncDotWait: {
         ptx_.wgmma_wait_group(static_cast<int>(n->attrs.ints[0]));

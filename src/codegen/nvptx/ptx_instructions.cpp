@@ -177,6 +177,18 @@ void PtxInstructions::fence_proxy_async_shared() {
                      llvm::ArrayRef<llvm::Value*>{});
 }
 
+void PtxInstructions::cp_async(llvm::Value* smem, llvm::Value* global, int bytes, llvm::Value* src_bytes) {
+  std::string text = bytes == 16 ? "cp.async.cg.shared.global [$0], [$1], 16, $2;"
+                                 : "cp.async.ca.shared.global [$0], [$1], " + std::to_string(bytes) + ", $2;";
+  asm_call(b_, b_.getVoidTy(), text, "r,l,r,~{memory}", {smem, global, src_bytes});
+}
+
+void PtxInstructions::cp_async_commit_group() { asm_call(b_, b_.getVoidTy(), "cp.async.commit_group;", "~{memory}", {}); }
+
+void PtxInstructions::cp_async_wait_group(int pending) {
+  asm_call(b_, b_.getVoidTy(), "cp.async.wait_group " + std::to_string(pending) + ";", "~{memory}", {});
+}
+
 void PtxInstructions::wgmma_fence() { asm_call(b_, b_.getVoidTy(), "wgmma.fence.sync.aligned;", "~{memory}", {}); }
 
 void PtxInstructions::wgmma_commit_group() {

@@ -68,6 +68,14 @@ class PtxInstructions {
   void tma_load_multicast(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords,
                           llvm::Value* bar, llvm::Value* mask);
 
+  // Non-bulk asynchronous copies (sm_80+). `smem`: a 32-bit shared address; `global`: an i64 address;
+  // `src_bytes` (i32): how many of the `bytes` (4, 8 or 16) to read, the rest zero-filled.
+  // cp.async.cg.shared.global [smem], [global], 16, src_bytes (16 bytes; .cg: cached in L2 only)
+  // cp.async.ca.shared.global [smem], [global], bytes, src_bytes (4 or 8 bytes)
+  void cp_async(llvm::Value* smem, llvm::Value* global, int bytes, llvm::Value* src_bytes);
+  void cp_async_commit_group();              // cp.async.commit_group
+  void cp_async_wait_group(int pending);     // cp.async.wait_group pending
+
   // wgmma (sm_90a).
   void wgmma_fence();                        // wgmma.fence.sync.aligned
   void wgmma_commit_group();                 // wgmma.commit_group.sync.aligned

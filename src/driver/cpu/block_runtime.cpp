@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <numeric>
 #include <string>
 #include <unordered_map>
@@ -59,6 +60,15 @@ struct TmaCopy {
   int32_t coords[detail::TensorDescData::kMaxRank] = {};
   int32_t fiber = 0;
 };
+
+// One element of an async_load: performed at the async_wait_group that retires its group.
+struct AsyncCopyElement {
+  char* dst = nullptr;
+  const char* src = nullptr;  // null: masked off, the element becomes `fill`
+  uint64_t fill = 0;          // its bytes
+  int32_t bytes = 0;          // 8 at most
+};
+using AsyncCopyGroup = std::vector<AsyncCopyElement>;
 
 // Copies the box of `c` at its coordinates between global memory and shared memory (row-major there).
 // Elements outside the tensor read as zero and are not written.
@@ -117,6 +127,9 @@ struct FiberState {
   int32_t wait_site = -1;
   int32_t wait_on = -1;   // an mbarrier slot (of its own block) or a named barrier id
   int32_t wait_for = 0;   // the phase parity, or the named barrier's or cluster_sync's generation
+  // async_loads: the group still open, and the committed groups not yet performed, oldest first.
+  AsyncCopyGroup open_copies;
+  std::deque<AsyncCopyGroup> committed_copies;
 };
 
 void* aligned_or_throw(int64_t align, int64_t bytes, const char* what) {
@@ -448,6 +461,8 @@ void ClusterState::reset() {
   for (FiberState& f : fibers) {
     f.started = f.finished = false;
     f.waiting = Waiting::Nothing;
+    f.open_copies.clear();
+    f.committed_copies.clear();
   }
   sync_arrived = 0;
   sync_generation = 0;
@@ -630,6 +645,37 @@ void tma_store_wait(const ProgramCtx* ctx, int32_t, int32_t pending) noexcept {
   state_of(ctx).retire_stores(ctx->fiber, pending);
 }
 
+void async_load(const ProgramCtx* ctx, int32_t, int32_t count, int32_t element_bytes, char* const* dst,
+                const char* const* src, const uint8_t* mask, const char* fill) noexcept {
+  FiberState& f = state_of(ctx).cluster.fibers[ctx->fiber];
+  for (int32_t i = 0; i < count; ++i) {
+    AsyncCopyElement e;
+    e.dst = dst[i];
+    e.bytes = element_bytes;
+    if (!mask || mask[i])
+      e.src = src[i];
+    else if (fill)
+      std::memcpy(&e.fill, fill + int64_t(i) * element_bytes, size_t(element_bytes));
+    std::memset(e.dst, 0xFF, size_t(element_bytes));  // not there yet: poison until the wait
+    f.open_copies.push_back(e);
+  }
+}
+
+void async_commit_group(const ProgramCtx* ctx, int32_t) noexcept {
+  FiberState& f = state_of(ctx).cluster.fibers[ctx->fiber];
+  f.committed_copies.push_back(std::move(f.open_copies));
+  f.open_copies.clear();
+}
+
+void async_wait_group(const ProgramCtx* ctx, int32_t, int32_t pending) noexcept {
+  FiberState& f = state_of(ctx).cluster.fibers[ctx->fiber];
+  while (f.committed_copies.size() > size_t(pending)) {
+    for (const AsyncCopyElement& e : f.committed_copies.front())
+      std::memcpy(e.dst, e.src ? e.src : reinterpret_cast<const char*>(&e.fill), size_t(e.bytes));
+    f.committed_copies.pop_front();
+  }
+}
+
 void run_fiber(void* arg, int i) {
   auto* c = static_cast<ClusterState*>(arg);
   FiberState& f = c->fibers[i];
@@ -733,6 +779,9 @@ const std::vector<RuntimeSymbol>& block_runtime_symbols() {
       {fn::kTmaLoadMulticast, reinterpret_cast<void*>(&tma_load_multicast)},
       {fn::kTmaStore, reinterpret_cast<void*>(&tma_store)},
       {fn::kTmaStoreWait, reinterpret_cast<void*>(&tma_store_wait)},
+      {fn::kAsyncLoad, reinterpret_cast<void*>(&async_load)},
+      {fn::kAsyncCommitGroup, reinterpret_cast<void*>(&async_commit_group)},
+      {fn::kAsyncWaitGroup, reinterpret_cast<void*>(&async_wait_group)},
   };
   return symbols;
 }

@@ -1,0 +1,285 @@
+// Errors of the Hopper constructs (include/weft/async.h): budgets of shared memory and registers, task
+// placement, named barriers, where allocations and tasks may appear, mbarrier and shared-buffer operands,
+// wgmma shapes and groups, TMA boxes and buffer layouts. As in test_errors.cpp, every error must be a
+// weft::Error that names the test's own line — the DSL call that is wrong — and says what to change.
+#include <catch2/catch.hpp>
+
+#include <weft/weft.h>
+
+#include <functional>
+#include <string>
+
+#include "driver/backend.h"  // compile_only_backend: NVPTX lowering errors without a GPU
+
+using namespace weft;
+
+namespace {
+
+// Runs `fn`, which must throw a weft::Error located at `file:line` whose message contains `phrase`. `line`
+// is read afterwards: a kernel body records it while `fn` traces the kernel.
+void require_weft_error(const std::function<void()>& fn, const char* file, const int& line, const std::string& phrase) {
+  try {
+    fn();
+  } catch (const weft::Error& e) {
+    const std::string message = e.what(), where = std::string(file) + ":" + std::to_string(line);
+    INFO("message: " << message);
+    REQUIRE(line > 0);
+    CHECK(message.find(where) != std::string::npos);
+    CHECK(message.find(phrase) != std::string::npos);
+    CHECK(e.where().line == static_cast<unsigned>(line));
+    return;
+  }
+  FAIL("expected a weft::Error at line " << line << " mentioning \"" << phrase << "\", but nothing was thrown");
+}
+
+template <class Body> Kernel body_kernel(Body body, KernelOptions options = {}) {
+  return Kernel("faulty", [body](Ptr<float> p) { body(p); }, options);
+}
+
+}  // namespace
+
+// Keep each use on one line: within a macro's arguments clang reports the line where the invocation ends.
+#define REQUIRE_WEFT_ERROR(expr, line, phrase) require_weft_error([&] { (void)(expr); }, __FILE__, (line), (phrase))
+
+// ---- budgets ---------------------------------------------------------------------------------------------
+
+TEST_CASE("shared memory over the block's budget: the error lists every allocation", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    auto a = local_alloc<float>({128, 128}, 1, "a");
+    auto bars = alloc_barriers(4, 1, "bars");
+    line = __LINE__; auto b = local_alloc<float>({128, 128}, 3, "b");
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "allocates 263168 bytes of shared memory per block but a block has at most 232448");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "'a' f32[1x128x128]: 65536 bytes");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "'bars' 4 mbarriers: 32 bytes");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "'b' f32[3x128x128]: 196608 bytes");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "use fewer stages or smaller tiles");
+}
+
+TEST_CASE("register budgets of all tasks over the register file: the error lists every task", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    line = __LINE__; async_tasks(task("producer", {.warps = 4, .regs = 232}, [] {}), task("consumer", {.warps = 4, .regs = 232, .replicas = 2}, [] {}));
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "need 89088 registers but a block has 65536");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "task 'producer': 4 warps x 1 replicas x 32 threads x 232 registers = 29696");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "task 'consumer': 4 warps x 2 replicas x 32 threads x 232 registers = 59392");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "lower some task's regs");
+}
+
+TEST_CASE("setmaxnreg values: a multiple of 8 from 24 to 256", "[errors]") {
+  for (int regs : {100, 16, 264}) {
+    INFO("regs = " << regs);
+    int line = 0;
+    Kernel k = body_kernel([&](Ptr<float>) {
+      Task ok = task("ok", {.warps = 4}, [] {});
+      line = __LINE__; Task bad = task("bad", {.warps = 4, .regs = regs}, [] {});
+      async_tasks(ok, bad);
+    });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "task 'bad' asks for " + std::to_string(regs) + " registers per thread; setmaxnreg takes a multiple of 8 from 24 to 256");
+  }
+}
+
+// ---- task placement ------------------------------------------------------------------------------------
+
+TEST_CASE("a task with regs needs whole warp groups", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    line = __LINE__; Task t = task("small", {.warps = 2, .regs = 40}, [] {});
+    async_tasks(task("big", {.warps = 4}, [] {}), t);
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "task 'small' sets regs but has 2 warps");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "give it a multiple of 4 warps, or drop regs");
+}
+
+TEST_CASE("a task with regs must start a warp group", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    Task first = task("first", {.warps = 2}, [] {});
+    line = __LINE__; Task second = task("second", {.warps = 4, .regs = 232}, [] {});
+    async_tasks(first, second);
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "task 'second' starts at warp 2, but a task that sets regs must start a warp group");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "list 'second' first");
+}
+
+TEST_CASE("a task's warps must be a power of two", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    line = __LINE__; Task odd = task("odd", {.warps = 3}, [] {});
+    async_tasks(task("even", {.warps = 4}, [] {}), odd);
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "task 'odd' has 3 warps; a task's warps must be a power of two");
+}
+
+TEST_CASE("tasks of more than 1024 threads", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    line = __LINE__; async_tasks(task("wide", {.warps = 16, .replicas = 3}, [] {}));
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "the tasks need 48 warps (1536 threads) but a block has at most 1024 threads");
+}
+
+// ---- named barriers ------------------------------------------------------------------------------------
+
+TEST_CASE("named barrier ids: reserved ones and ids past 15", "[errors]") {
+  int line = 0;
+  SECTION("id 0 syncs the whole block") {
+    Kernel k = body_kernel([&](Ptr<float>) { line = __LINE__; named_barrier_wait(0, 128); });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "named barrier 0 is reserved: weft syncs the whole block with 0; use an id from 1 to 15");
+  }
+  SECTION("the highest ids sync each task replica") {
+    Kernel k = body_kernel([&](Ptr<float>) {
+      async_tasks(task("worker", {.warps = 4, .replicas = 2}, [&] { line = __LINE__; named_barrier_arrive(14, 256); }));
+    });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "named barrier 14 is reserved: weft syncs the whole block with 0 and each of the 2 task replicas with one of 14 to 15; use an id from 1 to 13");
+  }
+  SECTION("id 16") {
+    Kernel k = body_kernel([&](Ptr<float>) { line = __LINE__; named_barrier_arrive(16, 128); });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "barrier id 16 does not exist; the hardware has named barriers 0 to 15");
+  }
+}
+
+TEST_CASE("a named barrier's thread count must be whole warps", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) { line = __LINE__; named_barrier_wait(1, 48); });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "48 threads; the count must be a multiple of 32");
+}
+
+// ---- where allocations and tasks may appear --------------------------------------------------------------
+
+TEST_CASE("local_alloc inside a loop", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    for_range(0, 2, [&](Int) { line = __LINE__; auto b = local_alloc<float>({16}, 1, "b"); });
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "local_alloc is inside a for_range, if_ or task body");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "call it at the top of the kernel body");
+}
+
+TEST_CASE("a second async_tasks", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    async_tasks(task("first", {.warps = 4}, [] {}));
+    line = __LINE__; async_tasks(task("second", {.warps = 4}, [] {}));
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "a second async_tasks; a kernel has one set of tasks");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "put all tasks in that call");
+}
+
+TEST_CASE("task_replica_id outside a task", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) { line = __LINE__; Int r = task_replica_id(); });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "task_replica_id() is outside every task");
+}
+
+// ---- operands --------------------------------------------------------------------------------------------
+
+TEST_CASE("barrier_wait on a whole array of mbarriers", "[errors]") {
+  // The types keep a Barriers array out of barrier_wait; a Barrier made from the array's node gets past
+  // them and must still be caught.
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    Barriers bars = alloc_barriers(2, 1, "bars");
+    line = __LINE__; barrier_wait(Barrier(bars.node()), 0);
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "barrier_wait needs one mbarrier, got the array of 2");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "pick one with bars[i]");
+}
+
+TEST_CASE("local_store of a tile of another shape than the stage", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    auto buf = local_alloc<float>({8, 16}, 2, "buf");
+    line = __LINE__; local_store(buf[0], zeros<float>({4, 8}));
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "local_store of a f32[4x8] tile into a buffer stage of f32[8x16]");
+}
+
+TEST_CASE("async_load through pointers of another shape than the stage", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float> p) {
+    auto buf = local_alloc<float>({8, 16}, 2, "buf");
+    line = __LINE__; async_load(p + arange(0, 64), buf[0]);
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "async_load of f32 elements through pointers of shape [64] into a buffer stage of f32[8x16]");
+}
+
+TEST_CASE("async_load into a transposed view, and async_wait_group out of range", "[errors]") {
+  int line = 0;
+  SECTION("local_trans") {
+    Kernel k = body_kernel([&](Ptr<float> p) {
+      auto buf = local_alloc<float>({8, 16}, 1, "buf");
+      Int offs = expand_dims(arange(0, 16), 1) * 8 + expand_dims(arange(0, 8), 0);
+      line = __LINE__; async_load(p + offs, local_trans(buf[0]));
+    });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "async_load into a local_trans view: copy into the stage as it is stored");
+  }
+  SECTION("async_wait_group(64)") {
+    Kernel k = body_kernel([&](Ptr<float>) { line = __LINE__; async_wait_group(64); });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "async_wait_group(64): the number of groups left in flight must be 0 to 63");
+  }
+}
+
+// ---- wgmma -----------------------------------------------------------------------------------------------
+
+TEST_CASE("async_dot shapes wgmma cannot do", "[errors]") {
+  int line = 0;
+  SECTION("M not a multiple of 64") {
+    Kernel k = body_kernel([&](Ptr<float>) {
+      auto a = local_alloc<bf16>({32, 64}, 1, "a");
+      auto b = local_alloc<bf16>({128, 64}, 1, "b");
+      line = __LINE__; Float acc = async_dot(a[0], local_trans(b[0]), zeros<float>({32, 128}));
+    });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "async_dot of [32x64] by [64x128]: M = 32 is not a multiple of 64; wgmma needs M a multiple of 64");
+  }
+  SECTION("N over 256") {
+    Kernel k = body_kernel([&](Ptr<float>) {
+      auto a = local_alloc<bf16>({64, 64}, 1, "a");
+      auto b = local_alloc<bf16>({512, 64}, 1, "b");
+      line = __LINE__; Float acc = async_dot(a[0], local_trans(b[0]), zeros<float>({64, 512}));
+    });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "N = 512 is over 256 (split b's columns over several async_dots)");
+  }
+}
+
+TEST_CASE("async_dot outside a group of 4 warps fails in the NVPTX lowering at its line", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float> p) {
+    auto a = local_alloc<bf16>({64, 64}, 1, "a");
+    auto b = local_alloc<bf16>({64, 64}, 1, "b");
+    line = __LINE__; Float acc = async_dot(a[0], local_trans(b[0]), zeros<float>({64, 64}));
+    store(p + arange(0, 64), sum(async_dot_wait(0, acc), 1));
+  }, KernelOptions{8});
+  Device gpu_less = Device::from_backend(detail::compile_only_backend("sm_90a", "no GPU in this test"));
+  REQUIRE_WEFT_ERROR(k.compile(gpu_less), line, "async_dot runs on one warp group (4 warps), but here the group has 8 warps");
+}
+
+// ---- TMA and buffer layouts ------------------------------------------------------------------------------
+
+TEST_CASE("a TMA load into a stage whose shape is not the descriptor's box", "[errors]") {
+  int line = 0;
+  Kernel k("tma_box", [&](TensorDesc<bf16> a) {
+    auto s = local_alloc<bf16>({64, 64}, 1, "s");
+    auto bar = alloc_barriers(1, 1, "bar");
+    line = __LINE__; async_descriptor_load(a, s[0], {0, 0}, bar[0]);
+  });
+  Buffer<bf16> x = Device::cpu().alloc<bf16>(256 * 256);
+  REQUIRE_WEFT_ERROR(k.ir(tma(x, {256, 256}, {128, 64})), line, "the descriptor moves boxes of bf16[128x64] but the shared buffer stage is bf16[64x64]");
+}
+
+TEST_CASE("two uses that need different swizzles of one buffer", "[errors]") {
+  int line = 0, tma_line = 0;
+  Kernel k("two_swizzles", [&](TensorDesc<bf16> a) {
+    auto s = local_alloc<bf16>({64, 64}, 1, "s");
+    auto bar = alloc_barriers(1, 1, "bar");
+    tma_line = __LINE__; async_descriptor_load(a, s[0], {0, 0}, bar[0]);
+    line = __LINE__; Float acc = async_dot(s[0], local_trans(s[0]), zeros<float>({64, 64}));
+  });
+  Buffer<bf16> x = Device::cpu().alloc<bf16>(256 * 256);
+  auto unswizzled = tma(x, {256, 256}, {64, 64}, {.swizzle = 0});
+  REQUIRE_WEFT_ERROR(k.ir(unswizzled), line, "async_dot needs buffer 's' with a 128-byte swizzle");
+  REQUIRE_WEFT_ERROR(k.ir(unswizzled), line, "needs a 0-byte swizzle; use two buffers, or make the uses agree (a TMA descriptor's swizzle is the one its tma(..., {.swizzle = bytes}) gives)");
+  REQUIRE_WEFT_ERROR(k.ir(unswizzled), line, std::string(__FILE__) + ":" + std::to_string(tma_line));
+}
