@@ -210,6 +210,14 @@ template <class T>
 Tile<float> async_dot(const SharedView<T>& a, const SharedView<T>& b, const Tile<float>& acc, SourceLoc loc = SourceLoc::current()) {
   return Tile<float>(detail::emit(detail::Op::AsyncDot, {a.node(), b.node(), detail::node_of(acc, loc)}, {}, loc));
 }
+// The same with a in registers (wgmma's A operand from registers: a tile made by an earlier async_dot and
+// cast, e.g. attention's probabilities, moves into the A fragments without shared memory; any other tile
+// is rearranged through shared memory first).
+template <class T>
+Tile<float> async_dot(const Tile<T>& a, const SharedView<T>& b, const Tile<float>& acc, SourceLoc loc = SourceLoc::current()) {
+  return Tile<float>(
+      detail::emit(detail::Op::AsyncDot, {detail::node_of(a, loc), b.node(), detail::node_of(acc, loc)}, {}, loc));
+}
 // Waits until at most `pending` groups of this warp group's async_dots are in flight
 // (wgmma.wait_group.sync.aligned pending) and returns the finished value of `result`, an async_dot's.
 inline Tile<float> async_dot_wait(int pending, const Tile<float>& result, SourceLoc loc = SourceLoc::current()) {

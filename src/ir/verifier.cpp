@@ -594,11 +594,13 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       return Type::shared(v.dtype, {v.shape[1], v.shape[0]});
     }
     case Op::AsyncDot: {
-      const Type& a = shared_operand(op, operands, 0, true, loc);
+      // a: a buffer stage, or a tile in registers (wgmma's A from registers).
+      const Type& a = operands.at(0)->type.kind == Type::Kind::Value ? value_operand(op, operands, 0, loc)
+                                                                      : shared_operand(op, operands, 0, true, loc);
       const Type& b = shared_operand(op, operands, 1, true, loc);
       const Type& acc = value_operand(op, operands, 2, loc);
       if (a.rank() != 2 || b.rank() != 2)
-        fail(loc, fmt::format("async_dot multiplies 2-D shared buffer stages, got a: {} and b: {}", a.str(), b.str()));
+        fail(loc, fmt::format("async_dot multiplies 2-D tiles, got a: {} and b: {}", a.str(), b.str()));
       if (a.dtype != b.dtype || (a.dtype.scalar != ScalarType::bf16 && a.dtype.scalar != ScalarType::f16))
         fail(loc, fmt::format("async_dot takes bf16 or f16 operands of one type, got a: {} and b: {}", a.dtype.str(),
                               b.dtype.str()));

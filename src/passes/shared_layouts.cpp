@@ -60,6 +60,7 @@ struct Assigner {
           break;
         case ir::Op::AsyncDot:
           for (int i = 0; i < 2; ++i) {
+            if (n->operands[i]->type.kind != ir::Type::Kind::Shared) continue;  // a from registers
             const ir::Node* alloc = root_allocation(n->operands[i].get());
             int64_t row_bytes = alloc->type.shape.back() * alloc->type.dtype.bytes();
             if (i == 1 && n->operands[1]->op != ir::Op::LocalTrans && row_bytes > 128) {

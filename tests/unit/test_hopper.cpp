@@ -213,3 +213,46 @@ TEST_CASE("a buffer can reuse another's shared memory, and must fit in it", "[as
     CHECK(e.where().line == static_cast<unsigned>(line));
   }
 }
+
+TEST_CASE("async_dot with a in registers: a product fed to the next product, as attention does", "[async]") {
+  WEFT_SEEDED_RNG(rng);
+  constexpr int M = 64, K = 64, N = 64, N2 = 128;
+  // S = A B^T (wgmma from shared memory), P = bf16(S) in registers, O = P V with V stored [N2, N].
+  Kernel k("chained_dot", [](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> v, Ptr<float> o) {
+    auto a_s = local_alloc<bf16>({M, K}, 1, "a_s");
+    auto b_s = local_alloc<bf16>({N, K}, 1, "b_s");
+    auto v_s = local_alloc<bf16>({N2, N}, 1, "v_s");
+    Int rm = arange(0, M), rn = arange(0, N), rk = arange(0, K), rn2 = arange(0, N2);
+    local_store(a_s[0], load(a + rm.expand_dims(1) * K + rk.expand_dims(0)));
+    local_store(b_s[0], load(b + rn.expand_dims(1) * K + rk.expand_dims(0)));
+    local_store(v_s[0], load(v + rn2.expand_dims(1) * N + rn.expand_dims(0)));
+    Float s = async_dot_wait(0, async_dot(a_s[0], local_trans(b_s[0]), zeros<float>({M, N})));
+    Tile<bf16> p = cast<bf16>(s * 0.125f);
+    Float out = async_dot_wait(0, async_dot(p, local_trans(v_s[0]), zeros<float>({M, N2})));
+    store(o + rm.expand_dims(1) * N2 + rn2.expand_dims(0), out);
+  }, KernelOptions{4});
+  std::vector<bf16> a = generate<bf16>(rng, M * K, uniform_real<bf16>(-1, 1));
+  std::vector<bf16> b = generate<bf16>(rng, N * K, uniform_real<bf16>(-1, 1));
+  std::vector<bf16> v = generate<bf16>(rng, N2 * N, uniform_real<bf16>(-1, 1));
+  Output<float> o(M * N2);
+  launch(k, Grid(1), Input<bf16>(a), Input<bf16>(b), Input<bf16>(v), o);
+  std::vector<double> want(M * N2), tol(M * N2);
+  for (int i = 0; i < M; ++i) {
+    std::vector<double> p(N);
+    for (int j = 0; j < N; ++j) {
+      double s = 0;
+      for (int q = 0; q < K; ++q) s += double(float(a[i * K + q])) * double(float(b[j * K + q]));
+      p[j] = double(float(bf16(float(float(s) * 0.125f))));  // f32 product, scaled, rounded to bf16
+    }
+    for (int c = 0; c < N2; ++c) {
+      double s = 0, mag = 0;
+      for (int j = 0; j < N; ++j) {
+        s += p[j] * double(float(v[c * N + j]));
+        mag += std::fabs(p[j] * double(float(v[c * N + j])));
+      }
+      want[i * N2 + c] = s;
+      tol[i * N2 + c] = 0x1p-7 * mag + 1e-5;  // p's bf16 rounding may flip where S is a tie
+    }
+  }
+  check_within<float>(o, want, tol, "O = bf16(A B^T / 8) V^T");
+}

@@ -58,7 +58,7 @@ inline constexpr const char* kNamedBarrierArrive = "weft_cpu_named_barrier_arriv
 inline constexpr const char* kNamedBarrierWait = "weft_cpu_named_barrier_wait";
 // void (const ProgramCtx*, i32 site, const char* a, i32 a_transposed, const char* b, i32 b_transposed,
 //       i32 b_panel, i32 M, i32 N, i32 K, i32 is_f16, const float* acc, float* out); b_panel: the column
-//       panels of b stored [K, N] (0: none): queues acc + a @ b (read from
+//       panels of b stored [K, N] (0: none); a_transposed 2: a is a tile in registers, copied at issue: queues acc + a @ b (read from
 // shared memory when the dot retires) and fills `out` with NaNs that name the queued job.
 inline constexpr const char* kAsyncDot = "weft_cpu_async_dot";
 // void (const ProgramCtx*, i32 site, i32 pending, const float* value, float* out, i32 count): retires all

@@ -636,8 +636,11 @@ class Lowering {
     const auto& o = n->operands;
     Value* out = tile_slot(n->type.dtype, n->type.shape);
     auto i32c = [&](int64_t v) { return b_.getInt32(static_cast<uint32_t>(v)); };
+    // a in registers (a tile in the frame, row-major as in shared memory) is read at issue: a_mode 2.
+    bool a_registers = o[0]->type.kind == ir::Type::Kind::Value;
+    Value* a = a_registers ? tile_address(o[0]) : val(o[0]).v;
     runtime_call(block_fn::kAsyncDot, b_.getVoidTy(),
-                 {ctx_, site(n), val(o[0]).v, i32c(o[0]->op == Op::LocalTrans), val(o[1]).v,
+                 {ctx_, site(n), a, i32c(a_registers ? 2 : o[0]->op == Op::LocalTrans), val(o[1]).v,
                   i32c(o[1]->op == Op::LocalTrans), i32c(panel_of(o[1])), i32c(n->type.shape[0]), i32c(n->type.shape[1]),
                   i32c(o[0]->type.shape[1]), i32c(o[0]->type.dtype.scalar == ScalarType::f16), tile_address(o[2]), out});
     vals_[n.get()] = {Val::Kind::Memory, out};

@@ -1357,8 +1357,15 @@ class Lowering {
     return b_.CreateOr(address, b_.getInt64(fixed));
   }
 
-  // acc + a @ b with wgmma: per 64 rows of a and 16 of K one m64nNk16 instruction, both operands K-major
-  // from swizzled shared memory (b stored [N, K] and seen through local_trans).
+  // Two 16-bit elements (in their compute type) as one 32-bit register, the first in the low half.
+  Value* pack_pair(DType d, Value* lo, Value* hi) {
+    auto bits = [&](Value* v) { return b_.CreateZExt(b_.CreateBitCast(ops_.to_memory(d, v), b_.getInt16Ty()), b_.getInt32Ty()); };
+    return b_.CreateOr(bits(lo), b_.CreateShl(bits(hi), i32c(16)));
+  }
+
+  // acc + a @ b with wgmma: per 64 rows of a and 16 of K one m64nNk16 instruction; a from swizzled
+  // shared memory (K-major) or from registers, b stored [N, K] and seen through local_trans (K-major) or
+  // stored [K, N] (N-major).
   void async_dot(const NodeRef& n) {
     const auto& o = n->operands;
     if (threads_ != 128)
@@ -1367,19 +1374,28 @@ class Lowering {
                               threads_ / 32),
                   n->loc);
     int64_t M = n->type.shape[0], N = n->type.shape[1], K = o[0]->type.shape[1];
-    const passes::SharedAllocation& a_alloc = allocations_.of(passes::root_allocation(o[0].get()));
+    // a in registers: wgmma's A fragments are the accumulator layout's registers of 16 consecutive
+    // columns (8 per thread, in order), so a tile in the wgmma layout feeds them as it is.
+    bool a_registers = o[0]->type.kind == ir::Type::Kind::Value;
+    Regs a_regs;
+    if (a_registers) {
+      a_regs = raw(o[0]);
+      if (!a_regs.wgmma || a_regs.uniform) a_regs = relayout(a_regs, o[0]->type.dtype, o[0]->type.shape, true, n->loc);
+    }
+    const passes::SharedAllocation* a_alloc =
+        a_registers ? nullptr : &allocations_.of(passes::root_allocation(o[0].get()));
     const passes::SharedAllocation& b_alloc = allocations_.of(passes::root_allocation(o[1].get()));
     // b: stored [N, K] and seen through local_trans (K-major), or stored [K, N] (N-major: wgmma's
     // transposed B), in panels of the swizzle's width when N is wider.
     bool b_n_major = o[1]->op != Op::LocalTrans;
     int64_t elem = o[0]->type.dtype.bytes(), a_row = K * elem;
     int64_t b_row = b_n_major ? std::min<int64_t>(N * elem, 128) : K * elem;
-    if (a_alloc.swizzle != a_row || b_alloc.swizzle != b_row)
+    if ((a_alloc && a_alloc->swizzle != a_row) || b_alloc.swizzle != b_row)
       throw InternalError("async_dot: operand buffers without the swizzle of their row width");
     Regs acc = raw(o[2]);
     if (!acc.uniform && !acc.wgmma) acc = relayout(acc, o[2]->type.dtype, o[2]->type.shape, true, n->loc);
     bool bf16 = o[0]->type.dtype.scalar == ScalarType::bf16;
-    Value* a_base = regs(o[0]).v[0];
+    Value* a_base = a_registers ? nullptr : regs(o[0]).v[0];
     Value* b_base = regs(o[1]).v[0];
     ptx_.wgmma_fence();
     Regs out;
@@ -1389,9 +1405,18 @@ class Lowering {
     for (int64_t block = 0; block < M / 64; ++block) {
       std::vector<Value*> d(acc.v.begin() + block * N / 2, acc.v.begin() + (block + 1) * N / 2);
       for (int64_t k = 0; k < K / 16; ++k) {
-        Value* a_desc = wgmma_descriptor(b_.CreateAdd(a_base, i32c(block * 64 * a_row + k * 32)), a_row);
         Value* b_desc = b_n_major ? wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 16 * b_row)), b_row, K * b_row)
                                   : wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 32)), b_row);
+        if (a_registers) {
+          std::array<Value*, 4> fragment;
+          for (int p = 0; p < 4; ++p) {
+            size_t r = static_cast<size_t>(block * K / 2 + k * 8 + 2 * p);
+            fragment[p] = pack_pair(o[0]->type.dtype, a_regs.v[r], a_regs.v[r + 1]);
+          }
+          d = ptx_.wgmma_a_registers(bf16, static_cast<int>(N), fragment, b_desc, d, b_n_major);
+          continue;
+        }
+        Value* a_desc = wgmma_descriptor(b_.CreateAdd(a_base, i32c(block * 64 * a_row + k * 32)), a_row);
         d = ptx_.wgmma(bf16, static_cast<int>(N), a_desc, b_desc, d, b_n_major);
       }
       out.v.insert(out.v.end(), d.begin(), d.end());

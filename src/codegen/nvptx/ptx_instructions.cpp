@@ -224,6 +224,32 @@ std::vector<llvm::Value*> PtxInstructions::wgmma(bool bf16, int n, llvm::Value* 
   return out;
 }
 
+std::vector<llvm::Value*> PtxInstructions::wgmma_a_registers(bool bf16, int n, const std::array<llvm::Value*, 4>& a,
+                                                             llvm::Value* b_desc, const std::vector<llvm::Value*>& acc,
+                                                             bool trans_b) {
+  size_t k = acc.size();
+  std::string outs, constraints;
+  for (size_t i = 0; i < k; ++i) {
+    outs += (i ? ",$" : "$") + std::to_string(i);
+    constraints += (i ? ",=f" : "=f");
+  }
+  constraints += ",r,r,r,r,l,r";
+  for (size_t i = 0; i < k; ++i) constraints += "," + std::to_string(i);
+  const char* type = bf16 ? "bf16" : "f16";
+  auto arg = [&](size_t i) { return "$" + std::to_string(k + i); };
+  std::string text = "{ .reg .pred p; setp.ne.b32 p, " + arg(5) + ", 0; wgmma.mma_async.sync.aligned.m64n" +
+                     std::to_string(n) + "k16.f32." + type + "." + type + " {" + outs + "}, {" + arg(0) + ", " + arg(1) +
+                     ", " + arg(2) + ", " + arg(3) + "}, " + arg(4) + ", p, 1, 1, " + (trans_b ? "1" : "0") + "; }";
+  std::vector<llvm::Type*> fields(k, b_.getFloatTy());
+  auto* result = llvm::StructType::get(b_.getContext(), fields);
+  std::vector<llvm::Value*> args{a[0], a[1], a[2], a[3], b_desc, b_.getInt32(1)};
+  args.insert(args.end(), acc.begin(), acc.end());
+  llvm::Value* d = asm_call(b_, result, text, constraints + ",~{memory}", args);
+  std::vector<llvm::Value*> out;
+  for (size_t i = 0; i < k; ++i) out.push_back(b_.CreateExtractValue(d, static_cast<unsigned>(i)));
+  return out;
+}
+
 std::vector<llvm::Value*> PtxInstructions::fence_registers(const std::vector<llvm::Value*>& values) {
   if (values.empty()) return {};
   std::string constraints;

@@ -84,6 +84,10 @@ class PtxInstructions {
   // acc (n / 2 f32 registers per thread) += A (64 x 16, from its shared-memory descriptor) * B (16 x n).
   std::vector<llvm::Value*> wgmma(bool bf16, int n, llvm::Value* a_desc, llvm::Value* b_desc,
                                   const std::vector<llvm::Value*>& acc, bool trans_b);
+  // The same with A from registers: four b32 registers of two 16-bit elements each (the A fragment of
+  // m64nNk16): wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16,f16}.{bf16,f16} {acc}, {a}, b_desc, 1, 1, 1, trans_b.
+  std::vector<llvm::Value*> wgmma_a_registers(bool bf16, int n, const std::array<llvm::Value*, 4>& a,
+                                              llvm::Value* b_desc, const std::vector<llvm::Value*>& acc, bool trans_b);
   // Keeps the compiler from moving uses of `values` across a wgmma wait: an empty asm that "writes" them.
   std::vector<llvm::Value*> fence_registers(const std::vector<llvm::Value*>& values);
   // shfl.sync.bfly.b32 across the full warp (values of 64 bits take two shuffles).

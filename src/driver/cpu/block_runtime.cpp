@@ -48,6 +48,7 @@ struct DotJob {
   const char *a = nullptr, *b = nullptr;
   bool a_transposed = false, b_transposed = false, f16 = false;
   int32_t b_panel = 0;  // b stored [K, N] in column panels of this width (0: plain)
+  std::vector<char> a_registers;  // a from registers: its elements, copied at issue
   int32_t M = 0, N = 0, K = 0;
   std::vector<float> acc;
 };
@@ -379,7 +380,8 @@ struct BlockState {
       for (int32_t c = 0; c < j.N; ++c) {
         double s = 0;  // exact products of 16-bit floats, summed more precisely than the tensor cores do
         for (int32_t k = 0; k < j.K; ++k) {
-          float x = element(j.a, j.a_transposed ? int64_t(k) * j.M + r : int64_t(r) * j.K + k, j.f16);
+          const char* a = j.a_registers.empty() ? j.a : j.a_registers.data();
+          float x = element(a, j.a_transposed ? int64_t(k) * j.M + r : int64_t(r) * j.K + k, j.f16);
           int64_t b_at = j.b_transposed ? int64_t(c) * j.K + k
                          : j.b_panel     ? passes::paneled_index(k, c, j.K, j.N, j.b_panel)
                                          : int64_t(k) * j.N + c;
@@ -582,7 +584,8 @@ void async_dot(const ProgramCtx* ctx, int32_t, const char* a, int32_t a_transpos
   j.fiber = ctx->fiber;
   j.a = a;
   j.b = b;
-  j.a_transposed = a_transposed != 0;
+  j.a_transposed = a_transposed == 1;
+  if (a_transposed == 2) j.a_registers.assign(a, a + size_t(M) * K * 2);
   j.b_transposed = b_transposed != 0;
   j.b_panel = b_panel;
   j.f16 = is_f16 != 0;
