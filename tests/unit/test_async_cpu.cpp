@@ -10,6 +10,7 @@
 #include <string>
 
 #include "test_util.h"
+#include "error_checks.h"
 
 using namespace weft_test;
 
@@ -48,19 +49,6 @@ std::string schedule_name(const std::optional<std::string>& s) { return s ? "WEF
 
 std::vector<float> whole_floats(Rng& rng, size_t n) { return generate<float>(rng, n, small_whole<float>(-1000, 1000)); }
 
-// Runs `fn`, which must throw a weft::Error whose message contains every one of `phrases`; returns it.
-std::string require_error(const std::function<void()>& fn, const std::vector<std::string>& phrases) {
-  try {
-    fn();
-  } catch (const weft::Error& e) {
-    std::string message = e.what();
-    INFO("message:\n" << message);
-    for (const std::string& p : phrases) CHECK(message.find(p) != std::string::npos);
-    return message;
-  }
-  FAIL("expected a weft::Error, but nothing was thrown");
-  return "";
-}
 
 std::string at(int line) { return std::string(__FILE__) + ":" + std::to_string(line); }
 

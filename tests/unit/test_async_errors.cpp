@@ -9,28 +9,13 @@
 #include <functional>
 #include <string>
 
-#include "driver/backend.h"  // compile_only_backend: NVPTX lowering errors without a GPU
+#include "driver/backend.h"
+#include "error_checks.h"  // compile_only_backend: NVPTX lowering errors without a GPU
 
 using namespace weft;
 
 namespace {
 
-// Runs `fn`, which must throw a weft::Error located at `file:line` whose message contains `phrase`. `line`
-// is read afterwards: a kernel body records it while `fn` traces the kernel.
-void require_weft_error(const std::function<void()>& fn, const char* file, const int& line, const std::string& phrase) {
-  try {
-    fn();
-  } catch (const weft::Error& e) {
-    const std::string message = e.what(), where = std::string(file) + ":" + std::to_string(line);
-    INFO("message: " << message);
-    REQUIRE(line > 0);
-    CHECK(message.find(where) != std::string::npos);
-    CHECK(message.find(phrase) != std::string::npos);
-    CHECK(e.where().line == static_cast<unsigned>(line));
-    return;
-  }
-  FAIL("expected a weft::Error at line " << line << " mentioning \"" << phrase << "\", but nothing was thrown");
-}
 
 template <class Body> Kernel body_kernel(Body body, KernelOptions options = {}) {
   return Kernel("faulty", [body](Ptr<float> p) { body(p); }, options);
@@ -39,7 +24,6 @@ template <class Body> Kernel body_kernel(Body body, KernelOptions options = {}) 
 }  // namespace
 
 // Keep each use on one line: within a macro's arguments clang reports the line where the invocation ends.
-#define REQUIRE_WEFT_ERROR(expr, line, phrase) require_weft_error([&] { (void)(expr); }, __FILE__, (line), (phrase))
 
 // ---- budgets ---------------------------------------------------------------------------------------------
 

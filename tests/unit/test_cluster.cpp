@@ -9,6 +9,7 @@
 #include <string>
 
 #include "test_util.h"
+#include "error_checks.h"
 
 using namespace weft_test;
 
@@ -26,18 +27,6 @@ Int linear_block() { return program_id(0) + program_id(1) * num_programs(0) + pr
 
 std::vector<float> whole_floats(Rng& rng, size_t n) { return generate<float>(rng, n, small_whole<float>(-1000, 1000)); }
 
-// Runs `fn`, which must throw a weft::Error whose message contains every one of `phrases`.
-void require_error(const std::function<void()>& fn, const std::vector<std::string>& phrases) {
-  try {
-    fn();
-  } catch (const weft::Error& e) {
-    std::string message = e.what();
-    INFO("message:\n" << message);
-    for (const std::string& p : phrases) CHECK(message.find(p) != std::string::npos);
-    return;
-  }
-  FAIL("expected a weft::Error, but nothing was thrown");
-}
 
 std::string at(int line) { return std::string(__FILE__) + ":" + std::to_string(line); }
 

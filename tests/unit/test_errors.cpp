@@ -5,6 +5,8 @@
 
 #include <weft/weft.h>
 
+#include "error_checks.h"
+
 #include <functional>
 #include <string>
 
@@ -12,22 +14,6 @@ using namespace weft;
 
 namespace {
 
-// Runs `fn`, which must throw a weft::Error located at `file:line` whose message contains `phrase`. `line`
-// is read afterwards: a kernel body records it while `fn` traces the kernel.
-void require_weft_error(const std::function<void()>& fn, const char* file, const int& line, const std::string& phrase) {
-  try {
-    fn();
-  } catch (const weft::Error& e) {
-    const std::string message = e.what(), where = std::string(file) + ":" + std::to_string(line);
-    INFO("message: " << message);
-    REQUIRE(line > 0);
-    CHECK(message.find(where) != std::string::npos);
-    CHECK(message.find(phrase) != std::string::npos);
-    CHECK(e.where().line == static_cast<unsigned>(line));
-    return;
-  }
-  FAIL("expected a weft::Error at line " << line << " mentioning \"" << phrase << "\", but nothing was thrown");
-}
 
 // A kernel with one pointer parameter whose body is `body` (which records the line of its faulty call).
 template <class Body> Kernel body_kernel(Body body) {
@@ -36,9 +22,6 @@ template <class Body> Kernel body_kernel(Body body) {
 
 }  // namespace
 
-// Evaluates `expr`, which must throw a weft::Error at this file's `line` whose message contains `phrase`.
-// Keep each use on one line: within a macro's arguments clang reports the line where the invocation ends.
-#define REQUIRE_WEFT_ERROR(expr, line, phrase) require_weft_error([&] { (void)(expr); }, __FILE__, (line), (phrase))
 
 // ---- elementwise typing ---------------------------------------------------------------------------------
 
