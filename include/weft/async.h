@@ -24,6 +24,15 @@ namespace weft {
 
 // ---- shared memory ------------------------------------------------------------------------------------
 
+namespace detail {
+// Bytes of a tile of `shape` elements of T.
+template <class T> int64_t bytes_of(const Shape& shape) {
+  int64_t n = sizeof(T);
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+}  // namespace detail
+
 template <class T> class SharedView;
 
 // A shared-memory allocation of `stages` buffers of one tile shape (local_alloc). Index it with a stage to
@@ -34,11 +43,7 @@ template <class T> class SharedBuffer {
   const detail::NodeRef& node() const { return node_; }
   int stages() const { return static_cast<int>(detail::node_shape(node_)[0]); }
   Shape stage_shape() const { return Shape(detail::node_shape(node_).begin() + 1, detail::node_shape(node_).end()); }
-  int64_t stage_bytes() const {
-    int64_t n = sizeof(T);
-    for (int64_t d : stage_shape()) n *= d;
-    return n;
-  }
+  int64_t stage_bytes() const { return detail::bytes_of<T>(stage_shape()); }
   SharedView<T> operator[](Operand<int32_t> stage) const;
 
  private:
@@ -51,11 +56,7 @@ template <class T> class SharedView {
   explicit SharedView(detail::NodeRef n) : node_(std::move(n)) {}
   const detail::NodeRef& node() const { return node_; }
   const Shape& shape() const { return detail::node_shape(node_); }
-  int64_t bytes() const {
-    int64_t n = sizeof(T);
-    for (int64_t d : shape()) n *= d;
-    return n;
-  }
+  int64_t bytes() const { return detail::bytes_of<T>(shape()); }
   // `count` rows of this stage starting at row `first` (a run-time value; count divides the rows). TLX:
   // local_slice along the first dimension.
   SharedView rows(Operand<int32_t> first, int count) const {
@@ -357,11 +358,7 @@ template <class T, int Rank = 0> class TensorDesc {
   explicit TensorDesc(detail::NodeRef n) : node_(std::move(n)) {}
   const detail::NodeRef& node() const { return node_; }
   const Shape& box() const { return detail::node_shape(node_); }
-  int64_t box_bytes() const {
-    int64_t n = sizeof(T);
-    for (int64_t d : box()) n *= d;
-    return n;
-  }
+  int64_t box_bytes() const { return detail::bytes_of<T>(box()); }
 
  private:
   detail::NodeRef node_;

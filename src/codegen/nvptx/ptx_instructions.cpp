@@ -199,66 +199,62 @@ void PtxInstructions::wgmma_wait_group(int pending) {
   asm_call(b_, b_.getVoidTy(), "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";", "~{memory}", {});
 }
 
-std::vector<llvm::Value*> PtxInstructions::wgmma(bool bf16, int n, llvm::Value* a_desc, llvm::Value* b_desc,
-                                                 const std::vector<llvm::Value*>& acc, bool trans_b) {
+// "=f,...,=f" for `k` f32 outputs, and ",0,...,k-1": inputs tied to them (LLVM's form of "+f").
+static std::string float_outputs(size_t k) {
+  std::string c;
+  for (size_t i = 0; i < k; ++i) c += (i ? ",=f" : "=f");
+  return c;
+}
+static std::string tied_inputs(size_t k) {
+  std::string c;
+  for (size_t i = 0; i < k; ++i) c += "," + std::to_string(i);
+  return c;
+}
+
+// One wgmma.mma_async.sync.aligned.m64n{n}k16 with the accumulator's registers tied in and out. `a` is A's
+// shared-memory descriptor (one i64) or its four fragment registers (i32 each).
+std::vector<llvm::Value*> PtxInstructions::wgmma_instruction(bool bf16, int n, const std::vector<llvm::Value*>& a,
+                                                             llvm::Value* b_desc, const std::vector<llvm::Value*>& acc,
+                                                             bool trans_b) {
   size_t k = acc.size();  // n / 2 registers
-  std::string outs, constraints;
-  for (size_t i = 0; i < k; ++i) {
-    outs += (i ? ",$" : "$") + std::to_string(i);
-    constraints += (i ? ",=f" : "=f");
-  }
-  constraints += ",l,l,r";
-  for (size_t i = 0; i < k; ++i) constraints += "," + std::to_string(i);
+  bool a_registers = a.size() == 4;
+  auto arg = [&](size_t i) { return "$" + std::to_string(k + i); };
+  std::string outs;
+  for (size_t i = 0; i < k; ++i) outs += (i ? ",$" : "$") + std::to_string(i);
+  std::string a_text = a_registers ? "{" + arg(0) + ", " + arg(1) + ", " + arg(2) + ", " + arg(3) + "}" : arg(0);
   const char* type = bf16 ? "bf16" : "f16";
-  std::string text = "{ .reg .pred p; setp.ne.b32 p, $" + std::to_string(k + 2) +
-                     ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k16.f32." + type + "." + type +
-                     " {" + outs + "}, $" + std::to_string(k) + ", $" + std::to_string(k + 1) + ", p, 1, 1, 0, " +
-                     (trans_b ? "1" : "0") + "; }";
-  std::vector<llvm::Type*> fields(k, b_.getFloatTy());
-  auto* result = llvm::StructType::get(b_.getContext(), fields);
-  std::vector<llvm::Value*> args{a_desc, b_desc, b_.getInt32(1)};
+  // Operands: A, b_desc, then scale-d (1: accumulate) as the predicate p; imm-trans-a only with A in shared memory.
+  std::string text = "{ .reg .pred p; setp.ne.b32 p, " + arg(a.size() + 1) + ", 0; wgmma.mma_async.sync.aligned.m64n" +
+                     std::to_string(n) + "k16.f32." + type + "." + type + " {" + outs + "}, " + a_text + ", " +
+                     arg(a.size()) + ", p, 1, 1, " + (a_registers ? "" : "0, ") + (trans_b ? "1" : "0") + "; }";
+  std::string constraints = float_outputs(k) + (a_registers ? ",r,r,r,r" : ",l") + ",l,r" + tied_inputs(k);
+  std::vector<llvm::Value*> args(a);
+  args.push_back(b_desc);
+  args.push_back(b_.getInt32(1));
   args.insert(args.end(), acc.begin(), acc.end());
+  auto* result = llvm::StructType::get(b_.getContext(), std::vector<llvm::Type*>(k, b_.getFloatTy()));
   llvm::Value* d = asm_call(b_, result, text, constraints + ",~{memory}", args);
   std::vector<llvm::Value*> out;
   for (size_t i = 0; i < k; ++i) out.push_back(b_.CreateExtractValue(d, static_cast<unsigned>(i)));
   return out;
+}
+
+std::vector<llvm::Value*> PtxInstructions::wgmma(bool bf16, int n, llvm::Value* a_desc, llvm::Value* b_desc,
+                                                 const std::vector<llvm::Value*>& acc, bool trans_b) {
+  return wgmma_instruction(bf16, n, {a_desc}, b_desc, acc, trans_b);
 }
 
 std::vector<llvm::Value*> PtxInstructions::wgmma_a_registers(bool bf16, int n, const std::array<llvm::Value*, 4>& a,
                                                              llvm::Value* b_desc, const std::vector<llvm::Value*>& acc,
                                                              bool trans_b) {
-  size_t k = acc.size();
-  std::string outs, constraints;
-  for (size_t i = 0; i < k; ++i) {
-    outs += (i ? ",$" : "$") + std::to_string(i);
-    constraints += (i ? ",=f" : "=f");
-  }
-  constraints += ",r,r,r,r,l,r";
-  for (size_t i = 0; i < k; ++i) constraints += "," + std::to_string(i);
-  const char* type = bf16 ? "bf16" : "f16";
-  auto arg = [&](size_t i) { return "$" + std::to_string(k + i); };
-  std::string text = "{ .reg .pred p; setp.ne.b32 p, " + arg(5) + ", 0; wgmma.mma_async.sync.aligned.m64n" +
-                     std::to_string(n) + "k16.f32." + type + "." + type + " {" + outs + "}, {" + arg(0) + ", " + arg(1) +
-                     ", " + arg(2) + ", " + arg(3) + "}, " + arg(4) + ", p, 1, 1, " + (trans_b ? "1" : "0") + "; }";
-  std::vector<llvm::Type*> fields(k, b_.getFloatTy());
-  auto* result = llvm::StructType::get(b_.getContext(), fields);
-  std::vector<llvm::Value*> args{a[0], a[1], a[2], a[3], b_desc, b_.getInt32(1)};
-  args.insert(args.end(), acc.begin(), acc.end());
-  llvm::Value* d = asm_call(b_, result, text, constraints + ",~{memory}", args);
-  std::vector<llvm::Value*> out;
-  for (size_t i = 0; i < k; ++i) out.push_back(b_.CreateExtractValue(d, static_cast<unsigned>(i)));
-  return out;
+  return wgmma_instruction(bf16, n, {a[0], a[1], a[2], a[3]}, b_desc, acc, trans_b);
 }
 
 std::vector<llvm::Value*> PtxInstructions::fence_registers(const std::vector<llvm::Value*>& values) {
   if (values.empty()) return {};
-  std::string constraints;
+  std::string constraints = float_outputs(values.size()) + tied_inputs(values.size());
   std::vector<llvm::Type*> types;
-  for (size_t i = 0; i < values.size(); ++i) {
-    constraints += (i ? ",=f" : "=f");
-    types.push_back(values[i]->getType());
-  }
-  for (size_t i = 0; i < values.size(); ++i) constraints += "," + std::to_string(i);
+  for (llvm::Value* v : values) types.push_back(v->getType());
   auto* result = llvm::StructType::get(b_.getContext(), types);
   llvm::Value* d = asm_call(b_, result, "", constraints, values);
   std::vector<llvm::Value*> out;

@@ -98,6 +98,8 @@ class PtxInstructions {
                                            const std::array<llvm::Value*, 2>& b, const std::array<llvm::Value*, 4>& c);
 
  private:
+  std::vector<llvm::Value*> wgmma_instruction(bool bf16, int n, const std::vector<llvm::Value*>& a, llvm::Value* b_desc,
+                                              const std::vector<llvm::Value*>& acc, bool trans_b);
   llvm::IRBuilder<>& b_;
 };
 
