@@ -1,4 +1,4 @@
-// Lowering a verified kernel to per-thread LLVM IR for NVPTX (see lower_nvptx.cpp for the layout).
+// Lowering a verified kernel to per-thread LLVM IR for NVPTX (see lowering.h for the layout).
 #pragma once
 
 #include <memory>

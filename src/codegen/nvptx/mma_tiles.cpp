@@ -1,5 +1,5 @@
 // The tensor-core part of a dot on NVPTX: warps walk the 16x8 tiles of C with mma.sync m16n8k16, the
-// operands and the result in shared memory (see lower_nvptx.cpp's dot_tensor_cores for the staging).
+// operands and the result in shared memory (see lower_nvptx_dot.cpp's dot_tensor_cores for the staging).
 #include "codegen/nvptx/mma_tiles.h"
 
 #include <array>

@@ -1,0 +1,244 @@
+// NVPTX lowering: dot (wgmma on Hopper, mma.sync tensor cores, CUDA cores) and async_dot (wgmma on
+// shared buffers, or with a in registers).
+#include "codegen/nvptx/lowering.h"
+
+#include <fmt/format.h>
+
+#include <array>
+
+#include "codegen/nvptx/mma_tiles.h"
+#include "passes/shared_layouts.h"
+
+namespace weft::codegen::nvptx::detail {
+
+void Lowering::dot(const NodeRef& n) {
+  const NodeRef& a = n->operands[0];
+  const NodeRef& bm = n->operands[1];
+  int64_t M = a->type.shape[0], K = a->type.shape[1], N = bm->type.shape[1];
+  ScalarType s = a->type.dtype.scalar;
+  bool half = s == ScalarType::bf16 || s == ScalarType::f16;
+  if (half && threads_ == 128 && M % 64 == 0 && N % 8 == 0 && N <= 256 && K % 16 == 0) return dot_wgmma(n);
+  if (half && M % 16 == 0 && N % 8 == 0 && K % 16 == 0) return dot_tensor_cores(n);
+  dot_cuda_cores(n);
+}
+
+// Hopper, on a group of one warp group: A [M, K] and B [K, N] staged in the group's scratch in wgmma's
+// plain (unswizzled) K-major layout — 8 x 8 core matrices of 16-byte rows, the two of each k16 step
+// side by side (LBO 128 bytes), 8-row groups K / 8 core matrices apart (SBO) — then one m64nNk16 per 64
+// rows and 16 of K, waited for at once. The result stays in the wgmma layout.
+void Lowering::dot_wgmma(const NodeRef& n) {
+  const NodeRef& a = n->operands[0];
+  const NodeRef& bm = n->operands[1];
+  DType d = a->type.dtype;
+  int64_t M = a->type.shape[0], K = a->type.shape[1], N = bm->type.shape[1];
+  int64_t sbo = K / 8 * 128, b_at = M * K * 2;
+  // The accumulator first: its conversion uses the scratch the operands go to next.
+  Regs acc = n->operands.size() == 3 ? raw(n->operands[2]) : splat(ops_.constant(DType{ScalarType::f32, false}, 0), M * N);
+  if (!acc.uniform && !acc.wgmma) acc = relayout(acc, DType{ScalarType::f32, false}, n->type.shape, true, n->loc);
+  claim_shared(b_at + N * K * 2, n->loc);
+  llvm::Type* i16 = b_.getInt16Ty();
+  // Byte offset of element (row, k) of a K-major operand with `rows` rows.
+  auto core_offset = [&](Value* row, Value* k) {
+    Value* across = b_.CreateAdd(b_.CreateMul(b_.CreateLShr(row, i32c(3)), i32c(sbo)),
+                                 b_.CreateMul(b_.CreateLShr(k, i32c(3)), i32c(128)));
+    return b_.CreateAdd(across, b_.CreateAdd(b_.CreateMul(b_.CreateAnd(row, i32c(7)), i32c(16)),
+                                             b_.CreateMul(b_.CreateAnd(k, i32c(7)), i32c(2))));
+  };
+  auto put = [&](Value* v, Value* offset) {
+    Value* at = b_.CreateInBoundsGEP(b_.getInt8Ty(), scratch_base(), b_.CreateZExt(offset, b_.getInt64Ty()));
+    b_.CreateStore(b_.CreateBitCast(ops_.to_memory(d, v), i16), at);
+  };
+  const Regs& ar = regs(a);
+  for (size_t r = 0; r < ar.v.size(); ++r) {  // A[i][k]: row i
+    Value* i = flat_index(M * K, static_cast<int64_t>(r));
+    put(ar.v[r], core_offset(b_.CreateUDiv(i, i32c(K)), b_.CreateURem(i, i32c(K))));
+  }
+  const Regs& br = regs(bm);
+  for (size_t r = 0; r < br.v.size(); ++r) {  // B[k][j]: row j of B^T
+    Value* i = flat_index(K * N, static_cast<int64_t>(r));
+    put(br.v[r], b_.CreateAdd(i32c(b_at), core_offset(b_.CreateURem(i, i32c(N)), b_.CreateUDiv(i, i32c(N)))));
+  }
+  ptx_.fence_proxy_async_shared();  // the staged operands, visible to the tensor cores
+  sync_group();
+  ptx_.wgmma_fence();
+  Regs out;
+  out.wgmma = true;
+  out.rows = M;
+  out.cols = N;
+  Value* a_base = scratch_;
+  Value* b_base = b_.CreateAdd(scratch_, i32c(b_at));
+  for (int64_t block = 0; block < M / 64; ++block) {
+    std::vector<Value*> acc_block(acc.v.begin() + block * N / 2, acc.v.begin() + (block + 1) * N / 2);
+    for (int64_t k = 0; k < K / 16; ++k) {
+      Value* a_desc = wgmma_descriptor_fields(b_.CreateAdd(a_base, i32c(block * 8 * sbo + k * 256)), 128, sbo, 0);
+      Value* b_desc = wgmma_descriptor_fields(b_.CreateAdd(b_base, i32c(k * 256)), 128, sbo, 0);
+      acc_block = ptx_.wgmma(d.scalar == ScalarType::bf16, static_cast<int>(N), a_desc, b_desc, acc_block, false);
+    }
+    out.v.insert(out.v.end(), acc_block.begin(), acc_block.end());
+  }
+  ptx_.wgmma_commit_group();
+  ptx_.wgmma_wait_group(0);
+  out.v = ptx_.fence_registers(out.v);
+  sync_group();  // the scratch is read by the tensor cores until the wait
+  regs_[n.get()] = std::move(out);
+}
+
+// Tensor cores: A and B staged in shared memory, each warp computes 16x8 tiles of C with mma.sync
+// m16n8k16 over K (mma_tiles.cpp), C goes back to the tile layout through shared memory. (The operands and the result
+// take a trip through shared memory because tiles keep one layout; Hopper's wgmma path keeps them put.)
+void Lowering::dot_tensor_cores(const NodeRef& n) {
+  const NodeRef& a = n->operands[0];
+  const NodeRef& bm = n->operands[1];
+  DType d = a->type.dtype;
+  int64_t M = a->type.shape[0], K = a->type.shape[1], N = bm->type.shape[1];
+  int64_t b_at = M * K * 2, c_at = (b_at + K * N * 2 + 15) / 16 * 16;
+  claim_shared(c_at + M * N * 4, n->loc);
+  llvm::Type* i16 = b_.getInt16Ty();
+  llvm::Type* f32 = b_.getFloatTy();
+  auto stage_bits = [&](const NodeRef& x, int64_t at) {  // 16-bit elements, as they are in memory
+    const Regs& r = regs(x);
+    for (size_t k = 0; k < r.v.size(); ++k)
+      b_.CreateStore(b_.CreateBitCast(ops_.to_memory(d, r.v[k]), i16), shared_at(i16, at, flat_index(x->type.numel(), k)));
+  };
+  stage_bits(a, 0);
+  stage_bits(bm, b_at);
+  bool has_acc = n->operands.size() == 3;
+  if (has_acc) stage(regs(n->operands[2]), DType{ScalarType::f32, false}, M * N, c_at);
+  sync_group();
+  emit_mma_tiles(b_, ptx_, {scratch_base(), entry_, tid_, threads_}, {M, N, K, 0, b_at, c_at, d.scalar == ScalarType::bf16, has_acc});
+  sync_group();
+  Regs out;
+  for (int64_t r = 0; r < per_thread(M * N); ++r)
+    out.v.push_back(b_.CreateLoad(f32, shared_at(f32, c_at, flat_index(M * N, r))));
+  sync_group();
+  regs_[n.get()] = std::move(out);
+}
+
+// CUDA cores: A and B staged in shared memory as f32, each thread computes its own elements of C.
+void Lowering::dot_cuda_cores(const NodeRef& n) {
+  const NodeRef& a = n->operands[0];
+  const NodeRef& bm = n->operands[1];
+  int64_t M = a->type.shape[0], K = a->type.shape[1], N = bm->type.shape[1];
+  llvm::Type* f32 = b_.getFloatTy();
+  DType af{ScalarType::f32, false};
+  int64_t b_at = M * K * 4;
+  claim_shared(b_at + K * N * 4, n->loc);
+  auto as_f32 = [&](const NodeRef& x) {
+    Regs r;
+    for (Value* v : regs(x).v) r.v.push_back(ops_.cast(x->type.dtype, af, v));
+    return r;
+  };
+  stage(as_f32(a), af, M * K, 0);
+  stage(as_f32(bm), af, K * N, b_at);
+  sync_group();
+  int64_t outputs = per_thread(M * N);
+  std::vector<Value*> acc, row, col;
+  llvm::IRBuilder<> eb(entry_, entry_->begin());
+  for (int64_t r = 0; r < outputs; ++r) {
+    acc.push_back(eb.CreateAlloca(f32));
+    Value* init = n->operands.size() == 3 ? regs(n->operands[2]).v[r] : llvm::ConstantFP::get(f32, 0.0);
+    b_.CreateStore(init, acc[r]);
+    Value* i = flat_index(M * N, r);
+    row.push_back(b_.CreateMul(b_.CreateUDiv(i, i32c(N)), i32c(K)));
+    col.push_back(b_.CreateURem(i, i32c(N)));
+  }
+  counted_loop(i32c(0), i32c(K), i32c(1), [&](Value* k) {
+    Value* b_row = b_.CreateMul(k, i32c(N));
+    for (int64_t r = 0; r < outputs; ++r) {
+      Value* av = b_.CreateLoad(f32, shared_at(f32, 0, b_.CreateAdd(row[r], k)));
+      Value* bv = b_.CreateLoad(f32, shared_at(f32, b_at, b_.CreateAdd(b_row, col[r])));
+      b_.CreateStore(ops_.fma(av, bv, b_.CreateLoad(f32, acc[r])), acc[r]);
+    }
+  });
+  sync_group();
+  Regs out;
+  for (int64_t r = 0; r < outputs; ++r) out.v.push_back(b_.CreateLoad(f32, acc[r]));
+  regs_[n.get()] = std::move(out);
+}
+
+// The 64-bit wgmma descriptor of an operand in shared memory whose rows (its contiguous dimension) are
+// `row_bytes` long, swizzled as wide, starting at byte `offset` (PTX ISA, "Matrix Descriptor"): start
+// address >> 4; the leading byte offset: unused (16) for K-major operands, the distance between panels
+// (`panel_bytes`) for N-major ones; the stride byte offset: 8 rows; the swizzle mode.
+Value* Lowering::wgmma_descriptor(Value* offset, int64_t row_bytes, int64_t panel_bytes) {
+  uint64_t mode = row_bytes == 128 ? 1 : row_bytes == 64 ? 2 : 3;
+  return wgmma_descriptor_fields(offset, panel_bytes, 8 * row_bytes, mode);
+}
+
+// The descriptor from its fields: leading and stride byte offsets, swizzle mode (0: none, 1: 128 bytes,
+// 2: 64, 3: 32).
+Value* Lowering::wgmma_descriptor_fields(Value* offset, int64_t lbo, int64_t sbo, uint64_t mode) {
+  Value* address = b_.CreateZExt(b_.CreateLShr(b_.CreateAnd(shared_address(offset), i32c(0x3FFFF)), i32c(4)), b_.getInt64Ty());
+  uint64_t fixed = (uint64_t((lbo >> 4) & 0x3FFF) << 16) | (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (mode << 62);
+  return b_.CreateOr(address, b_.getInt64(fixed));
+}
+
+// Two 16-bit elements (in their compute type) as one 32-bit register, the first in the low half.
+Value* Lowering::pack_pair(DType d, Value* lo, Value* hi) {
+  auto bits = [&](Value* v) { return b_.CreateZExt(b_.CreateBitCast(ops_.to_memory(d, v), b_.getInt16Ty()), b_.getInt32Ty()); };
+  return b_.CreateOr(bits(lo), b_.CreateShl(bits(hi), i32c(16)));
+}
+
+// acc + a @ b with wgmma: per 64 rows of a and 16 of K one m64nNk16 instruction; a from swizzled
+// shared memory (K-major) or from registers, b stored [N, K] and seen through local_trans (K-major) or
+// stored [K, N] (N-major).
+void Lowering::async_dot(const NodeRef& n) {
+  const auto& o = n->operands;
+  if (threads_ != 128)
+    throw Error(fmt::format("async_dot runs on one warp group (4 warps), but here the group has {} warps; call it in a "
+                            "task of 4 warps (or a kernel of num_warps = 4)",
+                            threads_ / 32),
+                n->loc);
+  int64_t M = n->type.shape[0], N = n->type.shape[1], K = o[0]->type.shape[1];
+  // a in registers: wgmma's A fragments are the accumulator layout's registers of 16 consecutive
+  // columns (8 per thread, in order), so a tile in the wgmma layout feeds them as it is.
+  bool a_registers = o[0]->type.kind == ir::Type::Kind::Value;
+  Regs a_regs;
+  if (a_registers) {
+    a_regs = raw(o[0]);
+    if (!a_regs.wgmma || a_regs.uniform) a_regs = relayout(a_regs, o[0]->type.dtype, o[0]->type.shape, true, n->loc);
+  }
+  const passes::SharedAllocation* a_alloc =
+      a_registers ? nullptr : &allocations_.of(passes::root_allocation(o[0].get()));
+  const passes::SharedAllocation& b_alloc = allocations_.of(passes::root_allocation(o[1].get()));
+  // b: stored [N, K] and seen through local_trans (K-major), or stored [K, N] (N-major: wgmma's
+  // transposed B), in panels of the swizzle's width when N is wider.
+  bool b_n_major = o[1]->op != Op::LocalTrans;
+  int64_t elem = o[0]->type.dtype.bytes(), a_row = K * elem;
+  int64_t b_row = b_n_major ? std::min<int64_t>(N * elem, 128) : K * elem;
+  if ((a_alloc && a_alloc->swizzle != a_row) || b_alloc.swizzle != b_row)
+    throw InternalError("async_dot: operand buffers without the swizzle of their row width");
+  Regs acc = raw(o[2]);
+  if (!acc.uniform && !acc.wgmma) acc = relayout(acc, o[2]->type.dtype, o[2]->type.shape, true, n->loc);
+  bool bf16 = o[0]->type.dtype.scalar == ScalarType::bf16;
+  Value* a_base = a_registers ? nullptr : regs(o[0]).v[0];
+  Value* b_base = regs(o[1]).v[0];
+  ptx_.wgmma_fence();
+  Regs out;
+  out.wgmma = true;
+  out.rows = M;
+  out.cols = N;
+  for (int64_t block = 0; block < M / 64; ++block) {
+    std::vector<Value*> d(acc.v.begin() + block * N / 2, acc.v.begin() + (block + 1) * N / 2);
+    for (int64_t k = 0; k < K / 16; ++k) {
+      Value* b_desc = b_n_major ? wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 16 * b_row)), b_row, K * b_row)
+                                : wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 32)), b_row);
+      if (a_registers) {
+        std::array<Value*, 4> fragment;
+        for (int p = 0; p < 4; ++p) {
+          size_t r = static_cast<size_t>(block * K / 2 + k * 8 + 2 * p);
+          fragment[p] = pack_pair(o[0]->type.dtype, a_regs.v[r], a_regs.v[r + 1]);
+        }
+        d = ptx_.wgmma_a_registers(bf16, static_cast<int>(N), fragment, b_desc, d, b_n_major);
+        continue;
+      }
+      Value* a_desc = wgmma_descriptor(b_.CreateAdd(a_base, i32c(block * 64 * a_row + k * 32)), a_row);
+      d = ptx_.wgmma(bf16, static_cast<int>(N), a_desc, b_desc, d, b_n_major);
+    }
+    out.v.insert(out.v.end(), d.begin(), d.end());
+  }
+  ptx_.wgmma_commit_group();
+  regs_[n.get()] = std::move(out);
+}
+
+}  // namespace weft::codegen::nvptx::detail

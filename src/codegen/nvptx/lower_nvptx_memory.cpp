@@ -1,0 +1,379 @@
+// NVPTX lowering: shared memory (the group's scratch, shared buffers and their views) and global memory
+// (loads and stores in 16-byte pieces, async_load).
+#include "codegen/nvptx/lowering.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "codegen/nvptx/async_copy.h"
+#include "passes/shared_layouts.h"
+
+namespace weft::codegen::nvptx::detail {
+
+llvm::Type* Lowering::shared_type(DType d) {  // pointers travel as integers
+  return d.pointer ? b_.getInt64Ty() : ops_.compute_type(d)->isIntegerTy(1) ? b_.getInt8Ty() : ops_.compute_type(d);
+}
+
+Value* Lowering::to_shared(DType d, Value* v) {
+  if (d.pointer) return b_.CreatePtrToInt(v, b_.getInt64Ty());
+  return v->getType()->isIntegerTy(1) ? b_.CreateZExt(v, b_.getInt8Ty()) : v;
+}
+
+Value* Lowering::from_shared(DType d, Value* v) {
+  if (d.pointer) return b_.CreateIntToPtr(v, ops_.compute_type(d));
+  return d.is_bool() ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+}
+
+// Address of element `index` (i32) of an array of `t` starting `byte_offset` into shared memory.
+// The group's scratch shared memory.
+Value* Lowering::scratch_base() {
+  return b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(scratch_, b_.getInt64Ty()));
+}
+
+// Address of element `index` (i32) of an array of `t` starting `byte_offset` into the group's scratch.
+Value* Lowering::shared_at(llvm::Type* t, int64_t byte_offset, Value* index) {
+  return shared_element(t, b_.CreateAdd(scratch_, i32c(byte_offset)), index);
+}
+
+// Address of element `index` of an array of `t` at `byte_offset` (i32) of the block's shared memory.
+Value* Lowering::shared_element(llvm::Type* t, Value* byte_offset, Value* index) {
+  Value* base = b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(byte_offset, b_.getInt64Ty()));
+  return b_.CreateInBoundsGEP(t, base, b_.CreateZExt(index, b_.getInt64Ty()));
+}
+
+int64_t Lowering::reserve_shared(int64_t bytes, SourceLoc loc) {
+  scratch_bytes_ = std::max(scratch_bytes_, bytes);
+  if (scratch_start_ + scratch_bytes_ > kMaxSharedBytes)
+    throw Error(fmt::format("this operation needs {} bytes of shared memory to exchange data between threads, and "
+                            "the kernel's allocations {}: more than the {} a block can have; use smaller tiles",
+                            bytes, allocations_.bytes, kMaxSharedBytes),
+                loc);
+  return bytes;
+}
+
+// Shared memory from offset 0 for an operation that writes it first: threads still reading the partials
+// of the last whole-block reduction (which ends without a barrier) must be done.
+void Lowering::claim_shared(int64_t bytes, SourceLoc loc) {
+  settle_shared();
+  reserve_shared(bytes, loc);
+}
+
+void Lowering::settle_shared() {
+  if (!partials_unsettled_) return;
+  sync_group();
+  partials_unsettled_ = false;
+}
+
+// Writes a tile's elements to shared memory (as `t`) starting at `byte_offset`.
+void Lowering::stage(const Regs& src, DType d, int64_t n, int64_t byte_offset) {
+  llvm::Type* t = shared_type(d);
+  for (size_t r = 0; r < src.v.size(); ++r)
+    b_.CreateStore(to_shared(d, src.v[r]), shared_at(t, byte_offset, flat_index(n, r)));
+}
+
+// Runs `body` only where `cond` holds; returns the phi of its value and `otherwise`.
+Value* Lowering::guarded(Value* cond, const std::function<Value*()>& body, Value* otherwise) {
+  auto* then_block = llvm::BasicBlock::Create(c_, "guarded", fn_);
+  auto* join = llvm::BasicBlock::Create(c_, "guarded.end", fn_);
+  llvm::BasicBlock* before = b_.GetInsertBlock();
+  b_.CreateCondBr(cond, then_block, join);
+  b_.SetInsertPoint(then_block);
+  Value* v = body();
+  llvm::BasicBlock* then_end = b_.GetInsertBlock();
+  b_.CreateBr(join);
+  b_.SetInsertPoint(join);
+  if (!otherwise) return nullptr;
+  llvm::PHINode* phi = b_.CreatePHI(otherwise->getType(), 2);
+  phi->addIncoming(v, then_end);
+  phi->addIncoming(otherwise, before);
+  return phi;
+}
+
+int64_t Lowering::piece_elems(DType d) { return std::max<int64_t>(1, kMaxAccessBytes / d.bytes()); }
+
+bool Lowering::chunks_proven(const NodeRef& ptrs, DType d, int64_t width) {
+  passes::AccessPattern p = patterns_.of(ptrs.get());
+  int64_t align = std::min(width, piece_elems(d)) * d.bytes();
+  return p.contiguity >= width && p.divisor % align == 0;
+}
+
+Value* Lowering::whole_chunk_ok(const Chunk& c, DType d, bool proven) {
+  Value* ok = b_.getTrue();
+  for (Value* m : c.masks) {
+    ok = b_.CreateAnd(ok, m);
+    if (c.one_mask) break;
+  }
+  if (proven) return ok;
+  int64_t width = static_cast<int64_t>(c.ptrs.size());
+  int64_t align = std::min(width, piece_elems(d)) * d.bytes();
+  Value* first = b_.CreatePtrToInt(c.ptrs[0], b_.getInt64Ty());
+  ok = b_.CreateAnd(ok, b_.CreateICmpEQ(b_.CreateAnd(first, b_.getInt64(align - 1)), b_.getInt64(0)));
+  for (int64_t j = 1; j < width; ++j) {
+    Value* gap = b_.CreateSub(b_.CreatePtrToInt(c.ptrs[j], b_.getInt64Ty()), first);
+    ok = b_.CreateAnd(ok, b_.CreateICmpEQ(gap, b_.getInt64(j * d.bytes())));
+  }
+  return ok;
+}
+
+// Element p of chunk `c` as a run of `width` consecutive pieces: calls f(piece pointer, piece type, first j).
+void Lowering::for_each_piece(const Chunk& c, DType d,
+                              const std::function<void(Value*, llvm::FixedVectorType*, int64_t)>& f) {
+  int64_t width = static_cast<int64_t>(c.ptrs.size()), per = std::min(width, piece_elems(d));
+  auto* piece = llvm::FixedVectorType::get(ops_.memory_type(d), static_cast<unsigned>(per));
+  for (int64_t j = 0; j < width; j += per) f(c.ptrs[j], piece, j);
+}
+
+Lowering::Chunk Lowering::chunk_of(const std::vector<NodeRef>& o, size_t mask_operand, int64_t first,
+                                   int64_t width) {
+  Chunk c;
+  // A chunk is `width` consecutive flat elements starting at a multiple of `width`: the analysis's runs.
+  c.one_mask = o.size() > mask_operand && patterns_.of(o[mask_operand].get()).constancy >= width;
+  for (int64_t j = 0; j < width; ++j) {
+    c.ptrs.push_back(regs(o[0]).v[first + j]);
+    if (o.size() > mask_operand) c.masks.push_back(regs(o[mask_operand]).v[first + j]);
+  }
+  return c;
+}
+
+void Lowering::load(const NodeRef& n) {
+  DType d = n->type.dtype;
+  const auto& o = n->operands;
+  llvm::Type* mt = ops_.memory_type(d);
+  int64_t width = vector_width(n->type.numel());
+  Regs out;
+  for (int64_t first = 0; first < per_thread(n->type.numel()); first += width) {
+    Chunk c = chunk_of(o, 1, first, width);
+    auto otherwise = [&](int64_t j) {
+      return o.size() == 3 ? regs(o[2]).v[first + j] : llvm::Constant::getNullValue(ops_.compute_type(d));
+    };
+    auto element_wise = [&](std::vector<Value*>& vals) {
+      for (int64_t j = 0; j < width; ++j) {
+        auto read = [&] { return ops_.to_compute(d, b_.CreateLoad(mt, c.ptrs[j])); };
+        vals.push_back(c.masks.empty() ? read() : guarded(c.masks[j], read, otherwise(j)));
+      }
+    };
+    auto whole = [&](std::vector<Value*>& fast) {
+      for_each_piece(c, d, [&](Value* p, llvm::FixedVectorType* piece, int64_t) {
+        unsigned count = piece->getNumElements();
+        llvm::Align align(count * d.bytes());
+        if (d.bytes() != 2 || count % 2 != 0) {
+          auto* load = b_.CreateAlignedLoad(piece, p, align);
+          for (unsigned e = 0; e < count; ++e) fast.push_back(ops_.to_compute(d, b_.CreateExtractElement(load, e)));
+          return;
+        }
+        // 16-bit elements as 32-bit words, halves taken with integer ops: bf16 -> f32 is then one shl
+        // (low half) or and (high half) per element instead of an unpack, a zero extension and a shift.
+        auto* words = b_.CreateAlignedLoad(llvm::FixedVectorType::get(b_.getInt32Ty(), count / 2), p, align);
+        for (unsigned e = 0; e < count; ++e)
+          fast.push_back(ops_.to_compute_half_of(d, b_.CreateExtractElement(words, e / 2), e % 2 == 1));
+      });
+    };
+    std::vector<Value*> vals;
+    bool proven = width > 1 && chunks_proven(o[0], d, width);
+    if (width == 1)
+      element_wise(vals);
+    else if (proven && c.masks.empty())
+      whole(vals);
+    else if (proven && c.one_mask)  // all or nothing: no element-wise fallback
+      vals = branch_values(c.masks[0], width, whole, [&](std::vector<Value*>& none) {
+        for (int64_t j = 0; j < width; ++j) none.push_back(otherwise(j));
+      });
+    else
+      vals = branch_values(whole_chunk_ok(c, d, proven), width, whole, element_wise);
+    for (Value* v : vals) out.v.push_back(v);
+  }
+  regs_[n.get()] = std::move(out);
+}
+
+void Lowering::store(const NodeRef& n) {
+  const auto& o = n->operands;
+  DType d = o[1]->type.dtype;
+  int64_t width = vector_width(o[0]->type.numel());
+  for (int64_t first = 0; first < per_thread(o[0]->type.numel()); first += width) {
+    Chunk c = chunk_of(o, 2, first, width);
+    auto value = [&](int64_t j) { return ops_.to_memory(d, regs(o[1]).v[first + j]); };
+    auto element_wise = [&] {
+      for (int64_t j = 0; j < width; ++j) {
+        auto write = [&]() -> Value* {
+          b_.CreateStore(value(j), c.ptrs[j]);
+          return nullptr;
+        };
+        if (c.masks.empty())
+          write();
+        else
+          guarded(c.masks[j], write, nullptr);
+      }
+    };
+    auto whole = [&](std::vector<Value*>&) {
+      for_each_piece(c, d, [&](Value* p, llvm::FixedVectorType* piece, int64_t j0) {
+        unsigned count = piece->getNumElements();
+        llvm::Align align(count * d.bytes());
+        if (d.bytes() == 2 && count % 2 == 0) {  // as 32-bit words: bf16 pairs round in one cvt.rn.bf16x2.f32
+          Value* words = llvm::PoisonValue::get(llvm::FixedVectorType::get(b_.getInt32Ty(), count / 2));
+          for (unsigned e = 0; e < count; e += 2) {
+            const std::vector<Value*>& v = regs(o[1]).v;
+            words = b_.CreateInsertElement(words, ops_.to_memory_pair(d, v[first + j0 + e], v[first + j0 + e + 1]), e / 2);
+          }
+          b_.CreateAlignedStore(words, p, align);
+          return;
+        }
+        Value* vec = llvm::PoisonValue::get(piece);
+        for (unsigned e = 0; e < count; ++e) vec = b_.CreateInsertElement(vec, value(j0 + e), e);
+        b_.CreateAlignedStore(vec, p, align);
+      });
+    };
+    std::vector<Value*> none;
+    bool proven = width > 1 && chunks_proven(o[0], d, width);
+    if (width == 1)
+      element_wise();
+    else if (proven && c.masks.empty())
+      whole(none);
+    else if (proven && c.one_mask)
+      guarded(c.masks[0], [&]() -> Value* {
+        whole(none);
+        return nullptr;
+      }, nullptr);
+    else
+      branch_values(whole_chunk_ok(c, d, proven), 0, whole, [&](std::vector<Value*>&) { element_wise(); });
+  }
+}
+
+// if (cond) fast(values) else slow(values); returns the `count` values merged by phis.
+std::vector<Value*> Lowering::branch_values(Value* cond, int64_t count,
+                                            const std::function<void(std::vector<Value*>&)>& fast,
+                                            const std::function<void(std::vector<Value*>&)>& slow) {
+  auto* fast_block = llvm::BasicBlock::Create(c_, "whole", fn_);
+  auto* slow_block = llvm::BasicBlock::Create(c_, "by_element", fn_);
+  auto* join = llvm::BasicBlock::Create(c_, "chunk.end", fn_);
+  b_.CreateCondBr(cond, fast_block, slow_block);
+  std::vector<Value*> fv, sv;
+  b_.SetInsertPoint(fast_block);
+  fast(fv);
+  llvm::BasicBlock* fast_end = b_.GetInsertBlock();
+  b_.CreateBr(join);
+  b_.SetInsertPoint(slow_block);
+  slow(sv);
+  llvm::BasicBlock* slow_end = b_.GetInsertBlock();
+  b_.CreateBr(join);
+  b_.SetInsertPoint(join);
+  std::vector<Value*> merged;
+  for (int64_t j = 0; j < count; ++j) {
+    llvm::PHINode* phi = b_.CreatePHI(fv[j]->getType(), 2);
+    phi->addIncoming(fv[j], fast_end);
+    phi->addIncoming(sv[j], slow_end);
+    merged.push_back(phi);
+  }
+  return merged;
+}
+
+// The 32-bit shared-state-space address of byte `offset` of the block's shared memory.
+Value* Lowering::shared_address(Value* offset) {
+  return b_.CreateAdd(b_.CreatePtrToInt(smem_, b_.getInt32Ty()), offset);
+}
+
+// Byte `byte` (i32) of a stage, where the buffer's swizzle puts it (passes/shared_layouts.h).
+Value* Lowering::swizzle(Value* byte, int swizzle_bytes) {
+  if (!swizzle_bytes) return byte;
+  Value* row_bits = b_.CreateAnd(b_.CreateLShr(byte, i32c(7)), i32c(swizzle_bytes / 16 - 1));
+  return b_.CreateXor(byte, b_.CreateShl(row_bits, i32c(4)));
+}
+
+// The shared-memory address of element `flat` (i32, row-major) of a view of a buffer stage, where the
+// buffer's layout puts it: transposed views, column panels and the swizzle (passes/shared_layouts.h).
+// `base`: the block's shared memory (or, for a remote store, the same memory in another block).
+Value* Lowering::view_element(const NodeRef& view, DType d, Value* flat, Value* base) {
+  const passes::SharedAllocation& alloc = allocations_.of(passes::root_allocation(view.get()));
+  bool transposed = view->op == Op::LocalTrans;
+  // Panels: a view's columns are stored in [rows, P] blocks.
+  const ir::Shape& stored = transposed ? view->operands[0]->type.shape : view->type.shape;
+  int64_t panel = stored.size() == 2 && alloc.panel && alloc.panel < stored[1] ? alloc.panel : 0;
+  if (transposed) {  // the view is [C, R] of storage [R, C]
+    int64_t R = view->type.shape[1], C = view->type.shape[0];
+    flat = b_.CreateAdd(b_.CreateMul(b_.CreateURem(flat, i32c(R)), i32c(C)), b_.CreateUDiv(flat, i32c(R)));
+  }
+  if (panel) {  // (r, c) -> (c / P) * R * P + r * P + c % P
+    Value* r = b_.CreateUDiv(flat, i32c(stored[1]));
+    Value* c = b_.CreateURem(flat, i32c(stored[1]));
+    flat = b_.CreateAdd(b_.CreateAdd(b_.CreateMul(b_.CreateUDiv(c, i32c(panel)), i32c(stored[0] * panel)),
+                                     b_.CreateMul(r, i32c(panel))),
+                        b_.CreateURem(c, i32c(panel)));
+  }
+  Value* byte = swizzle(b_.CreateMul(flat, i32c(d.bytes())), alloc.swizzle);
+  return b_.CreateInBoundsGEP(b_.getInt8Ty(), base ? base : smem_,
+                              b_.CreateZExt(b_.CreateAdd(regs(view).v[0], byte), b_.getInt64Ty()));
+}
+
+// Loads (or stores) a tile from (to) a stage of a shared buffer. In the blocked layout each chunk of V
+// consecutive elements is one aligned vector access of at most 16 bytes per piece (buffers are 1024-byte
+// aligned, a chunk starts at a multiple of V, and a swizzle moves whole 16-byte units); transposed views
+// and wgmma-layout values go element by element.
+// `remote_rank`: store into the same stage of that block of the cluster (st.shared::cluster).
+void Lowering::shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value,
+                           Value* remote_rank) {
+  Value* base = remote_rank ? ptx_.map_shared_pointer_to_rank(smem_, remote_rank) : smem_;
+  int swz = allocations_.of(passes::root_allocation(view.get())).swizzle;
+  bool transposed = view->op == Op::LocalTrans;
+  llvm::Type* mt = ops_.memory_type(d);
+  int64_t eb = d.bytes();
+  // A wgmma-layout value holds pairs of neighbouring columns (registers 2i, 2i + 1): one access each.
+  bool pairs = value && value->wgmma && !value->uniform && !transposed;
+  int64_t width = transposed ? 1 : pairs ? 2 : vector_width(numel), per = std::min(width, piece_elems(d));
+  auto* piece = llvm::FixedVectorType::get(mt, static_cast<unsigned>(per));
+  llvm::Align align(static_cast<uint64_t>(per * eb));
+  Regs out;
+  if (value) sync_group();  // earlier reads of this group are done before anything is overwritten
+  for (int64_t first = 0; first < per_thread(numel); first += width) {
+    for (int64_t j = 0; j < width; j += per) {
+      Value* at = view_element(view, d, value ? index_of(*value, numel, first + j) : flat_index(numel, first + j), base);
+      if (value) {
+        Value* vec = llvm::PoisonValue::get(piece);
+        for (int64_t e = 0; e < per; ++e)
+          vec = b_.CreateInsertElement(vec, ops_.to_memory(d, value->v[first + j + e]), static_cast<uint64_t>(e));
+        b_.CreateAlignedStore(vec, at, align);
+      } else {
+        Value* vec = b_.CreateAlignedLoad(piece, at, align);
+        for (int64_t e = 0; e < per; ++e)
+          out.v.push_back(ops_.to_compute(d, b_.CreateExtractElement(vec, static_cast<uint64_t>(e))));
+      }
+    }
+  }
+  if (!value) {
+    regs_[n.get()] = std::move(out);
+    return;
+  }
+  // A swizzled buffer is read by TMA or wgmma (the async proxy): each thread fences its own writes
+  // before the group syncs.
+  if (swz && remote_rank)
+    ptx_.fence_proxy_async_shared_cluster();
+  else if (swz)
+    ptx_.fence_proxy_async_shared();
+  sync_group();  // the whole tile is written before any thread of the group reads it (or arrives)
+}
+
+// async_load (ptrs, view[, mask[, other]]): each thread copies its own chunks of the blocked layout
+// (async_copy.cpp), after the group's earlier reads of shared memory, as local_store does.
+void Lowering::async_load(const NodeRef& n) {
+  const auto& o = n->operands;
+  DType d = o[1]->type.dtype;
+  int64_t numel = o[0]->type.numel(), width = vector_width(numel);
+  bool proven = width > 1 && chunks_proven(o[0], d, width);
+  // A fill of constant +0 is cp.async's own zero-fill (-0.0 is not: its sign bit is set).
+  auto positive_zero = [](const ir::Node& x) {
+    const ir::Node& c = x.op == Op::Broadcast ? *x.operands[0] : x;
+    return c.op == Op::Constant && c.attrs.number == 0 && !std::signbit(c.attrs.number);
+  };
+  bool zero_fill = o.size() < 4 || positive_zero(*o[3]);
+  sync_group();
+  for (int64_t first = 0; first < per_thread(numel); first += width) {
+    Chunk c = chunk_of(o, 2, first, width);
+    AsyncCopyChunk copy{d.bytes(), ops_.memory_type(d), c.ptrs, {}, c.masks, c.one_mask, proven, {}};
+    for (int64_t j = 0; j < width; ++j) {
+      copy.dst.push_back(view_element(o[1], d, flat_index(numel, first + j)));
+      if (!zero_fill) copy.fill.push_back(ops_.to_memory(d, regs(o[3]).v[first + j]));
+    }
+    emit_async_copy(b_, ptx_, copy);
+  }
+}
+
+}  // namespace weft::codegen::nvptx::detail

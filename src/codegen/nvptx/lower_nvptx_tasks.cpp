@@ -1,0 +1,216 @@
+// NVPTX lowering: groups (sync_group), mbarriers, shared buffers' ops, TMA, thread-block clusters and
+// async_tasks (hopper_node: every op the other sections do not lower).
+#include "codegen/nvptx/lowering.h"
+
+#include <fmt/format.h>
+
+#include <tuple>
+
+#include "codegen/llvm_builders.h"
+#include "passes/shared_layouts.h"
+
+namespace weft::codegen::nvptx::detail {
+
+void Lowering::sync_group() {
+  if (group_barrier_)
+    ptx_.barrier(group_barrier_, i32c(threads_));
+  else
+    ptx_.barrier();
+}
+
+// Thread 0 initializes every mbarrier before any user code; the fence and bar.sync publish them (in a
+// cluster, the cluster sync: other blocks arrive at and multicast to them).
+void Lowering::init_barriers() {
+  bool any = false;
+  for (const passes::SharedAllocation& a : allocations_.allocations) any = any || a.node->op == Op::AllocBarriers;
+  has_barriers_ = any;
+  if (!any) return;
+  guarded(b_.CreateICmpEQ(block_tid_, i32c(0)), [&]() -> Value* {
+    for (const passes::SharedAllocation& a : allocations_.allocations) {
+      if (a.node->op != Op::AllocBarriers) continue;
+      for (int64_t i = 0; i < a.node->type.shape[0]; ++i)
+        ptx_.mbarrier_init(shared_address(i32c(a.offset + i * passes::kMbarrierBytes)),
+                           static_cast<int>(a.node->attrs.ints[1]));
+    }
+    ptx_.fence_mbarrier_init();
+    return nullptr;
+  }, nullptr);
+  if (clustered())
+    ptx_.cluster_sync();
+  else
+    ptx_.barrier();
+}
+
+// Runs `body` on one thread of the group after all of the group's threads got here: how a task replica
+// arrives once at an mbarrier.
+void Lowering::once_per_group(const std::function<void()>& body) {
+  sync_group();
+  guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+    body();
+    return nullptr;
+  }, nullptr);
+}
+
+void Lowering::hopper_node(const NodeRef& n) {
+  const auto& o = n->operands;
+  switch (n->op) {
+    case Op::LocalAlloc:
+    case Op::AllocBarriers:
+      regs_[n.get()] = {{i32c(allocations_.of(n.get()).offset)}};
+      return;
+    case Op::LocalView: {
+      int64_t stage_bytes = allocations_.of(o[0].get()).stage_bytes;
+      regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(stage_bytes)))}};
+      return;
+    }
+    case Op::LocalTrans: regs_[n.get()] = regs(o[0]); return;  // the same bytes
+    case Op::LocalCols: {  // whole panels: the first one's offset
+      const passes::SharedAllocation& a = allocations_.of(passes::root_allocation(n.get()));
+      int64_t rows = o[0]->type.shape[0], eb = n->type.dtype.bytes();
+      int64_t first = n->attrs.ints[0], bytes = a.panel ? first / a.panel * rows * a.panel * eb : first * eb;
+      regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], i32c(bytes))}};
+      return;
+    }
+    case Op::LocalRows: {  // rows are contiguous; a swizzled stage's rows come in groups of 8 (one pattern)
+      int64_t row_bytes = o[0]->type.numel() / o[0]->type.shape[0] * o[0]->type.dtype.bytes();
+      regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(row_bytes)))}};
+      return;
+    }
+    case Op::AsyncDescriptorLoad:
+    case Op::AsyncDescriptorLoadMulticast: {
+      bool multicast = n->op == Op::AsyncDescriptorLoadMulticast;
+      Value* desc = raw(o[0]).v[0];
+      Value* smem = shared_address(regs(o[1]).v[0]);
+      Value* bar = shared_address(regs(o[2]).v[0]);
+      Value* mask = multicast ? b_.CreateTrunc(regs(o[3]).v[0], b_.getInt16Ty()) : nullptr;
+      std::vector<Value*> coords;
+      for (size_t i = o.size(); i-- > (multicast ? 4u : 3u);) coords.push_back(regs(o[i]).v[0]);  // innermost first
+      guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+        if (multicast)
+          ptx_.tma_load_multicast(smem, desc, coords, bar, mask);
+        else
+          ptx_.tma_load(smem, desc, coords, bar);
+        return nullptr;
+      }, nullptr);
+      return;
+    }
+    case Op::AsyncDescriptorStore: {
+      Value* desc = raw(o[0]).v[0];
+      Value* smem = shared_address(regs(o[1]).v[0]);
+      std::vector<Value*> coords;
+      for (size_t i = o.size(); i-- > 2;) coords.push_back(regs(o[i]).v[0]);
+      ptx_.fence_proxy_async_shared();  // this thread's writes to the stage, visible to the copy engine
+      once_per_group([&] {
+        ptx_.tma_store(desc, coords, smem);
+        ptx_.bulk_commit_group();
+      });
+      return;
+    }
+    case Op::AsyncStoreWait:
+      guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+        ptx_.bulk_wait_group_read(static_cast<int>(n->attrs.ints[0]));
+        return nullptr;
+      }, nullptr);
+      sync_group();  // no thread overwrites the stage before the copy engine has read it
+      return;
+    case Op::FenceAsyncShared: ptx_.fence_proxy_async_shared(); return;
+    case Op::AsyncLoad: return async_load(n);
+    case Op::AsyncCommitGroup: ptx_.cp_async_commit_group(); return;
+    case Op::AsyncWaitGroup:
+      ptx_.cp_async_wait_group(static_cast<int>(n->attrs.ints[0]));
+      sync_group();  // every thread's copies, visible to the whole group
+      return;
+    case Op::AsyncDot: return async_dot(n);
+    case Op::AsyncDotWait: {
+      ptx_.wgmma_wait_group(static_cast<int>(n->attrs.ints[0]));
+      Regs out = raw(o[0]);
+      out.v = ptx_.fence_registers(out.v);
+      regs_[n.get()] = std::move(out);
+      return;
+    }
+    case Op::LocalLoad: return shared_tile(o[0], n, n->type.dtype, n->type.numel(), nullptr);
+    case Op::LocalStore: return shared_tile(o[0], n, o[1]->type.dtype, o[1]->type.numel(), &raw(o[1]));
+    case Op::LocalStoreRemote:
+      return shared_tile(o[0], n, o[1]->type.dtype, o[1]->type.numel(), &raw(o[1]), regs(o[2]).v[0]);
+    case Op::BarrierAt:
+      regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(passes::kMbarrierBytes)))}};
+      return;
+    case Op::BarrierArrive: {
+      Value* bar = shared_address(regs(o[0]).v[0]);
+      return once_per_group([&] { ptx_.mbarrier_arrive(bar); });
+    }
+    case Op::BarrierExpectBytes: {
+      Value* bar = shared_address(regs(o[0]).v[0]);
+      Value* bytes = regs(o[1]).v[0];
+      return once_per_group([&] { ptx_.mbarrier_arrive_expect_tx(bar, bytes); });
+    }
+    case Op::BarrierWait: {
+      Value* offset = regs(o[0]).v[0];
+      Value* parity = b_.CreateAnd(regs(o[1]).v[0], i32c(1));
+      if (debug_waits_) return debug_waits_->wait(shared_address(offset), offset, parity, wait_sites_->index.at(n.get()));
+      return barrier_wait(shared_address(offset), parity);
+    }
+    case Op::NamedBarrierWait:
+      ptx_.barrier(i32c(n->attrs.ints[0]), i32c(n->attrs.ints[1]));
+      return;
+    case Op::NamedBarrierArrive:
+      ptx_.barrier_arrive(i32c(n->attrs.ints[0]), i32c(n->attrs.ints[1]));
+      return;
+    case Op::AsyncTasks: return async_tasks(n);
+    case Op::TaskReplicaId: regs_[n.get()] = {{replica_}}; return;
+    // Thread-block clusters: the ops are a line each; the cluster-wide syncs around the kernel body are in
+    // the constructor (the cluster shape), init_barriers and run().
+    case Op::ClusterCtaRank: regs_[n.get()] = {{ptx_.cluster_cta_rank()}}; return;
+    case Op::ClusterSync: ptx_.cluster_sync(); return;
+    case Op::BarrierArriveRemote: {
+      Value* bar = shared_address(regs(o[0]).v[0]);
+      Value* rank = regs(o[1]).v[0];
+      return once_per_group([&] { ptx_.mbarrier_arrive_cluster(ptx_.map_shared_to_rank(bar, rank)); });
+    }
+    default: break;
+  }
+  throw InternalError(fmt::format("NVPTX lowering: no rule for op '{}'", ir::op_name(n->op)));
+}
+
+// Every thread of the group polls until the phase of parity `parity` has completed.
+void Lowering::barrier_wait(Value* bar, Value* parity) {
+  auto* poll = llvm::BasicBlock::Create(c_, "mbarrier.wait", fn_);
+  auto* done = llvm::BasicBlock::Create(c_, "mbarrier.done", fn_);
+  b_.CreateBr(poll);
+  b_.SetInsertPoint(poll);
+  // In a cluster, arrivals may come from other blocks: acquire at cluster scope (their release is).
+  b_.CreateCondBr(ptx_.mbarrier_try_wait_parity(bar, parity, clustered()), done, poll);
+  b_.SetInsertPoint(done);
+}
+
+// Each task is a branch on the warp index; its replicas share the code, told apart at run time. Inside,
+// the group is the replica: its threads renumbered from 0, its own named barrier and scratch.
+void Lowering::async_tasks(const NodeRef& n) {
+  Value* warp = b_.CreateLShr(block_tid_, i32c(5));
+  int fiber = 0;
+  for (size_t t = 0; t < n->regions.size(); ++t) {
+    const passes::TaskSlot& slot = tasks_.slots[t];
+    int first = slot.first_warp, last = first + slot.warps * slot.replicas;
+    Value* mine = b_.CreateAnd(b_.CreateICmpUGE(warp, i32c(first)), b_.CreateICmpULT(warp, i32c(last)));
+    emit_if(b_, mine, [&] {
+      if (slot.regs && slot.regs != tasks_.entry_regs) ptx_.set_max_registers(slot.regs > tasks_.entry_regs, slot.regs);
+      Value* replica = b_.CreateUDiv(b_.CreateSub(warp, i32c(first)), i32c(slot.warps));
+      Value* fiber_index = b_.CreateAdd(replica, i32c(fiber));
+      Value* group_start = b_.CreateMul(b_.CreateAdd(b_.CreateMul(replica, i32c(slot.warps)), i32c(first)), i32c(32));
+      auto saved = std::make_tuple(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_);
+      partials_unsettled_ = false;
+      tid_ = b_.CreateSub(block_tid_, group_start);
+      threads_ = slot.warps * 32;
+      group_barrier_ = b_.CreateSub(i32c(15), fiber_index);
+      replica_ = replica;
+      scratch_ = b_.CreateAdd(i32c(scratch_start_), b_.CreateMul(fiber_index, b_.CreateLoad(b_.getInt32Ty(), scratch_stride_)));
+      for (const NodeRef& d : deferred_order_) node(d);
+      region(n->regions[t]);
+      for (const NodeRef& d : deferred_order_) regs_.erase(d.get());
+      std::tie(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_) = saved;
+    }, [] {});
+    fiber += slot.replicas;
+  }
+}
+
+}  // namespace weft::codegen::nvptx::detail

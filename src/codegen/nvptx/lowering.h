@@ -1,0 +1,238 @@
+// IR -> per-thread LLVM IR for NVPTX: the class that lowers one kernel (private to src/codegen/nvptx/), its
+// member functions in one file per section, as Halide splits its simplifier:
+//   lower_nvptx.cpp             the entry point, node dispatch, elementwise ops and control flow
+//   lower_nvptx_layouts.cpp     the blocked and wgmma layouts, and tiles moved between layouts
+//   lower_nvptx_memory.cpp      scratch and shared buffers, global loads and stores, async_load
+//   lower_nvptx_reductions.cpp  reductions
+//   lower_nvptx_dot.cpp         dot (wgmma, mma.sync, CUDA cores) and async_dot
+//   lower_nvptx_tasks.cpp       groups, mbarriers, TMA, clusters and async_tasks
+//
+// Layout: a program instance is one block of T = 32 * num_warps threads. A tile of N elements (N and T
+// powers of two) is spread over the threads in a blocked layout: thread t holds R = max(1, N / T)
+// registers in chunks of V = clamp(N / T, 1, 8) consecutive elements; register r = c * V + j is flat
+// element ((c * T + t) * V + j) mod N. A warp's chunk c is one contiguous run of memory when the tile is
+// (16-byte accesses per thread), and when N < T threads hold copies. Every tile
+// with the same element count has the same layout, so elementwise ops and reshapes need no data
+// movement; broadcasts, permutes, reductions and dot exchange data through shared memory. Rank-0 values
+// are uniform: every thread holds the same value, so control flow on them never diverges.
+//
+// Groups: tile operations run on a group of threads — the whole block, or inside async_tasks one task
+// replica (its warps, renumbered from 0). A group syncs with bar.sync 0 (the block) or its own named
+// barrier (id 15 - replica number) and has its own scratch shared memory for exchanges, after the user's
+// allocations (passes/shared_memory_plan.h).
+#pragma once
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Module.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "codegen/element_ops.h"
+#include "codegen/nvptx/debug_waits.h"
+#include "codegen/nvptx/lower_nvptx.h"
+#include "codegen/nvptx/ptx_instructions.h"
+#include "passes/access_patterns.h"
+#include "passes/shared_memory_plan.h"
+#include "passes/task_plan.h"
+
+namespace weft::codegen::nvptx::detail {
+
+// Internal to libweft (cmake/weft.map would export these names otherwise).
+#pragma GCC visibility push(hidden)
+
+using ir::NodeRef;
+using ir::Op;
+using llvm::Value;
+
+constexpr unsigned kGlobal = 1;
+constexpr unsigned kShared = 3;
+constexpr int64_t kMaxSharedBytes = passes::kMaxSharedBytesPerBlock;
+constexpr int64_t kScratchAlign = 16;
+constexpr int64_t kMaxVector = 8;                // consecutive elements per thread in the blocked layout
+constexpr int64_t kMaxAccessBytes = 16;          // the widest global load/store of one thread
+
+struct Regs {
+  std::vector<Value*> v;  // see the layout above
+  bool uniform = false;   // every register holds the same value (fits any layout)
+  bool wgmma = false;     // the wgmma accumulator layout of a [rows, cols] tile instead (see wgmma_index)
+  int64_t rows = 0, cols = 0;
+};
+
+inline bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+inline bool is_descriptor(const ir::Node& param) { return param.type.kind == ir::Type::Kind::TensorDesc; }
+inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+inline std::vector<int64_t> strides(const ir::Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int i = static_cast<int>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
+  return st;
+}
+
+class Lowering {
+ public:
+  Lowering(const ir::Function& f, llvm::LLVMContext& c, int num_warps, const ClusterDims& cluster,
+           const std::string& symbol, const passes::WaitSites* debug_waits);
+  LoweredKernel run();
+
+ private:
+  // ---- used by every section -------------------------------------------------------------------------
+
+  int64_t per_thread(int64_t n) const { return std::max<int64_t>(1, n / threads_); }
+  int64_t vector_width(int64_t n) const { return std::clamp<int64_t>(n / threads_, 1, kMaxVector); }
+  Value* i32c(int64_t v) { return b_.getInt32(static_cast<uint32_t>(v)); }
+  Regs splat(Value* v, int64_t n) { return {std::vector<Value*>(per_thread(n), v), true}; }
+  // A value's registers in the blocked layout (a wgmma-layout operand of this node is converted first).
+  const Regs& regs(const NodeRef& n) {
+    auto it = converted_.find(n.get());
+    return it != converted_.end() ? it->second : regs_.at(n.get());
+  }
+  // A value's registers in whatever layout it has.
+  const Regs& raw(const NodeRef& n) { return regs_.at(n.get()); }
+  bool clustered() const { return cluster_.blocks() > 1; }
+
+  // ---- nodes, elementwise ops and control flow (lower_nvptx.cpp) ---------------------------------------
+
+  void region(const ir::Region& r);
+  void defer_prologue_tiles();
+  void elementwise(const NodeRef& n, const std::function<Value*(size_t r)>& element, bool wgmma = false);
+  void node(const NodeRef& n);
+  void counted_loop(Value* begin, Value* end, Value* step, const std::function<void(Value*)>& body);
+  void for_loop(const NodeRef& n);
+  void if_else(const NodeRef& n);
+
+  // ---- layouts (lower_nvptx_layouts.cpp) ---------------------------------------------------------------
+
+  Value* flat_index(int64_t n, int64_t r);
+  Value* same_value_reg(const NodeRef& x, size_t r);
+  Value* wgmma_index(int64_t cols, int64_t r);
+  Value* index_of(const Regs& r, int64_t n, int64_t k);
+  Regs relayout(const Regs& src, DType d, const ir::Shape& shape, bool to_wgmma, SourceLoc loc);
+  Regs exchange(const Regs& src, DType d, int64_t n_src, int64_t n_dst, const std::function<Value*(Value*)>& source_of,
+                SourceLoc loc);
+  static bool elementwise_op(Op op);
+  static bool uniform_node(const ir::Node& n);
+  bool produces_wgmma(const ir::Node& n);
+  void find_wgmma_vars(const ir::Region& r, bool& changed);
+  bool prepare_layouts(const NodeRef& n);
+  Regs in_var_layout(const NodeRef& x, const ir::Node* var, SourceLoc loc);
+  void broadcast(const NodeRef& n);
+  void slice(const NodeRef& n);
+  void permute(const NodeRef& n);
+
+  // ---- shared memory, global loads and stores (lower_nvptx_memory.cpp) ---------------------------------
+
+  llvm::Type* shared_type(DType d);
+  Value* to_shared(DType d, Value* v);
+  Value* from_shared(DType d, Value* v);
+  Value* scratch_base();
+  Value* shared_at(llvm::Type* t, int64_t byte_offset, Value* index);
+  Value* shared_element(llvm::Type* t, Value* byte_offset, Value* index);
+  int64_t reserve_shared(int64_t bytes, SourceLoc loc);
+  void claim_shared(int64_t bytes, SourceLoc loc);
+  void settle_shared();
+  void stage(const Regs& src, DType d, int64_t n, int64_t byte_offset);
+  Value* guarded(Value* cond, const std::function<Value*()>& body, Value* otherwise);
+  // One chunk of V registers accesses memory as whole 16-byte pieces when its pointers are consecutive,
+  // the first is aligned and every mask is set; otherwise element by element. What the access-pattern
+  // analysis proves (pointers from arange and 16-byte-aligned arguments) is not checked again at run time;
+  // the rest is.
+  struct Chunk {
+    std::vector<Value*> ptrs;
+    std::vector<Value*> masks;  // empty: unmasked
+    bool one_mask = false;      // proven equal over the chunk (`cols < n`, n a multiple of it): masks[0] says all
+  };
+  int64_t piece_elems(DType d);
+  bool chunks_proven(const NodeRef& ptrs, DType d, int64_t width);
+  Value* whole_chunk_ok(const Chunk& c, DType d, bool proven);
+  void for_each_piece(const Chunk& c, DType d, const std::function<void(Value*, llvm::FixedVectorType*, int64_t)>& f);
+  Chunk chunk_of(const std::vector<NodeRef>& o, size_t mask_operand, int64_t first, int64_t width);
+  void load(const NodeRef& n);
+  void store(const NodeRef& n);
+  std::vector<Value*> branch_values(Value* cond, int64_t count, const std::function<void(std::vector<Value*>&)>& fast,
+                                    const std::function<void(std::vector<Value*>&)>& slow);
+  Value* shared_address(Value* offset);
+  Value* swizzle(Value* byte, int swizzle_bytes);
+  Value* view_element(const NodeRef& view, DType d, Value* flat, Value* base = nullptr);
+  void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value,
+                   Value* remote_rank = nullptr);
+  void async_load(const NodeRef& n);
+
+  // ---- reductions (lower_nvptx_reductions.cpp) ---------------------------------------------------------
+
+  struct Partial {
+    Value* value;
+    Value* index;  // argmax/argmin only
+  };
+  Partial combine(Op op, DType d, Partial a, Partial b);
+  void reduce_to_scalar(const NodeRef& n);
+  bool reduces_to_scalar(const ir::Node& n) const;
+  bool has_block_reduction(const ir::Region& r) const;
+  void reduce(const NodeRef& n);
+  Partial combine_block_warps(Op op, DType d, Partial p, SourceLoc loc);
+  Partial combine_warps(Op op, DType d, Partial p, int64_t group, int64_t at);
+
+  // ---- dot (lower_nvptx_dot.cpp) -----------------------------------------------------------------------
+
+  void dot(const NodeRef& n);
+  void dot_wgmma(const NodeRef& n);
+  void dot_tensor_cores(const NodeRef& n);
+  void dot_cuda_cores(const NodeRef& n);
+  Value* wgmma_descriptor(Value* offset, int64_t row_bytes, int64_t panel_bytes = 16);
+  Value* wgmma_descriptor_fields(Value* offset, int64_t lbo, int64_t sbo, uint64_t mode);
+  Value* pack_pair(DType d, Value* lo, Value* hi);
+  void async_dot(const NodeRef& n);
+
+  // ---- groups, mbarriers, TMA, clusters and tasks (lower_nvptx_tasks.cpp) ------------------------------
+
+  void sync_group();
+  void init_barriers();
+  void once_per_group(const std::function<void()>& body);
+  void hopper_node(const NodeRef& n);
+  void barrier_wait(Value* bar, Value* parity);
+  void async_tasks(const NodeRef& n);
+
+  const ir::Function& f_;
+  llvm::LLVMContext& c_;
+  llvm::IRBuilder<> b_;
+  ElementOps ops_;
+  PtxInstructions ptx_;
+  passes::AccessPatterns patterns_;
+  passes::TaskPlan tasks_;
+  passes::SharedMemoryPlan allocations_;
+  int64_t threads_;  // of the current group
+  const passes::WaitSites* wait_sites_;        // debug mode only
+  std::unique_ptr<DebugWaits> debug_waits_;    // debug mode only
+  ClusterDims cluster_;  // blocks per cluster (1, 1, 1: no clusters)
+  std::unique_ptr<llvm::Module> mod_;
+  llvm::Function* fn_ = nullptr;
+  llvm::BasicBlock* entry_ = nullptr;
+  llvm::GlobalVariable* smem_ = nullptr;
+  bool has_barriers_ = false;         // the kernel allocates mbarriers
+  Value* tid_ = nullptr;
+  Value* block_tid_ = nullptr;        // %tid.x
+  Value* group_barrier_ = nullptr;    // the group's named barrier id (i32); null: the whole block (bar.sync 0)
+  Value* replica_ = nullptr;          // task_replica_id inside a task
+  Value* scratch_ = nullptr;          // byte offset of the group's scratch in shared memory (i32)
+  int64_t scratch_start_ = 0;         // where scratch begins: after the user's allocations
+  int64_t scratch_bytes_ = 0;         // the most scratch any group needs
+  llvm::GlobalVariable* scratch_stride_ = nullptr;
+  Value* scratch_turn_ = nullptr;    // i32 slot: the buffer (0, 1) the next whole-group reduction writes
+  bool partials_unsettled_ = false;  // threads may still read the last partials (no barrier since)
+  std::unordered_map<const ir::Node*, Regs> regs_;
+  std::unordered_map<const ir::Node*, Regs> converted_;  // this node's operands, converted to blocked
+  std::unordered_set<const ir::Node*> wgmma_vars_;
+  std::unordered_set<const ir::Node*> deferred_;  // prologue tiles, lowered in each task (defer_prologue_tiles)
+  std::vector<NodeRef> deferred_order_;
+  std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;
+};
+
+#pragma GCC visibility pop
+
+}  // namespace weft::codegen::nvptx::detail
