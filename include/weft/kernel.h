@@ -125,6 +125,9 @@ template <class C, class R, class... P> struct callable_traits<R (C::*)(P...) co
   using params = std::tuple<std::remove_cv_t<std::remove_reference_t<P>>...>;
 };
 template <class C, class R, class... P> struct callable_traits<R (C::*)(P...)> : callable_traits<R (C::*)(P...) const> {};
+template <class R, class... P> struct callable_traits<R (*)(P...)> {  // a plain function
+  using params = std::tuple<std::remove_cv_t<std::remove_reference_t<P>>...>;
+};
 
 template <class F, class Tuple, size_t... I>
 void invoke_traced(F& fn, const TraceInputs& in, std::index_sequence<I...>) {
@@ -138,6 +141,7 @@ std::shared_ptr<KernelImpl> make_kernel(std::string name, std::vector<ParamInfo>
 // `args`: the launch's `count` arguments, in order (a stack array of Kernel::launch).
 void launch_kernel(KernelImpl&, const Stream* stream, const Grid& grid, const KernelArg* args, size_t count);
 std::string kernel_ir(KernelImpl&, const std::vector<KernelArg>& const_args);
+std::string kernel_ptx(KernelImpl&, const std::vector<KernelArg>& const_args, const std::string& arch);
 struct CompiledKernel;
 std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl&, Backend&, const std::vector<KernelArg>& const_args);
 
@@ -186,6 +190,12 @@ class Kernel {
   // was declared.
   template <class... C> std::string ir(const C&... const_args) const {
     return detail::kernel_ir(*impl_, {detail::kernel_arg(const_args)...});
+  }
+
+  // The kernel's PTX for sm_90a (the NVPTX back end's output, before the driver compiles it), for the same
+  // arguments as ir(). Needs no GPU: a way to look at the code weft generates, e.g. on a build machine.
+  template <class... C> std::string ptx(const C&... const_args) const {
+    return detail::kernel_ptx(*impl_, {detail::kernel_arg(const_args)...}, "sm_90a");
   }
 
  private:

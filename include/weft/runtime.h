@@ -26,9 +26,11 @@ struct Allocation {
   Backend* backend = nullptr;
   void* address = nullptr;  // a device address (on the CPU backend, a host address)
   size_t bytes = 0;
+  bool owned = true;        // false: the caller's memory (Device::wrap), never freed by weft
   ~Allocation();
 };
 std::shared_ptr<Allocation> allocate(Backend&, size_t bytes, SourceLoc loc);
+std::shared_ptr<Allocation> borrow(Backend&, void* address, size_t count, size_t element_bytes, SourceLoc loc);
 void copy_to_device(const Allocation&, size_t offset, const void* src, size_t bytes, SourceLoc loc);
 void copy_to_host(const Allocation&, size_t offset, void* dst, size_t bytes, SourceLoc loc);
 }  // namespace detail
@@ -69,6 +71,10 @@ class Device {
 
   template <class T> Buffer<T> alloc(size_t count, SourceLoc loc = SourceLoc::current()) const;
   template <class T> Buffer<T> upload(const std::vector<T>& host, SourceLoc loc = SourceLoc::current()) const;
+  // A Buffer over `count` elements of memory the caller allocated on this device (a cudaMalloc'd pointer, a
+  // PyTorch tensor's data_ptr(); on the CPU backend, host memory). weft never frees it: the caller keeps it
+  // alive while weft uses it. A null pointer with count > 0 is an Error.
+  template <class T> Buffer<T> wrap(T* device_pointer, size_t count, SourceLoc loc = SourceLoc::current()) const;
 
   Stream stream() const;                 // the device's default stream
   Stream wrap_stream(void* native) const;  // a stream the caller created (a CUstream on CUDA)
@@ -125,6 +131,9 @@ template <class T> class Buffer {
 
 template <class T> Buffer<T> Device::alloc(size_t count, SourceLoc loc) const {
   return Buffer<T>(detail::allocate(*backend_, count * sizeof(T), loc), count);
+}
+template <class T> Buffer<T> Device::wrap(T* device_pointer, size_t count, SourceLoc loc) const {
+  return Buffer<T>(detail::borrow(*backend_, device_pointer, count, sizeof(T), loc), count);
 }
 template <class T> Buffer<T> Device::upload(const std::vector<T>& host, SourceLoc loc) const {
   Buffer<T> b = alloc<T>(host.size(), loc);

@@ -1,6 +1,8 @@
 // Devices, buffers and streams on top of the backends.
 #include <fmt/format.h>
 
+#include <cstdint>
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -88,7 +90,23 @@ void Stream::synchronize() const { backend_->synchronize(native_); }
 namespace detail {
 
 Allocation::~Allocation() {
-  if (backend && address) backend->release(address);
+  if (owned && backend && address) backend->release(address);
+}
+
+std::shared_ptr<Allocation> borrow(Backend& b, void* address, size_t count, size_t element_bytes, SourceLoc loc) {
+  if (count != 0 && !address)
+    throw Error(fmt::format("Device::wrap: a null pointer for {} elements; pass the address of memory allocated on {}",
+                            count, b.name()),
+                loc);
+  if (element_bytes != 0 && count > SIZE_MAX / element_bytes)
+    throw Error(fmt::format("Device::wrap: {} elements of {} bytes overflow the address space", count, element_bytes),
+                loc);
+  auto a = std::make_shared<Allocation>();
+  a->backend = &b;
+  a->address = count ? address : nullptr;
+  a->bytes = count * element_bytes;
+  a->owned = false;
+  return a;
 }
 
 std::shared_ptr<Allocation> allocate(Backend& b, size_t bytes, SourceLoc loc) {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "codegen/nvptx/compile_ptx.h"
 #include "driver/backend.h"
 #include "driver/ptx_check.h"
 #include "dsl/trace.h"
@@ -417,6 +418,15 @@ std::string kernel_ir(KernelImpl& k, const std::vector<KernelArg>& const_args) {
   std::vector<KernelArg> consts = consts_by_position(k, const_args, "ir");
   std::lock_guard<std::mutex> lock(k.mutex);
   return ir::print(*k.specialization(consts, 0).function);
+}
+
+std::string kernel_ptx(KernelImpl& k, const std::vector<KernelArg>& const_args, const std::string& arch) {
+  refuse_inside_kernel_body(k, "ptx", k.loc);
+  std::vector<KernelArg> consts = consts_by_position(k, const_args, "ptx");
+  std::lock_guard<std::mutex> lock(k.mutex);
+  return codegen::nvptx::compile_to_ptx(*k.specialization(consts, 0).function, k.options,
+                                        codegen::nvptx::PtxTarget{arch, "+ptx85"})
+      .ptx;
 }
 
 std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl& k, Backend& backend,
