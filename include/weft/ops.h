@@ -91,6 +91,20 @@ WEFT_UNARY_MATH(floor, Floor)
 WEFT_UNARY_MATH(ceil, Ceil)
 #undef WEFT_UNARY_MATH
 
+// The fast flavours of math functions: the GPU's approximate instructions, for inner loops where their
+// documented error is enough (a softmax's exponentials). They compute in f32 (f16/bf16 round afterwards;
+// f64 is an Error). The CPU backend computes the same functions to within the same bound, so results
+// compare across backends.
+//   fast::exp2   ex2.approx.ftz.f32: within 2 ulp of 2^x (PTX ISA); subnormal inputs and results are
+//                flushed to zero (so 2^x < 2^-126 gives +0); exp2(-inf) = 0, exp2(NaN) = NaN.
+namespace fast {
+template <detail::TileLike X> detail::tile_of<X> exp2(const X& x, SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {1};  // the fast flavour
+  return detail::tile_of<X>(detail::emit(detail::Op::Exp2, {detail::node_of(x, loc)}, std::move(a), loc));
+}
+}  // namespace fast
+
 #define WEFT_BINARY_MATH(fn, op)                                                                  \
   template <class A, class B>                                                                     \
     requires(detail::TileLike<A> || detail::TileLike<B>) && detail::TileOrLiteral<A> &&           \

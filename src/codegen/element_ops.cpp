@@ -72,20 +72,23 @@ Value* ElementOps::to_compute_half_of(DType d, Value* word, bool high) {
 }
 
 Value* ElementOps::to_memory_pair(DType d, Value* lo, Value* hi) {
-  if (!d.pointer && d.scalar == ScalarType::bf16 && target_ == MathTarget::Nvptx) {
-    // One vector fptrunc (cvt.rn.bf16x2.f32). A value round() already made bf16 (maybe more than once)
-    // rounds to itself: take the f32 it came from, so that the pair does not round again.
-    auto unrounded = [](Value* v) {
+  bool half_float = d.scalar == ScalarType::bf16 || d.scalar == ScalarType::f16;
+  if (!d.pointer && half_float && target_ == MathTarget::Nvptx) {
+    // One vector fptrunc (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32). A value round() already made 16-bit
+    // (maybe more than once) rounds to itself: take the f32 it came from, so that the pair does not
+    // round again.
+    llvm::Type* narrow = d.scalar == ScalarType::bf16 ? b_.getBFloatTy() : b_.getHalfTy();
+    auto unrounded = [&](Value* v) {
       using namespace llvm::PatternMatch;
       for (Value* x; match(v, m_FPExt(m_FPTrunc(m_Value(x)))) && v->getType() == x->getType() &&
-                     llvm::cast<llvm::Instruction>(v)->getOperand(0)->getType()->isBFloatTy();)
+                     llvm::cast<llvm::Instruction>(v)->getOperand(0)->getType() == narrow;)
         v = x;
       return v;
     };
     llvm::Type* pair = llvm::FixedVectorType::get(b_.getFloatTy(), 2);
     Value* both = b_.CreateInsertElement(b_.CreateInsertElement(llvm::PoisonValue::get(pair), unrounded(lo), uint64_t(0)),
                                          unrounded(hi), uint64_t(1));
-    return b_.CreateBitCast(b_.CreateFPTrunc(both, llvm::FixedVectorType::get(b_.getBFloatTy(), 2)), b_.getInt32Ty());
+    return b_.CreateBitCast(b_.CreateFPTrunc(both, llvm::FixedVectorType::get(narrow, 2)), b_.getInt32Ty());
   }
   auto bits = [&](Value* v) { return b_.CreateZExt(b_.CreateBitCast(to_memory(d, v), b_.getInt16Ty()), b_.getInt32Ty()); };
   return b_.CreateOr(bits(lo), b_.CreateShl(bits(hi), 16));
@@ -174,8 +177,24 @@ Value* ElementOps::gpu_fmod(Value* a, Value* b) {
   return b_.CreateFPTrunc(r, a->getType());
 }
 
-Value* ElementOps::unary(Op op, DType d, Value* x) {
+// The fast flavours (f32; f16/bf16 compute in f32). exp2: ex2.approx.ftz.f32 on the GPU, whose error the
+// PTX ISA bounds by 2 ulp over the full range, with subnormal inputs and results flushed to zero; the host
+// computes the exact function and flushes the same way, so both agree within that bound.
+Value* ElementOps::approximate_math(Op op, Value* x) {
+  if (op != Op::Exp2 || !x->getType()->isFloatTy())
+    throw InternalError(fmt::format("element ops: no fast flavour of '{}' for this type", ir::op_name(op)));
+  if (target_ == MathTarget::Nvptx) return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz, {x->getType()}, {x});
+  llvm::Type* f32 = x->getType();
+  auto flush = [&](Value* v) {  // |v| below the smallest normal float: +0 (of either sign: ftz gives +0)
+    Value* tiny = b_.CreateFCmpOLT(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, v), llvm::ConstantFP::get(f32, 0x1p-126));
+    return b_.CreateSelect(tiny, llvm::ConstantFP::get(f32, 0.0), v);
+  };
+  return flush(b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, flush(x)));
+}
+
+Value* ElementOps::unary(Op op, DType d, Value* x, bool approximate) {
   bool f = d.is_float();
+  if (approximate) return approximate_math(op, x);
   if (f && target_ == MathTarget::Nvptx)
     if (Value* v = gpu_math(op, x)) return v;
   switch (op) {

@@ -17,6 +17,11 @@ namespace weft::codegen {
 
 enum class MathTarget { Host, Nvptx };
 
+// Whether a unary math node asks for the fast, approximate flavour (attrs.ints[0] == 1; weft::fast::*).
+inline bool approximate(const ir::Node& n) {
+  return ir::op_category(n.op) == ir::OpCategory::Unary && !n.attrs.ints.empty() && n.attrs.ints[0] == 1;
+}
+
 class ElementOps {
  public:
   ElementOps(llvm::IRBuilder<>& b, MathTarget target, unsigned global_address_space = 0)
@@ -35,7 +40,9 @@ class ElementOps {
   // A kernel argument from its 64-bit slot (pointers as addresses, numbers in their low bits).
   llvm::Value* from_slot(DType d, llvm::Value* slot64);
 
-  llvm::Value* unary(ir::Op op, DType d, llvm::Value* x);
+  // `approximate`: the fast flavour of a math function (weft::fast::exp2): the GPU's approximate
+  // instruction, computed on the host to within that instruction's documented error (see approximate()).
+  llvm::Value* unary(ir::Op op, DType d, llvm::Value* x, bool approximate = false);
   llvm::Value* binary(ir::Op op, DType d, llvm::Value* a, llvm::Value* b);
   llvm::Value* compare(ir::Op op, DType d, llvm::Value* a, llvm::Value* b);
   llvm::Value* cast(DType from, DType to, llvm::Value* x);
@@ -46,6 +53,7 @@ class ElementOps {
   llvm::Value* float_to_bf16_bits(llvm::Value* f);
   llvm::Value* f32_round_to_odd(DType from, llvm::Value* x);
   llvm::Value* gpu_math(ir::Op op, llvm::Value* x);
+  llvm::Value* approximate_math(ir::Op op, llvm::Value* x);
   llvm::Value* gpu_fmod(llvm::Value* a, llvm::Value* b);
 
   llvm::IRBuilder<>& b_;

@@ -52,6 +52,7 @@ class Printer {
       case Op::LocalAlloc:
         return " " + a.dtype.str() + shape_str(a.shape);
       default:
+        if (op_category(n.op) == OpCategory::Unary) return !a.ints.empty() && a.ints[0] == 1 ? " fast" : "";
         break;
     }
     std::string s;

@@ -211,6 +211,14 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       } else {
         require_float(op, x, loc);
       }
+      if (!attrs.ints.empty() && attrs.ints[0] == 1) {  // the fast flavour (weft::fast)
+        if (op != Op::Exp2)
+          fail(loc, fmt::format("fast::{} does not exist; the fast flavours are: exp2", name(op)));
+        if (x.dtype.scalar == ScalarType::f64)
+          fail(loc, fmt::format("fast::{} computes in f32 (the GPU's approximate instruction) but x is {}; cast<float> "
+                                "it first, or use the accurate {}",
+                                name(op), x.str(), name(op)));
+      }
       return x;
     }
     case OpCategory::Binary: {
@@ -510,9 +518,17 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       if (d.kind != Type::Kind::TensorDesc)
         fail(loc, fmt::format("{}: operand 0 must be a TensorDesc kernel parameter, got {}", name(op), kind_name(d)));
       const Type& v = shared_operand(op, operands, 1, true, loc);
-      if (v.dtype != d.dtype || v.shape != d.shape)
+      // A box's leading dimensions of size 1 (one head of a [B*H, S, D] tensor, say) are not part of the
+      // tile: a [1, R, C] box fills an [R, C] view, row-major either way.
+      auto squeezed = [](const Shape& s) {
+        size_t first = 0;
+        while (first + 1 < s.size() && s[first] == 1) ++first;
+        return Shape(s.begin() + static_cast<std::ptrdiff_t>(first), s.end());
+      };
+      if (v.dtype != d.dtype || squeezed(v.shape) != squeezed(d.shape))
         fail(loc, fmt::format("{}: the descriptor moves boxes of {}{} but the shared buffer stage is {}{}; make the "
-                              "buffer's tile shape the descriptor's box (or the box the tile shape)",
+                              "buffer's tile shape the descriptor's box (or the box the tile shape; leading box "
+                              "dimensions of 1 may be left out)",
                               name(op), d.dtype.str(), shape_str(d.shape), v.dtype.str(), shape_str(v.shape)));
       size_t first_coord = multicast ? 4 : is_load ? 3 : 2;
       if (is_load) {

@@ -16,6 +16,23 @@ namespace {
 struct Assigner {
   SharedLayouts layouts;
   std::unordered_map<const ir::Node*, const ir::Node*> decided_by;
+  std::vector<const ir::Node*> row_views;
+
+  // A rows() view of a buffer kept in column panels would not be one block of rows in every panel the
+  // way the rest of the stage is: not offered (view whole stages, or give each part of the rows its own
+  // stage).
+  void check_row_views() const {
+    for (const ir::Node* n : row_views) {
+      const ir::Node* alloc = root_allocation(n);
+      auto it = layouts.panels.find(alloc);
+      if (it == layouts.panels.end() || it->second >= alloc->type.shape.back()) continue;
+      throw Error(fmt::format("rows() of buffer '{}', which keeps its columns in panels of {} (for a TMA box or wgmma "
+                              "operand of 128-byte rows): a block of rows is not contiguous there; give each block "
+                              "of rows its own stage (e.g. local_alloc(shape, stages) and view buffer[i])",
+                              alloc->attrs.names.at(0), it->second),
+                  n->loc);
+    }
+  }
 
   void want(const ir::Node& use, const ir::Node* view, int swizzle, const char* why) {
     const ir::Node* alloc = root_allocation(view);
@@ -58,23 +75,32 @@ struct Assigner {
         case ir::Op::LocalCols:
           want_panels(*n, n.get(), n->attrs.ints[1]);
           break;
+        case ir::Op::LocalRows:
+          row_views.push_back(n.get());
+          break;
         case ir::Op::AsyncDot:
           for (int i = 0; i < 2; ++i) {
             if (n->operands[i]->type.kind != ir::Type::Kind::Shared) continue;  // a from registers
             const ir::Node* alloc = root_allocation(n->operands[i].get());
             int64_t row_bytes = alloc->type.shape.back() * alloc->type.dtype.bytes();
-            if (i == 1 && n->operands[1]->op != ir::Op::LocalTrans && row_bytes > 128) {
-              // B stored K x N: N-major panels as wide as the 128-byte swizzle.
+            bool n_major_b = i == 1 && n->operands[1]->op != ir::Op::LocalTrans;
+            if (row_bytes > 128 && (n_major_b || row_bytes % 128 == 0)) {
+              // Rows wider than the 128-byte swizzle: the buffer keeps its columns in panels that wide (what
+              // TMA boxes of 128-byte rows fill). B stored K x N reads them as N-major panels; a K-major
+              // operand (a, or b through local_trans) steps through K panel by panel.
               int64_t panel = 128 / alloc->type.dtype.bytes();
               want_panels(*n, alloc, panel);
-              want(*n, alloc, 128, "wgmma's for N-major panels");
+              want(*n, alloc, 128, "wgmma's for operands in 128-byte panels");
               continue;
             }
             if (row_bytes != 32 && row_bytes != 64 && row_bytes != 128)
               throw Error(fmt::format("async_dot reads buffer '{}' whose rows are {} bytes; wgmma operands in shared "
-                                      "memory need rows (the contiguous dimension) of 32, 64 or 128 bytes: for bf16, "
-                                      "tiles with 16, 32 or 64 columns",
-                                      alloc->attrs.names.at(0), row_bytes),
+                                      "memory need rows (the contiguous dimension) of 32, 64 or 128 bytes, or a "
+                                      "multiple of 128 (kept in 128-byte panels): for {}, tiles with {}, {}, {} or a "
+                                      "multiple of {} columns",
+                                      alloc->attrs.names.at(0), row_bytes, alloc->type.dtype.str(),
+                                      32 / alloc->type.dtype.bytes(), 64 / alloc->type.dtype.bytes(),
+                                      128 / alloc->type.dtype.bytes(), 128 / alloc->type.dtype.bytes()),
                           n->loc);
             want(*n, alloc, static_cast<int>(row_bytes), "wgmma's for its row width");
           }
@@ -92,6 +118,7 @@ struct Assigner {
 SharedLayouts assign_shared_layouts(const ir::Function& f) {
   Assigner a;
   a.region(f.body);
+  a.check_row_views();
   return std::move(a.layouts);
 }
 

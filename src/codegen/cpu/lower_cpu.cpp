@@ -247,7 +247,7 @@ class Lowering {
     const auto& ops = n->operands;
     switch (ir::op_category(n->op)) {
       case ir::OpCategory::Unary:
-        return define_elementwise(n, [&](Value* i) { return ops_.unary(n->op, d, elem(ops[0], i)); });
+        return define_elementwise(n, [&](Value* i) { return ops_.unary(n->op, d, elem(ops[0], i), approximate(*n)); });
       case ir::OpCategory::Binary:
         return define_elementwise(n, [&](Value* i) { return ops_.binary(n->op, d, elem(ops[0], i), elem(ops[1], i)); });
       case ir::OpCategory::Compare:
@@ -640,7 +640,8 @@ class Lowering {
     bool a_registers = o[0]->type.kind == ir::Type::Kind::Value;
     Value* a = a_registers ? tile_address(o[0]) : val(o[0]).v;
     runtime_call(block_fn::kAsyncDot, b_.getVoidTy(),
-                 {ctx_, site(n), a, i32c(a_registers ? 2 : o[0]->op == Op::LocalTrans), val(o[1]).v,
+                 {ctx_, site(n), a, i32c(a_registers ? 2 : o[0]->op == Op::LocalTrans),
+                  i32c(a_registers ? 0 : panel_of(o[0])), val(o[1]).v,
                   i32c(o[1]->op == Op::LocalTrans), i32c(panel_of(o[1])), i32c(n->type.shape[0]), i32c(n->type.shape[1]),
                   i32c(o[0]->type.shape[1]), i32c(o[0]->type.dtype.scalar == ScalarType::f16), tile_address(o[2]), out});
     vals_[n.get()] = {Val::Kind::Memory, out};

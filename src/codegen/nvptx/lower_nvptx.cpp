@@ -62,10 +62,7 @@ LoweredKernel Lowering::run() {
     regs_[f_.params[i].get()] = {{is_descriptor(*f_.params[i])
                                       ? b_.CreatePtrToInt(fn_->getArg(i), b_.getInt64Ty())
                                       : ops_.from_slot(f_.params[i]->type.dtype, fn_->getArg(i))}};
-  for (bool changed = true; changed;) {
-    changed = false;
-    find_wgmma_vars(f_.body, changed);
-  }
+  decide_var_layouts();
   init_barriers();
   defer_prologue_tiles();
   region(f_.body);
@@ -118,18 +115,15 @@ void Lowering::defer_prologue_tiles() {
   }
 }
 
-void Lowering::elementwise(const NodeRef& n, const std::function<Value*(size_t r)>& element, bool wgmma) {
-  Regs out;
-  for (int64_t r = 0; r < per_thread(n->type.numel()); ++r) out.v.push_back(ops_.round(n->type.dtype, element(r)));
-  if (wgmma) {
-    out.wgmma = true;
-    out.rows = n->type.shape[0];
-    out.cols = n->type.shape[1];
-  }
+void Lowering::elementwise(const NodeRef& n, const std::function<Value*(size_t r)>& element, Layout layout) {
+  Regs out = empty_regs(layout, n->type.shape);
+  for (int64_t r = 0; r < register_count(layout, n->type.shape); ++r)
+    out.v.push_back(ops_.round(n->type.dtype, element(static_cast<size_t>(r))));
   regs_[n.get()] = std::move(out);
 }
 
 void Lowering::node(const NodeRef& n) {
+  if (lazy(*n)) return;  // computed where it is used, in the user's layout (prepare_layouts)
   if (n->type.is_value() && !n->type.shape.empty() && !is_pow2(threads_))
     throw Error(fmt::format("{} makes a tile outside async_tasks, where all {} warps of the block run it; tile "
                             "operations need a power-of-two number of warps: move it into a task",
@@ -137,17 +131,20 @@ void Lowering::node(const NodeRef& n) {
                 n->loc);
   DType d = n->type.dtype;
   const auto& o = n->operands;
-  bool keep_wgmma = prepare_layouts(n);
-  // wgmma-layout registers are not in the blocked order the access-pattern analysis describes.
-  auto at = [&](size_t i, size_t r) { return keep_wgmma ? regs(o[i]).v[r] : same_value_reg(o[i], r); };
+  Layout layout = prepare_layouts(n);
+  // Acc and AccRows registers are not in the blocked order the access-pattern analysis describes.
+  auto at = [&](size_t i, size_t r) {
+    const Regs& x = regs(o[i]);
+    return x.uniform ? x.v[0] : layout != Layout::Blocked ? x.v[r] : same_value_reg(o[i], r);
+  };
   switch (ir::op_category(n->op)) {
     case ir::OpCategory::Unary:
-      return elementwise(n, [&](size_t r) { return ops_.unary(n->op, d, at(0, r)); }, keep_wgmma);
+      return elementwise(n, [&](size_t r) { return ops_.unary(n->op, d, at(0, r), approximate(*n)); }, layout);
     case ir::OpCategory::Binary:
-      return elementwise(n, [&](size_t r) { return ops_.binary(n->op, d, at(0, r), at(1, r)); }, keep_wgmma);
+      return elementwise(n, [&](size_t r) { return ops_.binary(n->op, d, at(0, r), at(1, r)); }, layout);
     case ir::OpCategory::Compare:
       return elementwise(n, [&](size_t r) { return ops_.compare(n->op, o[0]->type.dtype, at(0, r), at(1, r)); },
-                         keep_wgmma);
+                         layout);
     default: break;
   }
   switch (n->op) {
@@ -158,10 +155,10 @@ void Lowering::node(const NodeRef& n) {
       int64_t start = n->attrs.ints[0];
       return elementwise(n, [&](size_t r) { return b_.CreateAdd(flat_index(n->type.numel(), r), i32c(start)); });
     }
-    case Op::Fma: return elementwise(n, [&](size_t r) { return ops_.fma(at(0, r), at(1, r), at(2, r)); }, keep_wgmma);
+    case Op::Fma: return elementwise(n, [&](size_t r) { return ops_.fma(at(0, r), at(1, r), at(2, r)); }, layout);
     case Op::Select:
-      return elementwise(n, [&](size_t r) { return b_.CreateSelect(at(0, r), at(1, r), at(2, r)); }, keep_wgmma);
-    case Op::Cast: return elementwise(n, [&](size_t r) { return ops_.cast(o[0]->type.dtype, d, at(0, r)); }, keep_wgmma);
+      return elementwise(n, [&](size_t r) { return b_.CreateSelect(at(0, r), at(1, r), at(2, r)); }, layout);
+    case Op::Cast: return elementwise(n, [&](size_t r) { return ops_.cast(o[0]->type.dtype, d, at(0, r)); }, layout);
     case Op::PtrAdd: {
       llvm::Type* pointee = ops_.memory_type(DType{d.scalar, false});
       return elementwise(
@@ -192,13 +189,8 @@ void Lowering::node(const NodeRef& n) {
       return;
     }
     case Op::VarGet: {
-      Regs out;
+      Regs out = empty_regs(var_layout(o[0].get()), n->type.shape);
       for (Value* slot : vars_.at(o[0].get())) out.v.push_back(b_.CreateLoad(ops_.compute_type(d), slot));
-      if (wgmma_vars_.count(o[0].get())) {
-        out.wgmma = true;
-        out.rows = n->type.shape[0];
-        out.cols = n->type.shape[1];
-      }
       regs_[n.get()] = std::move(out);
       return;
     }

@@ -34,7 +34,8 @@ void Lowering::dot_wgmma(const NodeRef& n) {
   int64_t sbo = K / 8 * 128, b_at = M * K * 2;
   // The accumulator first: its conversion uses the scratch the operands go to next.
   Regs acc = n->operands.size() == 3 ? raw(n->operands[2]) : splat(ops_.constant(DType{ScalarType::f32, false}, 0), M * N);
-  if (!acc.uniform && !acc.wgmma) acc = relayout(acc, DType{ScalarType::f32, false}, n->type.shape, true, n->loc);
+  if (!acc.uniform && acc.layout != Layout::Acc)
+    acc = relayout(acc, DType{ScalarType::f32, false}, n->type.shape, Layout::Acc, n->loc);
   claim_shared(b_at + N * K * 2, n->loc);
   llvm::Type* i16 = b_.getInt16Ty();
   // Byte offset of element (row, k) of a K-major operand with `rows` rows.
@@ -61,10 +62,7 @@ void Lowering::dot_wgmma(const NodeRef& n) {
   ptx_.fence_proxy_async_shared();  // the staged operands, visible to the tensor cores
   sync_group();
   ptx_.wgmma_fence();
-  Regs out;
-  out.wgmma = true;
-  out.rows = M;
-  out.cols = N;
+  Regs out = empty_regs(Layout::Acc, n->type.shape);
   Value* a_base = scratch_;
   Value* b_base = b_.CreateAdd(scratch_, i32c(b_at));
   for (int64_t block = 0; block < M / 64; ++block) {
@@ -173,11 +171,9 @@ Value* Lowering::wgmma_descriptor_fields(Value* offset, int64_t lbo, int64_t sbo
   return b_.CreateOr(address, b_.getInt64(fixed));
 }
 
-// Two 16-bit elements (in their compute type) as one 32-bit register, the first in the low half.
-Value* Lowering::pack_pair(DType d, Value* lo, Value* hi) {
-  auto bits = [&](Value* v) { return b_.CreateZExt(b_.CreateBitCast(ops_.to_memory(d, v), b_.getInt16Ty()), b_.getInt32Ty()); };
-  return b_.CreateOr(bits(lo), b_.CreateShl(bits(hi), i32c(16)));
-}
+// Two 16-bit elements (in their compute type) as one 32-bit register, the first in the low half (one
+// cvt.rn.{bf16x2,f16x2}.f32 for floats).
+Value* Lowering::pack_pair(DType d, Value* lo, Value* hi) { return ops_.to_memory_pair(d, lo, hi); }
 
 // acc + a @ b with wgmma: per 64 rows of a and 16 of K one m64nNk16 instruction; a from swizzled
 // shared memory (K-major) or from registers, b stored [N, K] and seen through local_trans (K-major) or
@@ -196,7 +192,7 @@ void Lowering::async_dot(const NodeRef& n) {
   Regs a_regs;
   if (a_registers) {
     a_regs = raw(o[0]);
-    if (!a_regs.wgmma || a_regs.uniform) a_regs = relayout(a_regs, o[0]->type.dtype, o[0]->type.shape, true, n->loc);
+    if (!a_regs.in(Layout::Acc)) a_regs = relayout(a_regs, o[0]->type.dtype, o[0]->type.shape, Layout::Acc, n->loc);
   }
   const passes::SharedAllocation* a_alloc =
       a_registers ? nullptr : &allocations_.of(passes::root_allocation(o[0].get()));
@@ -204,36 +200,55 @@ void Lowering::async_dot(const NodeRef& n) {
   // b: stored [N, K] and seen through local_trans (K-major), or stored [K, N] (N-major: wgmma's
   // transposed B), in panels of the swizzle's width when N is wider.
   bool b_n_major = o[1]->op != Op::LocalTrans;
-  int64_t elem = o[0]->type.dtype.bytes(), a_row = K * elem;
-  int64_t b_row = b_n_major ? std::min<int64_t>(N * elem, 128) : K * elem;
+  int64_t elem = o[0]->type.dtype.bytes();
+  // A K-major operand whose K is wider than the 128-byte swizzle is kept in panels of 128-byte rows
+  // (passes/shared_layouts): K-step k (16 elements) is then in panel 16k / P, 16k % P elements in.
+  auto panel_of = [&](const passes::SharedAllocation* a) { return a && a->panel && a->panel < K ? a->panel : 0; };
+  int64_t a_panel = panel_of(a_alloc), b_panel = b_n_major ? 0 : panel_of(&b_alloc);
+  int64_t a_row = a_panel ? a_panel * elem : K * elem;
+  int64_t b_row = b_n_major ? std::min<int64_t>(N * elem, 128) : b_panel ? b_panel * elem : K * elem;
+  auto k_step_offset = [&](int64_t panel, int64_t rows, int64_t k) {
+    int64_t k0 = 16 * k;
+    return panel ? k0 / panel * rows * panel * elem + k0 % panel * elem : k0 * elem;
+  };
   if ((a_alloc && a_alloc->swizzle != a_row) || b_alloc.swizzle != b_row)
     throw InternalError("async_dot: operand buffers without the swizzle of their row width");
   Regs acc = raw(o[2]);
-  if (!acc.uniform && !acc.wgmma) acc = relayout(acc, o[2]->type.dtype, o[2]->type.shape, true, n->loc);
+  if (!acc.uniform && acc.layout != Layout::Acc) acc = relayout(acc, o[2]->type.dtype, o[2]->type.shape, Layout::Acc, n->loc);
   bool bf16 = o[0]->type.dtype.scalar == ScalarType::bf16;
   Value* a_base = a_registers ? nullptr : regs(o[0]).v[0];
   Value* b_base = regs(o[1]).v[0];
+  // Every operand register (A's fragments, the descriptors) is made before wgmma.fence, so that the
+  // wgmmas issue back to back and ptxas need not add warpgroup.arrive of its own between them.
+  struct Step {
+    std::array<Value*, 4> fragment{};
+    Value* a_desc = nullptr;
+    Value* b_desc = nullptr;
+  };
+  std::vector<Step> steps;
+  for (int64_t block = 0; block < M / 64; ++block)
+    for (int64_t k = 0; k < K / 16; ++k) {
+      Step st;
+      st.b_desc = b_n_major ? wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 16 * b_row)), b_row, K * b_row)
+                            : wgmma_descriptor(b_.CreateAdd(b_base, i32c(k_step_offset(b_panel, N, k))), b_row);
+      if (a_registers) {
+        for (int p = 0; p < 4; ++p) {
+          size_t r = static_cast<size_t>(block * K / 2 + k * 8 + 2 * p);
+          st.fragment[p] = pack_pair(o[0]->type.dtype, a_regs.v[r], a_regs.v[r + 1]);
+        }
+      } else {
+        st.a_desc = wgmma_descriptor(b_.CreateAdd(a_base, i32c(block * 64 * a_row + k_step_offset(a_panel, M, k))), a_row);
+      }
+      steps.push_back(st);
+    }
   ptx_.wgmma_fence();
-  Regs out;
-  out.wgmma = true;
-  out.rows = M;
-  out.cols = N;
+  Regs out = empty_regs(Layout::Acc, n->type.shape);
   for (int64_t block = 0; block < M / 64; ++block) {
     std::vector<Value*> d(acc.v.begin() + block * N / 2, acc.v.begin() + (block + 1) * N / 2);
     for (int64_t k = 0; k < K / 16; ++k) {
-      Value* b_desc = b_n_major ? wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 16 * b_row)), b_row, K * b_row)
-                                : wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 32)), b_row);
-      if (a_registers) {
-        std::array<Value*, 4> fragment;
-        for (int p = 0; p < 4; ++p) {
-          size_t r = static_cast<size_t>(block * K / 2 + k * 8 + 2 * p);
-          fragment[p] = pack_pair(o[0]->type.dtype, a_regs.v[r], a_regs.v[r + 1]);
-        }
-        d = ptx_.wgmma_a_registers(bf16, static_cast<int>(N), fragment, b_desc, d, b_n_major);
-        continue;
-      }
-      Value* a_desc = wgmma_descriptor(b_.CreateAdd(a_base, i32c(block * 64 * a_row + k * 32)), a_row);
-      d = ptx_.wgmma(bf16, static_cast<int>(N), a_desc, b_desc, d, b_n_major);
+      const Step& st = steps[static_cast<size_t>(block * (K / 16) + k)];
+      d = a_registers ? ptx_.wgmma_a_registers(bf16, static_cast<int>(N), st.fragment, st.b_desc, d, b_n_major)
+                      : ptx_.wgmma(bf16, static_cast<int>(N), st.a_desc, st.b_desc, d, b_n_major);
     }
     out.v.insert(out.v.end(), d.begin(), d.end());
   }

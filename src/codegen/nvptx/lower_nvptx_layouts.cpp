@@ -1,6 +1,9 @@
-// NVPTX lowering: the blocked and the wgmma layouts (lowering.h), which nodes keep the wgmma layout, and
-// tiles moved between layouts through shared memory (relayout, exchange: broadcast, slice, permute).
+// NVPTX lowering: the register layouts (blocked, Acc, AccRows: lowering.h), which layout each value takes,
+// index tiles computed in any layout, and tiles moved between layouts through shared memory (relayout,
+// exchange: broadcast, slice, permute).
 #include "codegen/nvptx/lowering.h"
+
+#include <fmt/format.h>
 
 namespace weft::codegen::nvptx::detail {
 
@@ -28,39 +31,91 @@ Value* Lowering::same_value_reg(const NodeRef& x, size_t r) {
 // The wgmma accumulator layout of a [rows, cols] f32 tile on one warp group (128 threads): per 64 rows,
 // for each 8 columns c0, thread t (warp w, lane l) holds 4 registers: (16w + l/4, c0 + 2(l%4) + {0, 1})
 // and the same 8 rows lower (the D fragment of wgmma.m64nNk16 in the PTX ISA).
-Value* Lowering::wgmma_index(int64_t cols, int64_t r) {
-  int64_t per_block = cols / 2, block = r / per_block, q = r % per_block, i = q / 4, e = q % 4;
+Value* Lowering::acc_row(int64_t block, bool lower_half) {
   Value* warp = b_.CreateLShr(tid_, i32c(5));
   Value* lane = b_.CreateAnd(tid_, i32c(31));
-  Value* row = b_.CreateAdd(b_.CreateAdd(b_.CreateMul(warp, i32c(16)), b_.CreateLShr(lane, i32c(2))),
-                            i32c(block * 64 + (e >= 2 ? 8 : 0)));
-  Value* col = b_.CreateAdd(b_.CreateShl(b_.CreateAnd(lane, i32c(3)), i32c(1)), i32c(8 * i + (e & 1)));
+  return b_.CreateAdd(b_.CreateAdd(b_.CreateMul(warp, i32c(16)), b_.CreateLShr(lane, i32c(2))),
+                      i32c(block * 64 + (lower_half ? 8 : 0)));
+}
+Value* Lowering::acc_col(int64_t eighth, int64_t e) {
+  Value* lane = b_.CreateAnd(tid_, i32c(31));
+  return b_.CreateAdd(b_.CreateShl(b_.CreateAnd(lane, i32c(3)), i32c(1)), i32c(8 * eighth + (e & 1)));
+}
+// The flat index (row * cols + col) of register r of an Acc tile.
+Value* Lowering::acc_index(int64_t cols, int64_t r) {
+  int64_t per_block = cols / 2, block = r / per_block, q = r % per_block, i = q / 4, e = q % 4;
+  Value* row = acc_row(block, e >= 2);
+  Value* col = acc_col(i, e);
   return b_.CreateAdd(b_.CreateMul(row, i32c(cols)), col);
 }
 
 Value* Lowering::index_of(const Regs& r, int64_t n, int64_t k) {
-  return r.wgmma ? wgmma_index(r.cols, k) : flat_index(n, k);
+  switch (r.layout) {
+    case Layout::Acc: return acc_index(r.cols, k);
+    case Layout::AccRows: return acc_row(k / 2, k % 2 == 1);
+    default: return flat_index(n, k);
+  }
 }
 
-// The same tile in the other layout, through the group's scratch shared memory.
-Regs Lowering::relayout(const Regs& src, DType d, const ir::Shape& shape, bool to_wgmma, SourceLoc loc) {
-  int64_t n = shape.empty() ? 1 : shape[0] * (shape.size() > 1 ? shape[1] : 1);
-  if (src.uniform) {
-    Regs out = src;
-    out.wgmma = to_wgmma;
-    out.rows = shape[0];
-    out.cols = shape.size() > 1 ? shape[1] : 1;
-    return out;
+int64_t Lowering::register_count(Layout layout, const ir::Shape& shape) const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  switch (layout) {
+    case Layout::Acc: return n / 128;
+    case Layout::AccRows: return shape[0] / 32;  // two rows per 64
+    default: return per_thread(n);
   }
+}
+
+Regs Lowering::empty_regs(Layout layout, const ir::Shape& shape) const {
+  Regs r;
+  r.layout = layout;
+  if (layout != Layout::Blocked) {
+    r.rows = shape[0];
+    r.cols = layout == Layout::Acc ? shape[1] : 1;
+  }
+  return r;
+}
+
+Regs Lowering::splat_in(Value* v, Layout layout, const ir::Shape& shape) const {
+  Regs r = empty_regs(layout, shape);
+  r.v.assign(static_cast<size_t>(register_count(layout, shape)), v);
+  r.uniform = true;
+  return r;
+}
+
+// The coordinates (i32, outermost first) of the element register r holds in a tile of `shape`.
+std::vector<Value*> Lowering::coordinates(Layout layout, const ir::Shape& shape, int64_t r) {
+  if (layout == Layout::Acc) {
+    int64_t per_block = shape[1] / 2, block = r / per_block, q = r % per_block;
+    return {acc_row(block, q % 4 >= 2), acc_col(q / 4, q % 4)};
+  }
+  if (layout == Layout::AccRows) {
+    Value* row = acc_row(r / 2, r % 2 == 1);
+    return shape.size() == 1 ? std::vector<Value*>{row} : std::vector<Value*>{row, i32c(0)};
+  }
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  Value* flat = flat_index(n, r);
+  if (shape.size() == 1) return {flat};
+  std::vector<int64_t> st = strides(shape);
+  std::vector<Value*> c;
+  for (size_t k = 0; k < shape.size(); ++k)
+    c.push_back(b_.CreateURem(b_.CreateUDiv(flat, i32c(st[k])), i32c(shape[k])));
+  return c;
+}
+
+// The same tile in another layout, through the group's scratch shared memory.
+Regs Lowering::relayout(const Regs& src, DType d, const ir::Shape& shape, Layout to, SourceLoc loc) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  if (src.uniform) return splat_in(src.v[0], to, shape);
   llvm::Type* t = shared_type(d);
   reserve_shared(n * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), loc);
   for (size_t r = 0; r < src.v.size(); ++r) b_.CreateStore(to_shared(d, src.v[r]), shared_at(t, 0, index_of(src, n, r)));
   sync_group();
-  Regs out;
-  out.wgmma = to_wgmma;
-  out.rows = shape[0];
-  out.cols = shape.size() > 1 ? shape[1] : 1;
-  for (int64_t r = 0; r < per_thread(n); ++r)
+  Regs out = empty_regs(to, shape);
+  for (int64_t r = 0; r < register_count(to, shape); ++r)
     out.v.push_back(from_shared(d, b_.CreateLoad(t, shared_at(t, 0, index_of(out, n, r)))));
   sync_group();
   return out;
@@ -90,69 +145,260 @@ bool Lowering::uniform_node(const ir::Node& n) {
   return n.op == Op::Constant || (n.op == Op::Broadcast && n.operands[0]->type.numel() == 1);
 }
 
-// Whether a node's value lives in the wgmma layout (decided before lowering, so that Vars get it too):
-// async_dot results, Vars assigned one, and elementwise ops on such values (with constants).
-bool Lowering::produces_wgmma(const ir::Node& n) {
-  if (n.op == Op::AsyncDot || n.op == Op::AsyncDotWait) return true;
-  if (n.op == Op::VarGet) return wgmma_vars_.count(n.operands[0].get()) > 0;
-  if (n.op == Op::Slice)
-    return n.attrs.ints[0] == 1 && n.attrs.ints[1] % 8 == 0 && n.attrs.ints[2] % 8 == 0 && produces_wgmma(*n.operands[0]);
-  if (!elementwise_op(n.op)) return false;
-  bool any = false;
+// ---- which layout each value takes ----------------------------------------------------------------------
+//
+// Decided before lowering (so that Vars get one layout for the whole kernel): async_dot results are Acc;
+// a row reduction (sum, max, min along axis 1) of an Acc tile is AccRows, and so are [rows] <-> [rows, 1]
+// reshapes of it; a broadcast of an AccRows [rows, 1] along the columns is Acc again; elementwise ops
+// whose non-uniform operands share one layout keep it; a Var takes the layout of the values assigned to it.
+// Index tiles (aranges and what is computed from them and scalars alone: masks, offsets, pointer grids)
+// adapt to whatever layout uses them: they are recomputed from each register's coordinates instead of
+// being moved.
+
+// Whether `n` is a tile computed from aranges, constants and scalars alone.
+bool Lowering::index_tile(const ir::Node& n) {
+  if (n.type.kind != ir::Type::Kind::Value || n.type.numel() <= 1) return false;
+  auto it = index_memo_.find(&n);
+  if (it != index_memo_.end()) return it->second;
+  bool result = false;
+  auto scalar_or_index = [&](const NodeRef& o) { return o->type.numel() == 1 || uniform_node(*o) || index_tile(*o); };
+  if (n.op == Op::Arange) {
+    result = true;
+  } else if (n.op == Op::Broadcast || n.op == Op::Reshape) {
+    result = index_tile(*n.operands[0]);
+  } else if (elementwise_op(n.op) || n.op == Op::PtrAdd) {
+    bool any = false, all = true;
+    for (const NodeRef& o : n.operands) {
+      any = any || index_tile(*o);
+      all = all && scalar_or_index(o);
+    }
+    result = any && all;
+  }
+  index_memo_[&n] = result;
+  return result;
+}
+
+// Index tiles that are never computed in the blocked layout on their own, only where they are used: a
+// broadcast of one (which the blocked layout would move through shared memory), and what uses such.
+bool Lowering::lazy(const ir::Node& n) {
+  if (!index_tile(n)) return false;
+  auto it = lazy_memo_.find(&n);
+  if (it != lazy_memo_.end()) return it->second;
+  bool result = n.op == Op::Broadcast;
+  for (const NodeRef& o : n.operands) result = result || lazy(*o);
+  lazy_memo_[&n] = result;
+  return result;
+}
+
+// Element `coords` of index tile (or scalar) x, computed afresh.
+Value* Lowering::element_at(const NodeRef& x, const std::vector<Value*>& coords) {
+  const ir::Node& n = *x;
+  if (n.type.numel() == 1) return regs_.at(&n).v[0];
+  DType d = n.type.dtype;
+  auto arg = [&](size_t i) { return element_at(n.operands[i], coords); };  // elementwise: same shape
+  switch (ir::op_category(n.op)) {
+    case ir::OpCategory::Unary: return ops_.round(d, ops_.unary(n.op, d, arg(0), approximate(n)));
+    case ir::OpCategory::Binary: return ops_.round(d, ops_.binary(n.op, d, arg(0), arg(1)));
+    case ir::OpCategory::Compare: return ops_.compare(n.op, n.operands[0]->type.dtype, arg(0), arg(1));
+    default: break;
+  }
+  switch (n.op) {
+    case Op::Constant: return ops_.constant(d, n.attrs.number);
+    case Op::Arange: return b_.CreateAdd(coords[0], i32c(n.attrs.ints[0]));
+    case Op::Fma: return ops_.round(d, ops_.fma(arg(0), arg(1), arg(2)));
+    case Op::Select: return ops_.round(d, b_.CreateSelect(arg(0), arg(1), arg(2)));
+    case Op::Cast: return ops_.round(d, ops_.cast(n.operands[0]->type.dtype, d, arg(0)));
+    case Op::PtrAdd:
+      return b_.CreateGEP(ops_.memory_type(DType{d.scalar, false}), arg(0), b_.CreateSExt(arg(1), b_.getInt64Ty()));
+    case Op::Broadcast: {  // dimensions of size 1 (and missing leading ones) read coordinate 0
+      const NodeRef& src = n.operands[0];
+      const ir::Shape& from = src->type.shape;
+      size_t offset = n.type.shape.size() - from.size();
+      std::vector<Value*> c;
+      for (size_t k = 0; k < from.size(); ++k) c.push_back(from[k] == 1 ? i32c(0) : coords[k + offset]);
+      return element_at(src, c);
+    }
+    case Op::Reshape: {
+      const NodeRef& src = n.operands[0];
+      const ir::Shape& from = src->type.shape;
+      const ir::Shape& to = n.type.shape;
+      std::vector<size_t> from_dims, to_dims;  // the dimensions that are not 1
+      for (size_t k = 0; k < from.size(); ++k)
+        if (from[k] != 1) from_dims.push_back(k);
+      for (size_t k = 0; k < to.size(); ++k)
+        if (to[k] != 1) to_dims.push_back(k);
+      std::vector<Value*> c(from.size(), i32c(0));
+      bool same = from_dims.size() == to_dims.size();
+      for (size_t k = 0; same && k < from_dims.size(); ++k) same = from[from_dims[k]] == to[to_dims[k]];
+      if (same) {  // expand_dims and the like: the coordinates carry over
+        for (size_t k = 0; k < from_dims.size(); ++k) c[from_dims[k]] = coords[to_dims[k]];
+        return element_at(src, c);
+      }
+      std::vector<int64_t> to_st = strides(to), from_st = strides(from);
+      Value* flat = i32c(0);
+      for (size_t k = 0; k < to.size(); ++k) flat = b_.CreateAdd(flat, b_.CreateMul(coords[k], i32c(to_st[k])));
+      for (size_t k = 0; k < from.size(); ++k) c[k] = b_.CreateURem(b_.CreateUDiv(flat, i32c(from_st[k])), i32c(from[k]));
+      return element_at(src, c);
+    }
+    default: break;
+  }
+  throw InternalError(fmt::format("NVPTX lowering: '{}' is not an index tile", ir::op_name(n.op)));
+}
+
+// Index tile x in `layout`: each register computed from its own coordinates.
+Regs Lowering::materialize(const NodeRef& x, Layout layout) {
+  Regs out = empty_regs(layout, x->type.shape);
+  for (int64_t r = 0; r < register_count(layout, x->type.shape); ++r)
+    out.v.push_back(element_at(x, coordinates(layout, x->type.shape, r)));
+  return out;
+}
+
+Layout Lowering::var_layout(const ir::Node* var) const {
+  auto it = var_layouts_.find(var);
+  return it == var_layouts_.end() ? Layout::Blocked : it->second;
+}
+
+Layout Lowering::layout_of(const ir::Node& n) { return layout_or_unknown(n).value_or(Layout::Blocked); }
+
+// While the Vars' layouts are being decided (deciding_vars_), a Var not decided yet is unknown (nullopt),
+// and elementwise ops ignore unknown operands: a loop-carried Var (m = maximum(m, max(s, 1))) takes the
+// layout of what it is combined with. Once decided, a Var keeps its layout; one never assigned anything
+// but the blocked layout (or only itself) is Blocked.
+std::optional<Layout> Lowering::layout_or_unknown(const ir::Node& n) {
+  if (n.type.kind != ir::Type::Kind::Value || n.type.numel() <= 1 || index_tile(n)) return Layout::Blocked;
+  auto it = layout_memo_.find(&n);
+  if (it != layout_memo_.end()) return it->second;
+  std::optional<Layout> l = infer_layout(n);
+  layout_memo_[&n] = l;
+  return l;
+}
+
+std::optional<Layout> Lowering::infer_layout(const ir::Node& n) {
+  const ir::Shape& s = n.type.shape;
+  auto rows_of_acc = [&](const ir::Node& x) {  // [rows] or [rows, 1], rows a multiple of 64
+    const ir::Shape& xs = x.type.shape;
+    return (xs.size() == 1 || (xs.size() == 2 && xs[1] == 1)) && xs[0] % 64 == 0;
+  };
+  // `want` when operand 0 has layout `from`, else Blocked (unknown stays unknown).
+  auto if_operand = [&](Layout from, Layout want, bool shape_ok) -> std::optional<Layout> {
+    std::optional<Layout> l = layout_or_unknown(*n.operands[0]);
+    if (!l) return std::nullopt;
+    return shape_ok && *l == from ? want : Layout::Blocked;
+  };
+  switch (n.op) {
+    case Op::AsyncDot:
+    case Op::AsyncDotWait: return Layout::Acc;
+    case Op::VarGet: {
+      auto v = var_layouts_.find(n.operands[0].get());
+      if (v != var_layouts_.end()) return v->second;
+      return deciding_vars_ ? std::nullopt : std::optional<Layout>(Layout::Blocked);
+    }
+    case Op::Slice:
+      return if_operand(Layout::Acc, Layout::Acc,
+                        n.attrs.ints[0] == 1 && n.attrs.ints[1] % 8 == 0 && n.attrs.ints[2] % 8 == 0);
+    case Op::ReduceSum:
+    case Op::ReduceMax:
+    case Op::ReduceMin: return if_operand(Layout::Acc, Layout::AccRows, n.axis() == 1 && n.operands[0]->type.shape.size() == 2);
+    case Op::Reshape: return if_operand(Layout::AccRows, Layout::AccRows, rows_of_acc(n));
+    case Op::Broadcast: {
+      const ir::Shape& from = n.operands[0]->type.shape;
+      return if_operand(Layout::AccRows, Layout::Acc,
+                        s.size() == 2 && from.size() == 2 && from[0] == s[0] && from[1] == 1 && s[1] % 8 == 0);
+    }
+    default: break;
+  }
+  if (!elementwise_op(n.op)) return Layout::Blocked;
+  std::optional<Layout> shared;
+  bool unknown = false;
   for (const NodeRef& o : n.operands) {
-    if (produces_wgmma(*o))
-      any = true;
-    else if (!uniform_node(*o))
-      return false;
+    if (uniform_node(*o) || o->type.numel() <= 1 || index_tile(*o)) continue;
+    std::optional<Layout> l = layout_or_unknown(*o);
+    if (!l) {
+      unknown = true;
+      continue;
+    }
+    if (shared && *shared != *l) return Layout::Blocked;
+    shared = l;
   }
-  return any;
+  if (!shared && unknown) return std::nullopt;
+  return shared.value_or(Layout::Blocked);
 }
 
-void Lowering::find_wgmma_vars(const ir::Region& r, bool& changed) {
+void Lowering::decide_var_layouts() {
+  deciding_vars_ = true;
+  for (bool changed = true; changed;) {
+    changed = false;
+    layout_memo_.clear();
+    find_var_layouts(f_.body, changed);
+  }
+  deciding_vars_ = false;
+  layout_memo_.clear();
+}
+
+void Lowering::find_var_layouts(const ir::Region& r, bool& changed) {
   for (const NodeRef& n : r.body) {
-    if (n->op == Op::VarSet && produces_wgmma(*n->operands[1]) && wgmma_vars_.insert(n->operands[0].get()).second)
-      changed = true;
-    for (const ir::Region& inner : n->regions) find_wgmma_vars(inner, changed);
+    const ir::Node* value = n->op == Op::VarDecl ? n->operands[0].get() : n->op == Op::VarSet ? n->operands[1].get() : nullptr;
+    const ir::Node* var = n->op == Op::VarDecl ? n.get() : value ? n->operands[0].get() : nullptr;
+    if (value && !var_layouts_.count(var)) {
+      std::optional<Layout> l = layout_or_unknown(*value);
+      if (l && *l != Layout::Blocked) {
+        var_layouts_[var] = *l;
+        changed = true;
+      }
+    }
+    for (const ir::Region& inner : n->regions) find_var_layouts(inner, changed);
   }
 }
 
-// Converts this node's wgmma-layout operands to the blocked layout unless the node keeps them (then
-// returns whether its own result is in the wgmma layout).
-bool Lowering::prepare_layouts(const NodeRef& n) {
+// The layout node `n` (whose result has layout `result`) needs operand i in; none: it takes any layout
+// and converts what it must itself.
+std::optional<Layout> Lowering::operand_layout(const ir::Node& n, size_t i, Layout result) {
+  switch (n.op) {
+    case Op::AsyncDot:
+    case Op::AsyncDotWait: return std::nullopt;
+    case Op::Dot: return i == 2 ? std::nullopt : std::optional<Layout>(Layout::Blocked);
+    case Op::VarDecl: return var_layout(&n);
+    case Op::VarSet: return i == 1 ? var_layout(n.operands[0].get()) : Layout::Blocked;
+    case Op::LocalStore:
+    case Op::LocalStoreRemote:  // an Acc tile is stored a column pair at a time
+      return i == 1 && layout_of(*n.operands[1]) == Layout::Acc ? Layout::Acc : Layout::Blocked;
+    case Op::Slice: return result;
+    case Op::ReduceSum:
+    case Op::ReduceMax:
+    case Op::ReduceMin: return result == Layout::AccRows ? Layout::Acc : Layout::Blocked;
+    case Op::Reshape: return result;
+    case Op::Broadcast: return result == Layout::Acc ? Layout::AccRows : Layout::Blocked;
+    default: return elementwise_op(n.op) ? result : Layout::Blocked;
+  }
+}
+
+// Brings this node's operands into the layouts it needs (index tiles computed there, other values moved
+// through shared memory), as regs() then gives them; returns the node's own layout.
+Layout Lowering::prepare_layouts(const NodeRef& n) {
   converted_.clear();
+  Layout result = layout_of(*n);
   const auto& o = n->operands;
-  bool any = false, all = true;
-  for (const NodeRef& x : o) {
+  for (size_t i = 0; i < o.size(); ++i) {
+    const NodeRef& x = o[i];
+    if (converted_.count(x.get())) continue;
+    std::optional<Layout> want = operand_layout(*n, i, result);
+    if (index_tile(*x) && (lazy(*x) || (want && *want != Layout::Blocked))) {
+      converted_[x.get()] = materialize(x, want.value_or(Layout::Blocked));
+      continue;
+    }
     auto it = regs_.find(x.get());
-    if (it == regs_.end()) continue;
-    if (it->second.wgmma && !it->second.uniform)
-      any = true;
-    else if (!it->second.uniform)
-      all = false;
+    if (!want || it == regs_.end() || it->second.uniform || it->second.layout == *want) continue;
+    converted_[x.get()] = relayout(it->second, x->type.dtype, x->type.shape, *want, n->loc);
   }
-  if (!any) return false;
-  if (elementwise_op(n->op) && all) return true;
-  if (n->op == Op::AsyncDot || n->op == Op::AsyncDotWait || n->op == Op::VarSet || n->op == Op::VarDecl ||
-      n->op == Op::LocalStore || n->op == Op::LocalStoreRemote || n->op == Op::Slice)
-    return false;  // these handle the wgmma layout themselves
-  for (const NodeRef& x : o) {
-    const Regs& r = raw(x);
-    if (r.wgmma && !r.uniform) converted_[x.get()] = relayout(r, x->type.dtype, x->type.shape, false, n->loc);
-  }
-  return false;
+  return result;
 }
 
 // `x`'s registers in the layout of Var `var`.
 Regs Lowering::in_var_layout(const NodeRef& x, const ir::Node* var, SourceLoc loc) {
-  const Regs& r = raw(x);
-  bool want = wgmma_vars_.count(var) > 0;
-  if (r.uniform || r.wgmma == want) {
-    Regs out = r;
-    out.wgmma = want;
-    out.rows = want ? x->type.shape[0] : 0;
-    out.cols = want ? x->type.shape[1] : 0;
-    return out;
-  }
+  Layout want = var_layout(var);
+  const Regs& r = regs(x);
+  if (r.uniform) return splat_in(r.v[0], want, x->type.shape);
+  if (r.layout == want) return r;
   return relayout(r, x->type.dtype, x->type.shape, want, loc);
 }
 
@@ -161,6 +407,15 @@ void Lowering::broadcast(const NodeRef& n) {
   int64_t n_src = src->type.numel();
   if (n_src == 1) {
     regs_[n.get()] = splat(regs(src).v[0], n->type.numel());
+    return;
+  }
+  if (regs(src).in(Layout::AccRows) && layout_of(*n) == Layout::Acc) {  // along the rows: no data moves
+    const Regs& rows = regs(src);
+    Regs out = empty_regs(Layout::Acc, n->type.shape);
+    int64_t per_block = n->type.shape[1] / 2;
+    for (int64_t r = 0; r < register_count(Layout::Acc, n->type.shape); ++r)
+      out.v.push_back(rows.v[static_cast<size_t>(r / per_block * 2 + (r % per_block % 4 >= 2))]);
+    regs_[n.get()] = std::move(out);
     return;
   }
   const ir::Shape& to = n->type.shape;
@@ -183,12 +438,9 @@ void Lowering::broadcast(const NodeRef& n) {
 void Lowering::slice(const NodeRef& n) {
   const NodeRef& src = n->operands[0];
   int64_t axis = n->attrs.ints[0], start = n->attrs.ints[1], size = n->attrs.ints[2];
-  const Regs& r = raw(src);
-  if (r.wgmma && !r.uniform && axis == 1 && start % 8 == 0 && size % 8 == 0) {
-    Regs out;
-    out.wgmma = true;
-    out.rows = r.rows;
-    out.cols = size;
+  const Regs& r = regs(src);
+  if (r.in(Layout::Acc) && axis == 1 && start % 8 == 0 && size % 8 == 0) {
+    Regs out = empty_regs(Layout::Acc, n->type.shape);
     for (int64_t block = 0; block < r.rows / 64; ++block)
       for (int64_t k = 0; k < size / 2; ++k) out.v.push_back(r.v[block * r.cols / 2 + start / 2 + k]);
     regs_[n.get()] = std::move(out);
@@ -198,7 +450,7 @@ void Lowering::slice(const NodeRef& n) {
     regs_[n.get()] = splat(r.v[0], n->type.numel());
     return;
   }
-  Regs blocked = r.wgmma ? relayout(r, src->type.dtype, src->type.shape, false, n->loc) : r;
+  Regs blocked = r.layout != Layout::Blocked ? relayout(r, src->type.dtype, src->type.shape, Layout::Blocked, n->loc) : r;
   std::vector<int64_t> src_st = strides(src->type.shape), dst_st = strides(n->type.shape);
   regs_[n.get()] = exchange(blocked, n->type.dtype, src->type.numel(), n->type.numel(), [&](Value* i) {
     Value* j = i32c(0);

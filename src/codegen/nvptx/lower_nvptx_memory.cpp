@@ -317,7 +317,7 @@ void Lowering::shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64
   llvm::Type* mt = ops_.memory_type(d);
   int64_t eb = d.bytes();
   // A wgmma-layout value holds pairs of neighbouring columns (registers 2i, 2i + 1): one access each.
-  bool pairs = value && value->wgmma && !value->uniform && !transposed;
+  bool pairs = value && value->in(Layout::Acc) && !transposed;
   int64_t width = transposed ? 1 : pairs ? 2 : vector_width(numel), per = std::min(width, piece_elems(d));
   auto* piece = llvm::FixedVectorType::get(mt, static_cast<unsigned>(per));
   llvm::Align align(static_cast<uint64_t>(per * eb));

@@ -50,8 +50,35 @@ bool Lowering::has_block_reduction(const ir::Region& r) const {
   return false;
 }
 
+// Along the rows of an Acc tile: each thread combines its own registers of each of its rows (as a tree,
+// for instruction-level parallelism), then the four lanes that share the row by two shuffles. The
+// result stays where the rows are (AccRows): nothing goes through shared memory.
+void Lowering::reduce_acc_rows(const NodeRef& n) {
+  const Regs& x = regs(n->operands[0]);
+  DType d = n->operands[0]->type.dtype;
+  Regs out = empty_regs(Layout::AccRows, n->type.shape);
+  int64_t per_block = x.cols / 2;
+  for (int64_t block = 0; block < x.rows / 64; ++block)
+    for (int64_t half = 0; half < 2; ++half) {
+      std::vector<Partial> parts;
+      for (int64_t i = 0; i < x.cols / 8; ++i)
+        for (int64_t e = 0; e < 2; ++e) parts.push_back({x.v[static_cast<size_t>(block * per_block + 4 * i + 2 * half + e)], nullptr});
+      while (parts.size() > 1) {
+        std::vector<Partial> next;
+        for (size_t k = 0; k + 1 < parts.size(); k += 2) next.push_back(combine(n->op, d, parts[k], parts[k + 1]));
+        if (parts.size() % 2) next.push_back(parts.back());
+        parts = std::move(next);
+      }
+      Partial p = parts[0];
+      for (int64_t lanes = 1; lanes <= 2; lanes *= 2) p = combine(n->op, d, p, {ptx_.shuffle_xor(p.value, lanes), nullptr});
+      out.v.push_back(ops_.round(n->type.dtype, p.value));
+    }
+  regs_[n.get()] = std::move(out);
+}
+
 void Lowering::reduce(const NodeRef& n) {
   const NodeRef& x = n->operands[0];
+  if (layout_of(*n) == Layout::AccRows) return reduce_acc_rows(n);
   if (reduces_to_scalar(*n)) return reduce_to_scalar(n);
   DType d = x->type.dtype;
   Op op = n->op;

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -58,11 +59,22 @@ constexpr int64_t kScratchAlign = 16;
 constexpr int64_t kMaxVector = 8;                // consecutive elements per thread in the blocked layout
 constexpr int64_t kMaxAccessBytes = 16;          // the widest global load/store of one thread
 
+// Which element each register of a value holds.
+enum class Layout : uint8_t {
+  Blocked,  // the blocked layout above
+  Acc,      // wgmma's accumulator layout of a [rows, cols] tile on one warp group (see acc_index): what
+            // async_dot produces, kept through elementwise ops, column slices, Vars and row broadcasts
+  AccRows,  // one value per row of an Acc tile, a [rows] or [rows, 1] tile held where the accumulator
+            // holds that row (2 registers per 64 rows, the 4 lanes of a row alike): what a row reduction
+            // of an Acc tile gives, and what broadcasts back along the rows without moving data
+};
+
 struct Regs {
-  std::vector<Value*> v;  // see the layout above
+  std::vector<Value*> v;  // see the layouts above
   bool uniform = false;   // every register holds the same value (fits any layout)
-  bool wgmma = false;     // the wgmma accumulator layout of a [rows, cols] tile instead (see wgmma_index)
-  int64_t rows = 0, cols = 0;
+  Layout layout = Layout::Blocked;
+  int64_t rows = 0, cols = 0;  // Acc: [rows, cols]; AccRows: rows
+  bool in(Layout l) const { return !uniform && layout == l; }
 };
 
 inline bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -93,15 +105,18 @@ class Lowering {
     auto it = converted_.find(n.get());
     return it != converted_.end() ? it->second : regs_.at(n.get());
   }
-  // A value's registers in whatever layout it has.
-  const Regs& raw(const NodeRef& n) { return regs_.at(n.get()); }
+  // A value's registers in whatever layout it has (an index tile: as this node's operand).
+  const Regs& raw(const NodeRef& n) {
+    auto it = regs_.find(n.get());
+    return it != regs_.end() ? it->second : converted_.at(n.get());
+  }
   bool clustered() const { return cluster_.blocks() > 1; }
 
   // ---- nodes, elementwise ops and control flow (lower_nvptx.cpp) ---------------------------------------
 
   void region(const ir::Region& r);
   void defer_prologue_tiles();
-  void elementwise(const NodeRef& n, const std::function<Value*(size_t r)>& element, bool wgmma = false);
+  void elementwise(const NodeRef& n, const std::function<Value*(size_t r)>& element, Layout layout = Layout::Blocked);
   void node(const NodeRef& n);
   void counted_loop(Value* begin, Value* end, Value* step, const std::function<void(Value*)>& body);
   void for_loop(const NodeRef& n);
@@ -111,16 +126,31 @@ class Lowering {
 
   Value* flat_index(int64_t n, int64_t r);
   Value* same_value_reg(const NodeRef& x, size_t r);
-  Value* wgmma_index(int64_t cols, int64_t r);
+  Value* acc_row(int64_t block, bool lower_half);
+  Value* acc_col(int64_t eighth, int64_t e);
+  Value* acc_index(int64_t cols, int64_t r);
   Value* index_of(const Regs& r, int64_t n, int64_t k);
-  Regs relayout(const Regs& src, DType d, const ir::Shape& shape, bool to_wgmma, SourceLoc loc);
+  int64_t register_count(Layout layout, const ir::Shape& shape) const;
+  Regs empty_regs(Layout layout, const ir::Shape& shape) const;
+  Regs splat_in(Value* v, Layout layout, const ir::Shape& shape) const;
+  std::vector<Value*> coordinates(Layout layout, const ir::Shape& shape, int64_t r);
+  Regs relayout(const Regs& src, DType d, const ir::Shape& shape, Layout to, SourceLoc loc);
   Regs exchange(const Regs& src, DType d, int64_t n_src, int64_t n_dst, const std::function<Value*(Value*)>& source_of,
                 SourceLoc loc);
   static bool elementwise_op(Op op);
   static bool uniform_node(const ir::Node& n);
-  bool produces_wgmma(const ir::Node& n);
-  void find_wgmma_vars(const ir::Region& r, bool& changed);
-  bool prepare_layouts(const NodeRef& n);
+  bool index_tile(const ir::Node& n);
+  bool lazy(const ir::Node& n);
+  Value* element_at(const NodeRef& x, const std::vector<Value*>& coords);
+  Regs materialize(const NodeRef& x, Layout layout);
+  Layout layout_of(const ir::Node& n);
+  std::optional<Layout> layout_or_unknown(const ir::Node& n);
+  std::optional<Layout> infer_layout(const ir::Node& n);
+  Layout var_layout(const ir::Node* var) const;
+  void decide_var_layouts();
+  void find_var_layouts(const ir::Region& r, bool& changed);
+  std::optional<Layout> operand_layout(const ir::Node& n, size_t i, Layout result);
+  Layout prepare_layouts(const NodeRef& n);
   Regs in_var_layout(const NodeRef& x, const ir::Node* var, SourceLoc loc);
   void broadcast(const NodeRef& n);
   void slice(const NodeRef& n);
@@ -175,6 +205,7 @@ class Lowering {
   bool reduces_to_scalar(const ir::Node& n) const;
   bool has_block_reduction(const ir::Region& r) const;
   void reduce(const NodeRef& n);
+  void reduce_acc_rows(const NodeRef& n);
   Partial combine_block_warps(Op op, DType d, Partial p, SourceLoc loc);
   Partial combine_warps(Op op, DType d, Partial p, int64_t group, int64_t at);
 
@@ -227,7 +258,10 @@ class Lowering {
   bool partials_unsettled_ = false;  // threads may still read the last partials (no barrier since)
   std::unordered_map<const ir::Node*, Regs> regs_;
   std::unordered_map<const ir::Node*, Regs> converted_;  // this node's operands, converted to blocked
-  std::unordered_set<const ir::Node*> wgmma_vars_;
+  std::unordered_map<const ir::Node*, Layout> var_layouts_;  // Vars not in the blocked layout
+  std::unordered_map<const ir::Node*, std::optional<Layout>> layout_memo_;  // layout_or_unknown
+  bool deciding_vars_ = false;  // decide_var_layouts is running: undecided Vars are unknown
+  std::unordered_map<const ir::Node*, bool> index_memo_, lazy_memo_;
   std::unordered_set<const ir::Node*> deferred_;  // prologue tiles, lowered in each task (defer_prologue_tiles)
   std::vector<NodeRef> deferred_order_;
   std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;

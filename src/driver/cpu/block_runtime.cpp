@@ -47,7 +47,7 @@ struct DotJob {
   int32_t id = 0, fiber = 0;
   const char *a = nullptr, *b = nullptr;
   bool a_transposed = false, b_transposed = false, f16 = false;
-  int32_t b_panel = 0;  // b stored [K, N] in column panels of this width (0: plain)
+  int32_t a_panel = 0, b_panel = 0;  // operands stored in column panels of this width (0: plain)
   std::vector<char> a_registers;  // a from registers: its elements, copied at issue
   int32_t M = 0, N = 0, K = 0;
   std::vector<float> acc;
@@ -381,10 +381,11 @@ struct BlockState {
         double s = 0;  // exact products of 16-bit floats, summed more precisely than the tensor cores do
         for (int32_t k = 0; k < j.K; ++k) {
           const char* a = j.a_registers.empty() ? j.a : j.a_registers.data();
-          float x = element(a, j.a_transposed ? int64_t(k) * j.M + r : int64_t(r) * j.K + k, j.f16);
-          int64_t b_at = j.b_transposed ? int64_t(c) * j.K + k
-                         : j.b_panel     ? passes::paneled_index(k, c, j.K, j.N, j.b_panel)
-                                         : int64_t(k) * j.N + c;
+          int64_t a_at = j.a_transposed ? passes::paneled_index(k, r, j.K, j.M, j.a_panel)
+                                        : passes::paneled_index(r, k, j.M, j.K, j.a_panel);
+          float x = element(a, a_at, j.f16);
+          int64_t b_at = j.b_transposed ? passes::paneled_index(c, k, j.N, j.K, j.b_panel)
+                                        : passes::paneled_index(k, c, j.K, j.N, j.b_panel);
           float y = element(j.b, b_at, j.f16);
           s += double(x) * double(y);
         }
@@ -575,7 +576,7 @@ void cluster_sync(const ProgramCtx* ctx, int32_t site) noexcept {
                [&] { return c.sync_generation != generation; });
 }
 
-void async_dot(const ProgramCtx* ctx, int32_t, const char* a, int32_t a_transposed, const char* b,
+void async_dot(const ProgramCtx* ctx, int32_t, const char* a, int32_t a_transposed, int32_t a_panel, const char* b,
                int32_t b_transposed, int32_t b_panel, int32_t M, int32_t N, int32_t K, int32_t is_f16,
                const float* acc, float* out) noexcept {
   BlockState& s = state_of(ctx);
@@ -587,6 +588,7 @@ void async_dot(const ProgramCtx* ctx, int32_t, const char* a, int32_t a_transpos
   j.a_transposed = a_transposed == 1;
   if (a_transposed == 2) j.a_registers.assign(a, a + size_t(M) * K * 2);
   j.b_transposed = b_transposed != 0;
+  j.a_panel = a_transposed == 2 ? 0 : a_panel;
   j.b_panel = b_panel;
   j.f16 = is_f16 != 0;
   j.M = M;
