@@ -1,0 +1,189 @@
+// Attention forward for Hopper (FlashAttention-3 style), written only with weft's public API:
+//   O = softmax(Q K^T * scale [+ causal mask]) V, per batch and head, and the per-row log-sum-exp
+//   LSE = log(sum_j exp(s_ij * scale)) (natural log) that a backward pass needs.
+// Q [B, Hq, Sq, D], K and V [B, Hkv, Sk, D] (grouped-query: Hq a multiple of Hkv; query head h reads
+// key/value head h / (Hq / Hkv)), O like Q; bf16 or f16 in and out, f32 softmax and accumulation;
+// D in {64, 128, 256}; any Sq, Sk >= 1 (partial blocks are masked). Causal masks are aligned to the
+// bottom right when Sq != Sk, as FlashAttention-2 and PyTorch SDPA define it: query i sees key j iff
+// j <= i + Sk - Sq. A query row that sees no key (causal, Sq > Sk) gets O = 0 and LSE = +inf (what
+// FlashAttention writes: a backward pass then gets exp(s - LSE) = 0).
+//
+// One block computes BM = 128 query rows of one (batch, head) against all of its keys:
+// - a producer warp group (24 registers per thread) loads the Q tile once and K / V tiles into a ring of
+//   `stages` shared-memory stages with TMA, in 64-column panels (the 128-byte swizzle's width), each stage
+//   guarded by its own `k_full` / `v_full` mbarrier so QK^T can start while V is still on its way;
+// - two consumer warp groups (240 registers) each own 64 of the rows: S = Q K^T with wgmma, the online
+//   softmax on the accumulator in registers (row max and sum by shuffles, exp2 with the scale folded in),
+//   P converted in registers and fed to wgmma as its A operand for O += P V, then the stage released.
+// The epilogue writes O through the consumer's own Q stage with TMA stores (which clip rows past Sq) and
+// the LSE with a masked store. Causal grids run the longest query blocks first.
+#pragma once
+
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include <weft/weft.h>
+
+struct AttentionParams {
+  int B = 1, Hq = 1, Hkv = 1, Sq = 1, Sk = 1, D = 128;
+  bool causal = false;
+  float scale = 0;  // softmax scale; 0 means 1 / sqrt(D)
+};
+
+struct AttentionConfig {
+  int BM = 128;     // query rows per block: two consumer warp groups of 64
+  int BN = 128;     // keys per step
+  int stages = 2;   // K/V ring depth
+};
+
+// The configuration weft uses for head dimension D (what fits 227 KB of shared memory and 240 registers).
+inline AttentionConfig attention_config(int D) {
+  if (D <= 64) return {128, 128, 3};
+  if (D <= 128) return {128, 128, 2};
+  return {128, 64, 2};
+}
+
+template <class T>
+weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
+  using namespace weft;
+  std::string name = std::string("attention_fwd_d") + std::to_string(D) + (causal ? "_causal" : "");
+  return Kernel(name, [cfg, D, causal](TensorDesc<T, 3> Q, TensorDesc<T, 3> K, TensorDesc<T, 3> V, TensorDesc<T, 3> O,
+                                       Ptr<float> LSE, Int Sq, Int Sk, Int group, Float scale_log2) {
+    const int BM = cfg.BM, BN = cfg.BN, S = cfg.stages, HALF = BM / 2, PANEL = 64, PANELS = D / PANEL;
+    auto q_s = local_alloc<T>({HALF, D}, 2, "q_s");  // stage r: consumer r's rows (later its O tile)
+    auto k_s = local_alloc<T>({BN, D}, S, "k_s");
+    auto v_s = local_alloc<T>({BN, D}, S, "v_s");
+    auto q_full = alloc_barriers(1, 1, "q_full");
+    auto k_full = alloc_barriers(S, 1, "k_full");
+    auto v_full = alloc_barriers(S, 1, "v_full");
+    auto kv_empty = alloc_barriers(S, 2, "kv_empty");  // both consumers release a stage
+
+    // Causal: the last query blocks see the most keys; run them first.
+    Int m_block = causal ? num_programs(0) - 1 - program_id(0) : program_id(0);
+    Int bh = program_id(1);        // batch * Hq + query head
+    Int bh_kv = bh / group;        // batch * Hkv + key/value head
+    Int q0 = m_block * BM;
+    Int shift = Sk - Sq;           // causal: row i sees keys j <= i + shift
+    Int key_end = causal ? minimum(Sk, q0 + BM + shift) : Int(Sk);
+    Int n_blocks = cdiv(maximum(key_end, 0), BN);
+
+    async_tasks(
+        task("producer", {.warps = 4, .regs = 24}, [&] {
+          barrier_expect_bytes(q_full[0], 2 * q_s.stage_bytes());
+          for (int r = 0; r < 2; ++r)
+            for (int p = 0; p < PANELS; ++p)
+              async_descriptor_load(Q, q_s[r].cols(p * PANEL, PANEL), {bh, q0 + r * HALF, p * PANEL}, q_full[0]);
+          Pipeline kv(S);
+          for_range(0, n_blocks, [&](Int j) {
+            kv.acquire(kv_empty);
+            barrier_expect_bytes(k_full[kv.index()], k_s.stage_bytes());
+            for (int p = 0; p < PANELS; ++p)
+              async_descriptor_load(K, k_s[kv.index()].cols(p * PANEL, PANEL), {bh_kv, j * BN, p * PANEL},
+                                    k_full[kv.index()]);
+            barrier_expect_bytes(v_full[kv.index()], v_s.stage_bytes());
+            for (int p = 0; p < PANELS; ++p)
+              async_descriptor_load(V, v_s[kv.index()].cols(p * PANEL, PANEL), {bh_kv, j * BN, p * PANEL},
+                                    v_full[kv.index()]);
+            kv.advance();
+          });
+        }),
+        task("consumer", {.warps = 4, .regs = 240, .replicas = 2}, [&] {
+          Int r = task_replica_id();
+          Int row0 = q0 + r * HALF;  // this consumer's first query row
+          barrier_wait(q_full[0], 0);
+          SharedView<T> q = q_s[r];
+          Var<float> m_i = full<float>({HALF}, -INFINITY);  // running row maximum of s * scale * log2(e)
+          Var<float> l_i = zeros<float>({HALF});            // running row sum of 2^(s * scale * log2(e) - m_i)
+          Var<float> acc = zeros<float>({HALF, D});
+          Pipeline kv(S);
+          for_range(0, n_blocks, [&](Int j) {
+            kv.wait(k_full);
+            Var<float> s = async_dot_wait(0, async_dot(q, local_trans(k_s[kv.index()]), zeros<float>({HALF, BN})));
+            // Keys past Sk, and (causal) keys after the row's diagonal: only blocks that reach them pay.
+            Int col0 = j * BN;
+            Bool partial = col0 + BN > Sk;
+            if (causal) partial = partial || col0 + BN - 1 > row0 + shift;
+            if_(partial, [&] {
+              Int cols = expand_dims(arange(0, BN), 0) + col0;  // [1, BN]
+              Bool keep = cols < Sk;
+              if (causal) keep = keep && cols <= expand_dims(arange(0, HALF), 1) + (row0 + shift);  // [HALF, BN]
+              s = where(keep, s, -INFINITY);
+            });
+            Tile<float> m_new = maximum(m_i, max(s, 1) * scale_log2);
+            Tile<float> m_use = where(m_new == -INFINITY, 0.f, m_new);  // a row that has seen no key yet
+            Tile<float> p = fast::exp2(s * scale_log2 - expand_dims(m_use, 1));
+            Tile<float> alpha = fast::exp2(m_i - m_use);
+            l_i = l_i * alpha + sum(p, 1);
+            m_i = m_new;
+            kv.wait(v_full);
+            acc = async_dot_wait(0, async_dot(cast<T>(p), v_s[kv.index()], acc * expand_dims(alpha, 1)));
+            kv.release(kv_empty);
+            kv.advance();
+          });
+          // Epilogue: O = acc / l, through this consumer's Q stage (its last QK^T has completed).
+          Tile<float> l = l_i;
+          Bool empty_row = l == 0.f;
+          Tile<float> o = acc / expand_dims(where(empty_row, 1.f, l), 1);
+          local_store(q, cast<T>(o));
+          for (int p = 0; p < PANELS; ++p) async_descriptor_store(O, q.cols(p * PANEL, PANEL), {bh, row0, p * PANEL});
+          Tile<float> lse = where(empty_row, INFINITY, (m_i + log2(where(empty_row, 1.f, l))) * float(M_LN2));
+          Int rows = arange(0, HALF) + row0;
+          store(LSE + bh * Sq + rows, lse, rows < Sq);
+          async_store_wait(0);
+        }));
+  });
+}
+
+// Checks the arguments (sizes of the buffers, heads, head dimension) and launches on `stream`.
+// q: [B, Hq, Sq, D], k and v: [B, Hkv, Sk, D], o: [B, Hq, Sq, D], lse: [B, Hq, Sq], all contiguous.
+template <class T>
+void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const weft::Buffer<T>& k,
+                   const weft::Buffer<T>& v, const weft::Buffer<T>& o, const weft::Buffer<float>& lse,
+                   const AttentionParams& p, weft::SourceLoc loc = weft::SourceLoc::current()) {
+  using namespace weft;
+  auto fail = [&](const std::string& what) { throw Error("attention_fwd: " + what, loc); };
+  if (p.D != 64 && p.D != 128 && p.D != 256) fail("head dimension D = " + std::to_string(p.D) + "; use 64, 128 or 256");
+  if (p.B < 1 || p.Hq < 1 || p.Hkv < 1 || p.Sq < 1 || p.Sk < 1)
+    fail("B, Hq, Hkv, Sq and Sk must be at least 1 (got B " + std::to_string(p.B) + ", Hq " + std::to_string(p.Hq) +
+         ", Hkv " + std::to_string(p.Hkv) + ", Sq " + std::to_string(p.Sq) + ", Sk " + std::to_string(p.Sk) + ")");
+  if (p.Hq % p.Hkv != 0)
+    fail("Hq = " + std::to_string(p.Hq) + " query heads are not a multiple of Hkv = " + std::to_string(p.Hkv) +
+         " key/value heads");
+  if (!(p.scale >= 0) || std::isinf(p.scale)) fail("the softmax scale must be finite and >= 0 (0: 1 / sqrt(D))");
+  auto expect = [&](const char* name, size_t have, size_t want) {
+    if (have != want)
+      fail(std::string(name) + " holds " + std::to_string(have) + " elements; the shapes need " + std::to_string(want));
+  };
+  size_t bhq = size_t(p.B) * p.Hq, bhk = size_t(p.B) * p.Hkv;
+  expect("q", q.size(), bhq * p.Sq * p.D);
+  expect("k", k.size(), bhk * p.Sk * p.D);
+  expect("v", v.size(), bhk * p.Sk * p.D);
+  expect("o", o.size(), bhq * p.Sq * p.D);
+  expect("lse", lse.size(), bhq * p.Sq);
+  if (bhq > 65535) fail("B * Hq = " + std::to_string(bhq) + " is over 65535 (the grid's y limit)");
+
+  AttentionConfig cfg = attention_config(p.D);
+  static std::mutex mutex;
+  static std::map<std::tuple<int, bool>, Kernel> kernels;
+  const Kernel* kernel;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto key = std::make_tuple(p.D, p.causal);
+    auto it = kernels.find(key);
+    if (it == kernels.end()) it = kernels.emplace(key, make_attention_fwd<T>(cfg, p.D, p.causal)).first;
+    kernel = &it->second;
+  }
+  const int HALF = cfg.BM / 2;
+  float scale = p.scale > 0 ? p.scale : 1.f / std::sqrt(float(p.D));
+  const int64_t bq = int64_t(bhq), bk = int64_t(bhk);
+  auto q_desc = tma(q, {bq, p.Sq, p.D}, {1, HALF, 64}, {}, loc);
+  auto o_desc = tma(o, {bq, p.Sq, p.D}, {1, HALF, 64}, {}, loc);
+  auto k_desc = tma(k, {bk, p.Sk, p.D}, {1, cfg.BN, 64}, {}, loc);
+  auto v_desc = tma(v, {bk, p.Sk, p.D}, {1, cfg.BN, 64}, {}, loc);
+  Grid grid((p.Sq + cfg.BM - 1) / cfg.BM, int64_t(bhq), 1, loc);
+  kernel->launch(stream, grid, q_desc, k_desc, v_desc, o_desc, lse, p.Sq, p.Sk, p.Hq / p.Hkv,
+                 float(scale * M_LOG2E));
+}

@@ -1,0 +1,175 @@
+// Tiles in the wgmma accumulator layout on the GPU (and their meaning on every backend): row reductions and
+// row broadcasts of an async_dot result, index tiles (aranges, masks) combined with it, Vars of row
+// vectors carried through a loop, and fast::exp2. On the GPU these stay in registers (the PTX checks
+// below); the values must be those of the double reference everywhere.
+#include "test_util.h"
+
+#include <cstring>
+
+#include "driver/backend.h"
+
+namespace {
+
+using namespace weft;
+using namespace weft_test;
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Q [64, 64] @ K^T with K [64, 64] on one warp group; then an online-softmax step: row max, exp2 of the
+// shifted scores, row sums, and a row-masked, column-masked result, written out as f32.
+void softmax_rows_body(TensorDesc<bf16, 2> A, TensorDesc<bf16, 2> B, Ptr<float> out, Ptr<float> row_out, Int valid_cols) {
+  auto a_s = local_alloc<bf16>({64, 64}, 1, "a_s");
+  auto b_s = local_alloc<bf16>({64, 64}, 1, "b_s");
+  auto ready = alloc_barriers(1, 1, "ready");
+  async_tasks(task("mma", {.warps = 4}, [&] {
+    barrier_expect_bytes(ready[0], a_s.stage_bytes() + b_s.stage_bytes());
+    async_descriptor_load(A, a_s[0], {0, 0}, ready[0]);
+    async_descriptor_load(B, b_s[0], {0, 0}, ready[0]);
+    barrier_wait(ready[0], 0);
+    Var<float> s = async_dot_wait(0, async_dot(a_s[0], local_trans(b_s[0]), zeros<float>({64, 64})));
+    Int cols = expand_dims(arange(0, 64), 0);                       // [1, 64]
+    Int rows = expand_dims(arange(0, 64), 1);                       // [64, 1]
+    s = where(cols < valid_cols && cols <= rows + 40, s, -INFINITY);  // an index mask, lazily in any layout
+    Var<float> m = full<float>({64}, -INFINITY);
+    Var<float> l = zeros<float>({64});
+    for_range(0, 2, [&](Int) {  // the same row vectors carried through a loop, twice
+      Tile<float> m_new = maximum(m, max(s, 1));
+      Tile<float> p = fast::exp2(s - expand_dims(m_new, 1));
+      l = l * fast::exp2(m - m_new) + sum(p, 1);
+      m = m_new;
+    });
+    Tile<float> p = fast::exp2(s - expand_dims(m, 1)) / expand_dims(l, 1);
+    Int r = expand_dims(arange(0, 64), 1), c = expand_dims(arange(0, 64), 0);
+    store(out + r * 64 + c, p);
+    store(row_out + arange(0, 64), m + log2(l));
+  }));
+}
+
+}  // namespace
+
+TEST_CASE("accumulator layout: row max / sum, row broadcasts, index masks and fast::exp2 on an async_dot result",
+          "[async][accumulator]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  std::normal_distribution<float> dist(0.f, 1.f);
+  std::vector<bf16> a(64 * 64), b(64 * 64);
+  for (bf16& x : a) x = bf16(dist(rng));
+  for (bf16& x : b) x = bf16(dist(rng));
+  int valid = 50;
+  Kernel k("softmax_rows", softmax_rows_body);
+  Buffer<bf16> da = dev.upload(a), db = dev.upload(b);
+  Buffer<float> out = dev.upload(std::vector<float>(64 * 64, std::nanf(""))), rows = dev.upload(std::vector<float>(64, std::nanf("")));
+  k.launch(Grid(1), tma(da, {64, 64}, {64, 64}), tma(db, {64, 64}, {64, 64}), out, rows, valid);
+  std::vector<float> got = out.download(), got_rows = rows.download();
+  int wrong = 0;
+  for (int i = 0; i < 64; ++i) {
+    std::vector<double> s(64);
+    double m = -INFINITY;
+    for (int j = 0; j < 64; ++j) {
+      double dot = 0;
+      for (int t = 0; t < 64; ++t) dot += double(float(a[i * 64 + t])) * double(float(b[j * 64 + t]));
+      s[j] = j < valid && j <= i + 40 ? dot : -INFINITY;
+      m = std::max(m, s[j]);
+    }
+    double l = 0;  // the loop adds the row's sum twice (the maximum does not change the second time)
+    for (int j = 0; j < 64; ++j) l += 2 * std::exp2(s[j] - m);
+    for (int j = 0; j < 64; ++j) {
+      double want = std::exp2(s[j] - m) / l;
+      if (!(std::abs(got[i * 64 + j] - want) <= 1e-5 + 1e-5 * want) && ++wrong <= 5)
+        UNSCOPED_INFO("p[" << i << "][" << j << "] = " << got[i * 64 + j] << ", want " << want);
+    }
+    double want_row = m + std::log2(l);
+    if (!(std::abs(got_rows[i] - want_row) <= 1e-4 * (1 + std::abs(want_row))) && ++wrong <= 5)
+      UNSCOPED_INFO("row " << i << " = " << got_rows[i] << ", want " << want_row);
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("accumulator layout: the online-softmax step stays in registers on sm_90a", "[async][accumulator]") {
+  Device gpu_less = Device::from_backend(detail::compile_only_backend("sm_90a", "no GPU in this test"));
+  Kernel k("softmax_rows", softmax_rows_body);
+  Buffer<bf16> a = gpu_less.alloc<bf16>(64 * 64);
+  std::string ptx = k.ptx(tma(a, {64, 64}, {64, 64}), tma(a, {64, 64}, {64, 64}));
+  INFO(ptx);
+  // 32 elements and 2 rows a thread per loop step (LLVM may unroll the two steps; the last one's p is
+  // then the final p).
+  size_t ex2 = count(ptx, "ex2.approx.ftz.f32"), shuffles = count(ptx, "shfl.sync.bfly.b32");
+  CHECK(ex2 >= 2 * 32 + 2);
+  CHECK(ex2 <= 3 * 32 + 2 * 2);
+  CHECK(shuffles >= 2 * 2 * 2);  // row max and row sum, 2 rows, 2 shuffles each, per step
+  CHECK(shuffles <= 2 * 2 * 2 * 2);
+  // Shared memory and barriers only where the two final stores move p (32 registers a thread) and the
+  // row vector (2) into the blocked layout of their pointers: none for the reductions, broadcasts, masks
+  // and Vars. Barriers: the mbarrier init, the task's expect_bytes arrival, and 2 per store conversion.
+  CHECK(count(ptx, "st.shared") <= 32 + 2);
+  CHECK(count(ptx, "bar.sync") <= 1 + 1 + 2 + 2);
+}
+
+TEST_CASE("fast::exp2: within 2 ulp of 2^x, subnormal results flushed to zero, on every backend", "[ops][math]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  Kernel k("fast_exp2", [](Ptr<float> x, Ptr<float> y, Ptr<bf16> yb, Int n) {
+    Int i = program_id(0) * 1024 + arange(0, 1024);
+    Bool ok = i < n;
+    Tile<float> v = load(x + i, ok);
+    store(y + i, fast::exp2(v), ok);
+    store(yb + i, fast::exp2(cast<bf16>(v)), ok);
+  });
+  std::vector<float> x = generate<float>(rng, 20000, uniform_real<float>(-160.0, 130.0));
+  for (float special : {0.f, -0.f, 1.f, -1.f, 127.9f, 128.f, -126.f, -149.f, -150.f, INFINITY, -INFINITY, std::nanf("")})
+    x.push_back(special);
+  int n = static_cast<int>(x.size());
+  Buffer<float> dx = dev.upload(x), dy = dev.upload(std::vector<float>(n, 7.f));
+  Buffer<bf16> dyb = dev.upload(std::vector<bf16>(n, bf16(7.f)));
+  k.launch(Grid((n + 1023) / 1024), dx, dy, dyb, n);
+  std::vector<float> y = dy.download();
+  std::vector<bf16> yb = dyb.download();
+  int wrong = 0;
+  for (int i = 0; i < n; ++i) {
+    double want = std::exp2(double(x[i]));
+    double got = y[i];
+    bool ok;
+    if (std::isnan(x[i]))
+      ok = std::isnan(got);
+    else if (want < 0x1p-126)  // subnormal or zero: flushed (the GPU's .ftz); a result of 2^-126 is allowed too
+      ok = got == 0 || got == 0x1p-126;
+    else if (want > 0x1.fffffep127)
+      ok = std::isinf(got);
+    else
+      ok = std::abs(got - want) <= 2 * std::ldexp(1.0, std::ilogb(want) - 23);
+    double wb = double(float(bf16(float(std::exp2(double(float(bf16(x[i]))))))));
+    double gb = float(yb[i]);
+    bool ok_b = std::isnan(x[i]) ? std::isnan(gb) : wb < 0x1p-126 ? gb == 0 || gb == 0x1p-126 : std::abs(gb - wb) <= std::ldexp(1.0, std::ilogb(wb) - 7) || (std::isinf(wb) && gb == wb);
+    if ((!ok || !ok_b) && ++wrong <= 8)
+      UNSCOPED_INFO("fast::exp2(" << x[i] << ") = " << got << " (bf16: " << gb << "), want " << want << " (bf16: " << wb << ")");
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("fast::exp2 of f64 is an Error: the fast flavour computes in f32", "[errors][math]") {
+  Kernel k("fast_exp2_f64", [](Ptr<double> x) { store(x + arange(0, 32), fast::exp2(load(x + arange(0, 32)))); });
+  CHECK_THROWS_WITH(k.ir(), Catch::Contains("fast::exp2 computes in f32") && Catch::Contains("cast<float>"));
+}
+
+TEST_CASE("rows() of a buffer kept in 128-byte column panels is an Error", "[errors][async]") {
+  Kernel k("rows_of_panels", [](TensorDesc<bf16, 2> A, Ptr<float> out) {
+    auto a_s = local_alloc<bf16>({128, 128}, 1, "a_s");
+    auto bar = alloc_barriers(1, 1, "bar");
+    async_tasks(task("t", {.warps = 4}, [&] {
+      barrier_expect_bytes(bar[0], a_s.stage_bytes());
+      async_descriptor_load(A, a_s[0].cols(0, 64), {0, 0}, bar[0]);
+      async_descriptor_load(A, a_s[0].cols(64, 64), {0, 64}, bar[0]);
+      barrier_wait(bar[0], 0);
+      store(out + arange(0, 64 * 128), cast<float>(reshape(local_load(a_s[0].rows(64, 64)), {64 * 128})));
+    }));
+  });
+  Device dev = Device::cpu();
+  Buffer<bf16> a = dev.alloc<bf16>(128 * 128);
+  Buffer<float> out = dev.alloc<float>(64 * 128);
+  CHECK_THROWS_WITH(k.launch(Grid(1), tma(a, {128, 128}, {128, 64}), out),
+                    Catch::Contains("rows() of buffer 'a_s'") && Catch::Contains("panels of 64"));
+}

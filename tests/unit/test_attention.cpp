@@ -1,0 +1,151 @@
+// The attention forward of examples/attention_fwd.h against a double-precision reference: ragged lengths,
+// grouped-query heads, causal masks aligned to the bottom right, D = 64 / 128 / 256, f16 and bf16, under
+// several CPU fiber schedules (a missing wait or a wrong phase fails there). The same cases run on the GPU
+// in the op suite (WEFT_BACKEND=cuda); larger ones are tagged [gpu].
+#include "../../examples/attention_fwd.h"
+
+#include <cstdlib>
+
+#include "test_util.h"
+
+namespace {
+
+using namespace weft;
+using weft_test::test_seed;
+
+struct Shape {
+  int B, Hq, Hkv, Sq, Sk, D;
+  bool causal;
+};
+
+std::string describe(const Shape& s) {
+  return "B " + std::to_string(s.B) + " Hq " + std::to_string(s.Hq) + " Hkv " + std::to_string(s.Hkv) + " Sq " +
+         std::to_string(s.Sq) + " Sk " + std::to_string(s.Sk) + " D " + std::to_string(s.D) +
+         (s.causal ? " causal" : "");
+}
+
+// Runs attention_fwd on `dev` with random inputs and checks every row of O and LSE against a double
+// reference. `rows_per_head` > 0 checks that many random rows per head instead (large shapes).
+template <class T> void check_attention(const Device& dev, const Shape& s, std::mt19937_64& rng, int rows_per_head = 0) {
+  INFO(describe(s) << " " << dtype_of<T>.str() << " on " << dev.name());
+  std::normal_distribution<float> dist(0.f, 1.5f);
+  size_t nq = size_t(s.B) * s.Hq * s.Sq * s.D, nk = size_t(s.B) * s.Hkv * s.Sk * s.D;
+  std::vector<T> q(nq), k(nk), v(nk);
+  for (T& x : q) x = T(dist(rng));
+  for (T& x : k) x = T(dist(rng));
+  for (T& x : v) x = T(dist(rng));
+  Buffer<T> dq = dev.upload(q), dk = dev.upload(k), dv = dev.upload(v);
+  Buffer<T> dout = dev.upload(std::vector<T>(nq, T(std::nanf(""))));
+  Buffer<float> dlse = dev.upload(std::vector<float>(size_t(s.B) * s.Hq * s.Sq, std::nanf("")));
+  AttentionParams p{s.B, s.Hq, s.Hkv, s.Sq, s.Sk, s.D, s.causal, 0.f};
+  attention_fwd(dev.stream(), dq, dk, dv, dout, dlse, p);
+  std::vector<T> out = dout.download();
+  std::vector<float> lse = dlse.download();
+
+  double scale = 1.0 / std::sqrt(double(s.D));
+  int group = s.Hq / s.Hkv, wrong = 0;
+  std::uniform_int_distribution<int> pick(0, s.Sq - 1);
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.Hq; ++h) {
+      size_t qb = (size_t(b) * s.Hq + h) * s.Sq, kb = (size_t(b) * s.Hkv + h / group) * s.Sk;
+      int rows = rows_per_head > 0 ? rows_per_head : s.Sq;
+      for (int t = 0; t < rows; ++t) {
+        int i = rows_per_head > 0 ? pick(rng) : t;
+        int last = s.causal ? std::min(s.Sk - 1, i + s.Sk - s.Sq) : s.Sk - 1;  // bottom-right aligned
+        std::vector<double> w(std::max(last + 1, 0));
+        double m = -INFINITY, sum = 0;
+        for (int j = 0; j <= last; ++j) {
+          double dot = 0;
+          for (int d = 0; d < s.D; ++d) dot += double(float(q[(qb + i) * s.D + d])) * double(float(k[(kb + j) * s.D + d]));
+          w[j] = dot * scale;
+          m = std::max(m, w[j]);
+        }
+        for (int j = 0; j <= last; ++j) sum += std::exp(w[j] - m);
+        double want_lse = last < 0 ? INFINITY : m + std::log(sum);
+        double got_lse = lse[qb + i];
+        bool lse_ok = std::isinf(want_lse) ? got_lse == want_lse : std::abs(got_lse - want_lse) <= 2e-3 * (1 + std::abs(want_lse));
+        if (!lse_ok && ++wrong <= 8) UNSCOPED_INFO("LSE[b " << b << ", h " << h << ", row " << i << "] = " << got_lse << ", want " << want_lse);
+        for (int d = 0; d < s.D; ++d) {
+          double want = 0, mag = 0;
+          for (int j = 0; j <= last; ++j) {
+            double term = std::exp(w[j] - m) / sum * double(float(v[(kb + j) * s.D + d]));
+            want += term;
+            mag += std::abs(term);
+          }
+          double got = float(out[(qb + i) * s.D + d]);
+          // P is rounded to T before P V (2^-8 relative for bf16, 2^-11 for f16), exp2 is approximate,
+          // and O is rounded to T once more at the end.
+          double unit = std::is_same_v<T, bf16> ? 0x1p-8 : 0x1p-11;
+          double tol = 2 * unit * mag + unit * std::abs(want) + 1e-5;
+          if (!(std::abs(got - want) <= tol) && ++wrong <= 8)
+            UNSCOPED_INFO("O[b " << b << ", h " << h << ", row " << i << ", " << d << "] = " << got << ", want " << want);
+        }
+      }
+    }
+  CHECK(wrong == 0);
+}
+
+}  // namespace
+
+TEST_CASE("attention forward: ragged lengths, GQA, causal (bottom-right) and not, against a double reference",
+          "[attention][async]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  check_attention<bf16>(dev, {1, 2, 1, 77, 130, 64, false}, rng);
+  check_attention<f16>(dev, {1, 2, 1, 77, 130, 64, true}, rng);
+  check_attention<bf16>(dev, {1, 2, 2, 130, 77, 128, true}, rng);   // Sq > Sk: the first rows see no key
+  check_attention<f16>(dev, {2, 2, 1, 1, 200, 128, false}, rng);    // one query row (decoding-like)
+  check_attention<bf16>(dev, {1, 1, 1, 64, 100, 256, true}, rng);
+}
+
+TEST_CASE("attention forward: the same result under shuffled CPU fiber schedules", "[attention][async][cpu-only]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::cpu();
+  const char* saved = std::getenv("WEFT_CPU_SCHED_SEED");
+  std::string restore = saved ? saved : "";
+  for (int seed : {1, 7, 12345}) {
+    INFO("WEFT_CPU_SCHED_SEED=" << seed);
+    setenv("WEFT_CPU_SCHED_SEED", std::to_string(seed).c_str(), 1);
+    check_attention<bf16>(dev, {1, 2, 1, 150, 300, 64, seed % 2 == 1}, rng);
+  }
+  if (saved)
+    setenv("WEFT_CPU_SCHED_SEED", restore.c_str(), 1);
+  else
+    unsetenv("WEFT_CPU_SCHED_SEED");
+}
+
+TEST_CASE("attention forward on the GPU: ragged 1 / 77 / 1000, GQA, D 64 / 128 / 256, f16 and bf16", "[attention][gpu]") {
+  Device dev = Device::current();
+  if (dev.kind() == BackendKind::cpu) {
+    WARN("SKIPPED: no GPU (WEFT_BACKEND / Device::current() is the CPU backend)");
+    return;
+  }
+  WEFT_SEEDED_RNG(rng);
+  for (int D : {64, 128, 256})
+    for (bool causal : {false, true}) {
+      check_attention<bf16>(dev, {2, 8, 2, 1000, 1000, D, causal}, rng, 24);
+      check_attention<f16>(dev, {1, 4, 4, 77, 1000, D, causal}, rng);
+      check_attention<bf16>(dev, {1, 4, 1, 1000, 77, D, causal}, rng, 48);
+      check_attention<f16>(dev, {3, 2, 1, 1, 1000, D, causal}, rng);
+    }
+  check_attention<bf16>(dev, {2, 16, 16, 4096, 4096, 128, true}, rng, 4);
+}
+
+TEST_CASE("attention forward: bad arguments are Errors at the caller's line", "[attention][errors]") {
+  Device dev = Device::cpu();
+  auto buf = [&](size_t n) { return dev.alloc<bf16>(n); };
+  AttentionParams p{1, 4, 3, 16, 16, 64, false, 0.f};
+  Buffer<bf16> q = buf(4 * 16 * 64), kv = buf(3 * 16 * 64), o = buf(4 * 16 * 64);
+  Buffer<float> lse = dev.alloc<float>(4 * 16);
+  int line = __LINE__ + 1;
+  try { attention_fwd(dev.stream(), q, kv, kv, o, lse, p); FAIL("no error"); } catch (const Error& e) {
+    std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("not a multiple of Hkv = 3"));
+    CHECK_THAT(what, Catch::Contains("test_attention.cpp:" + std::to_string(line)));
+  }
+  p.Hkv = 4;
+  p.D = 96;
+  CHECK_THROWS_WITH(attention_fwd(dev.stream(), q, kv, kv, o, lse, p), Catch::Contains("use 64, 128 or 256"));
+  p.D = 64;
+  CHECK_THROWS_WITH(attention_fwd(dev.stream(), q, kv, kv, o, lse, p), Catch::Contains("k holds 3072 elements"));
+}
