@@ -34,22 +34,27 @@ struct AttentionParams {
 };
 
 struct AttentionConfig {
-  int BM = 128;     // query rows per block: two consumer warp groups of 64
-  int BN = 128;     // keys per step
-  int stages = 2;   // K/V ring depth
+  int BM = 128;           // query rows per block: two consumer warp groups of 64
+  int BN = 128;           // keys per step
+  int stages = 2;         // depth of the K and of the V ring
+  bool pingpong = true;   // the consumers take turns on the tensor cores (named barriers)
+  // A consumer issues S_j = Q K_j^T together with P_{j-1} V_{j-1} and runs softmax_j meanwhile. Slower on
+  // the H200 today (benchmarks/NOTES.md: P_{j-1} waits in a Var as 64 f32 registers, packed at the issue).
+  bool overlap = false;
 };
 
 // The configuration weft uses for head dimension D (what fits 227 KB of shared memory and 240 registers).
 inline AttentionConfig attention_config(int D) {
-  if (D <= 64) return {128, 128, 3};
-  if (D <= 128) return {128, 128, 2};
-  return {128, 64, 2};
+  if (D <= 64) return {128, 128, 3, true, false};
+  if (D <= 128) return {128, 128, 2, true, false};
+  return {128, 64, 2, true, false};
 }
 
 template <class T>
 weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
   using namespace weft;
-  std::string name = std::string("attention_fwd_d") + std::to_string(D) + (causal ? "_causal" : "");
+  std::string name = "attention_fwd_d" + std::to_string(D) + (causal ? "_causal" : "") + "_bn" + std::to_string(cfg.BN) +
+                     "_s" + std::to_string(cfg.stages) + (cfg.pingpong ? "_pingpong" : "") + (cfg.overlap ? "_overlap" : "");
   return Kernel(name, [cfg, D, causal](TensorDesc<T, 3> Q, TensorDesc<T, 3> K, TensorDesc<T, 3> V, TensorDesc<T, 3> O,
                                        Ptr<float> LSE, Int Sq, Int Sk, Int group, Float scale_log2) {
     const int BM = cfg.BM, BN = cfg.BN, S = cfg.stages, HALF = BM / 2, PANEL = 64, PANELS = D / PANEL;
@@ -59,11 +64,13 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
     auto q_full = alloc_barriers(1, 1, "q_full");
     auto k_full = alloc_barriers(S, 1, "k_full");
     auto v_full = alloc_barriers(S, 1, "v_full");
-    auto kv_empty = alloc_barriers(S, 2, "kv_empty");  // both consumers release a stage
+    auto k_empty = alloc_barriers(S, 2, "k_empty");  // both consumers release each stage
+    auto v_empty = alloc_barriers(S, 2, "v_empty");
 
-    // Causal: the last query blocks see the most keys; run them first.
-    Int m_block = causal ? num_programs(0) - 1 - program_id(0) : program_id(0);
-    Int bh = program_id(1);        // batch * Hq + query head
+    // The grid is (batch * Hq, query blocks), heads fastest. Causal: the last query blocks see the most
+    // keys; every head's run first.
+    Int m_block = causal ? num_programs(1) - 1 - program_id(1) : program_id(1);
+    Int bh = program_id(0);        // batch * Hq + query head
     Int bh_kv = bh / group;        // batch * Hkv + key/value head
     Int q0 = m_block * BM;
     Int shift = Sk - Sq;           // causal: row i sees keys j <= i + shift
@@ -76,32 +83,43 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           for (int r = 0; r < 2; ++r)
             for (int p = 0; p < PANELS; ++p)
               async_descriptor_load(Q, q_s[r].cols(p * PANEL, PANEL), {bh, q0 + r * HALF, p * PANEL}, q_full[0]);
-          Pipeline kv(S);
+          Pipeline kp(S), vp(S);
           for_range(0, n_blocks, [&](Int j) {
-            kv.acquire(kv_empty);
-            barrier_expect_bytes(k_full[kv.index()], k_s.stage_bytes());
+            kp.acquire(k_empty);
+            barrier_expect_bytes(k_full[kp.index()], k_s.stage_bytes());
             for (int p = 0; p < PANELS; ++p)
-              async_descriptor_load(K, k_s[kv.index()].cols(p * PANEL, PANEL), {bh_kv, j * BN, p * PANEL},
-                                    k_full[kv.index()]);
-            barrier_expect_bytes(v_full[kv.index()], v_s.stage_bytes());
+              async_descriptor_load(K, k_s[kp.index()].cols(p * PANEL, PANEL), {bh_kv, j * BN, p * PANEL},
+                                    k_full[kp.index()]);
+            kp.advance();
+            vp.acquire(v_empty);
+            barrier_expect_bytes(v_full[vp.index()], v_s.stage_bytes());
             for (int p = 0; p < PANELS; ++p)
-              async_descriptor_load(V, v_s[kv.index()].cols(p * PANEL, PANEL), {bh_kv, j * BN, p * PANEL},
-                                    v_full[kv.index()]);
-            kv.advance();
+              async_descriptor_load(V, v_s[vp.index()].cols(p * PANEL, PANEL), {bh_kv, j * BN, p * PANEL},
+                                    v_full[vp.index()]);
+            vp.advance();
           });
         }),
         task("consumer", {.warps = 4, .regs = 240, .replicas = 2}, [&] {
           Int r = task_replica_id();
           Int row0 = q0 + r * HALF;  // this consumer's first query row
+          // Ping-pong: the two consumers take turns issuing their wgmmas (named barriers 1 and 2), so that
+          // one's softmax runs while the other's products occupy the tensor cores.
+          auto my_turn = [&] {
+            if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); }, [&] { named_barrier_wait(2, 256); });
+          };
+          auto your_turn = [&] {
+            if (cfg.pingpong) if_(r == 0, [&] { named_barrier_arrive(2, 256); }, [&] { named_barrier_arrive(1, 256); });
+          };
           barrier_wait(q_full[0], 0);
           SharedView<T> q = q_s[r];
           Var<float> m_i = full<float>({HALF}, -INFINITY);  // running row maximum of s * scale * log2(e)
           Var<float> l_i = zeros<float>({HALF});            // running row sum of 2^(s * scale * log2(e) - m_i)
           Var<float> acc = zeros<float>({HALF, D});
-          Pipeline kv(S);
-          for_range(0, n_blocks, [&](Int j) {
-            kv.wait(k_full);
-            Var<float> s = async_dot_wait(0, async_dot(q, local_trans(k_s[kv.index()]), zeros<float>({HALF, BN})));
+          Var<T> p_prev = zeros<T>({HALF, BN});              // P of the block whose P V is still to issue
+          Pipeline kp(S), vp(S);
+          // The online softmax of block j's scores s: the new row maxima, P, and acc rescaled.
+          auto softmax = [&](Int j, Tile<float> scores) {
+            Var<float> s = scores;
             // Keys past Sk, and (causal) keys after the row's diagonal: only blocks that reach them pay.
             Int col0 = j * BN;
             Bool partial = col0 + BN > Sk;
@@ -114,14 +132,65 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
             });
             Tile<float> m_new = maximum(m_i, max(s, 1) * scale_log2);
             Tile<float> m_use = where(m_new == -INFINITY, 0.f, m_new);  // a row that has seen no key yet
-            Tile<float> p = fast::exp2(s * scale_log2 - expand_dims(m_use, 1));
+            Tile<float> p = fast::exp2(fma(s, scale_log2, -expand_dims(m_use, 1)));  // 2^(s * scale * log2 e - m)
             Tile<float> alpha = fast::exp2(m_i - m_use);
             l_i = l_i * alpha + sum(p, 1);
             m_i = m_new;
-            kv.wait(v_full);
-            acc = async_dot_wait(0, async_dot(cast<T>(p), v_s[kv.index()], acc * expand_dims(alpha, 1)));
-            kv.release(kv_empty);
-            kv.advance();
+            return std::pair{cast<T>(p), alpha};
+          };
+          if (cfg.pingpong) if_(r == 1 && n_blocks > 0, [&] { named_barrier_arrive(1, 256); });  // consumer 0 first
+          if (!cfg.overlap) {  // each step in turn: S_j, its softmax, then P_j V_j
+            for_range(0, n_blocks, [&](Int j) {
+              kp.wait(k_full);
+              my_turn();
+              Tile<float> s_j = async_dot(q, local_trans(k_s[kp.index()]), zeros<float>({HALF, BN}));
+              your_turn();
+              Tile<float> scores = async_dot_wait(0, s_j);
+              kp.release(k_empty);
+              kp.advance();
+              auto [p, alpha] = softmax(j, scores);
+              vp.wait(v_full);
+              acc = async_dot_wait(0, async_dot(p, v_s[vp.index()], acc * expand_dims(alpha, 1)));
+              vp.release(v_empty);
+              vp.advance();
+            });
+            if (cfg.pingpong) if_(r == 0 && n_blocks > 0, [&] { named_barrier_wait(1, 256); });
+          }
+          if (cfg.overlap) if_(n_blocks > 0, [&] {
+            kp.wait(k_full);
+            my_turn();
+            Tile<float> s0 = async_dot(q, local_trans(k_s[kp.index()]), zeros<float>({HALF, BN}));
+            your_turn();
+            Tile<float> scores = async_dot_wait(0, s0);
+            kp.release(k_empty);
+            kp.advance();
+            p_prev = softmax(scalar<int32_t>(0), scores).first;
+          });
+          // Step j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} in flight together; the softmax of S_j runs while
+          // the tensor cores finish P_{j-1} V_{j-1}.
+          if (cfg.overlap) for_range(1, n_blocks, [&](Int j) {
+            kp.wait(k_full);
+            vp.wait(v_full);
+            my_turn();
+            Tile<float> s_j = async_dot(q, local_trans(k_s[kp.index()]), zeros<float>({HALF, BN}));
+            acc = async_dot(p_prev, v_s[vp.index()], acc);
+            your_turn();
+            Tile<float> scores = async_dot_wait(1, s_j);  // S_j done; P V may still run
+            kp.release(k_empty);
+            kp.advance();
+            auto [p, alpha] = softmax(j, scores);
+            acc = async_dot_wait(0, acc);
+            vp.release(v_empty);
+            vp.advance();
+            acc = acc * expand_dims(alpha, 1);
+            p_prev = p;
+          });
+          if (cfg.overlap) if_(n_blocks > 0, [&] {
+            vp.wait(v_full);
+            acc = async_dot_wait(0, async_dot(p_prev, v_s[vp.index()], acc));
+            vp.release(v_empty);
+            vp.advance();
+            if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); });  // consumer 1's last arrival
           });
           // Epilogue: O = acc / l, through this consumer's Q stage (its last QK^T has completed).
           Tile<float> l = l_i;
@@ -139,10 +208,12 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
 
 // Checks the arguments (sizes of the buffers, heads, head dimension) and launches on `stream`.
 // q: [B, Hq, Sq, D], k and v: [B, Hkv, Sk, D], o: [B, Hq, Sq, D], lse: [B, Hq, Sq], all contiguous.
+// `cfg`: the tiling (attention_config(D) when not given); BN and stages must fit shared memory.
 template <class T>
 void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const weft::Buffer<T>& k,
                    const weft::Buffer<T>& v, const weft::Buffer<T>& o, const weft::Buffer<float>& lse,
-                   const AttentionParams& p, weft::SourceLoc loc = weft::SourceLoc::current()) {
+                   const AttentionParams& p, const AttentionConfig* cfg_or_null = nullptr,
+                   weft::SourceLoc loc = weft::SourceLoc::current()) {
   using namespace weft;
   auto fail = [&](const std::string& what) { throw Error("attention_fwd: " + what, loc); };
   if (p.D != 64 && p.D != 128 && p.D != 256) fail("head dimension D = " + std::to_string(p.D) + "; use 64, 128 or 256");
@@ -163,15 +234,17 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
   expect("v", v.size(), bhk * p.Sk * p.D);
   expect("o", o.size(), bhq * p.Sq * p.D);
   expect("lse", lse.size(), bhq * p.Sq);
-  if (bhq > 65535) fail("B * Hq = " + std::to_string(bhq) + " is over 65535 (the grid's y limit)");
+  if ((p.Sq + 127) / 128 > 65535) fail("Sq = " + std::to_string(p.Sq) + " needs more than 65535 query blocks (the grid's y limit)");
 
-  AttentionConfig cfg = attention_config(p.D);
+  AttentionConfig cfg = cfg_or_null ? *cfg_or_null : attention_config(p.D);
+  if (cfg.BM != 128 || cfg.BN < 16 || cfg.BN > 256 || cfg.BN % 16 != 0 || cfg.stages < 1)
+    fail("config: BM must be 128 and BN a multiple of 16 up to 256, with at least one stage");
   static std::mutex mutex;
-  static std::map<std::tuple<int, bool>, Kernel> kernels;
+  static std::map<std::tuple<int, bool, int, int, bool, bool>, Kernel> kernels;
   const Kernel* kernel;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    auto key = std::make_tuple(p.D, p.causal);
+    auto key = std::make_tuple(p.D, p.causal, cfg.BN, cfg.stages, cfg.pingpong, cfg.overlap);
     auto it = kernels.find(key);
     if (it == kernels.end()) it = kernels.emplace(key, make_attention_fwd<T>(cfg, p.D, p.causal)).first;
     kernel = &it->second;
@@ -183,7 +256,7 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
   auto o_desc = tma(o, {bq, p.Sq, p.D}, {1, HALF, 64}, {}, loc);
   auto k_desc = tma(k, {bk, p.Sk, p.D}, {1, cfg.BN, 64}, {}, loc);
   auto v_desc = tma(v, {bk, p.Sk, p.D}, {1, cfg.BN, 64}, {}, loc);
-  Grid grid((p.Sq + cfg.BM - 1) / cfg.BM, int64_t(bhq), 1, loc);
+  Grid grid(int64_t(bhq), (p.Sq + cfg.BM - 1) / cfg.BM, 1, loc);
   kernel->launch(stream, grid, q_desc, k_desc, v_desc, o_desc, lse, p.Sq, p.Sk, p.Hq / p.Hkv,
                  float(scale * M_LOG2E));
 }

@@ -207,15 +207,18 @@ inline void async_wait_group(int pending, SourceLoc loc = SourceLoc::current()) 
 // wgmma.mma_async.sync.aligned.m64nNk16 per 64 rows and 16 of K; wgmma.commit_group). The result is
 // pending: read it only through async_dot_wait, and keep a and b unchanged until then. Runs on a group
 // of exactly 4 warps (one warp group), e.g. a task of 4 warps.
-template <class T>
-Tile<float> async_dot(const SharedView<T>& a, const SharedView<T>& b, const Tile<float>& acc, SourceLoc loc = SourceLoc::current()) {
+// (acc: a Tile<float> or a Var<float>, read at the call.)
+template <class T, detail::TileLike C>
+  requires std::is_same_v<detail::elem_of<C>, float>
+Tile<float> async_dot(const SharedView<T>& a, const SharedView<T>& b, const C& acc, SourceLoc loc = SourceLoc::current()) {
   return Tile<float>(detail::emit(detail::Op::AsyncDot, {a.node(), b.node(), detail::node_of(acc, loc)}, {}, loc));
 }
 // The same with a in registers (wgmma's A operand from registers: a tile made by an earlier async_dot and
 // cast, e.g. attention's probabilities, moves into the A fragments without shared memory; any other tile
 // is rearranged through shared memory first).
-template <class T>
-Tile<float> async_dot(const Tile<T>& a, const SharedView<T>& b, const Tile<float>& acc, SourceLoc loc = SourceLoc::current()) {
+template <detail::TileLike A, class T, detail::TileLike C>
+  requires std::is_same_v<detail::elem_of<A>, T> && std::is_same_v<detail::elem_of<C>, float>
+Tile<float> async_dot(const A& a, const SharedView<T>& b, const C& acc, SourceLoc loc = SourceLoc::current()) {
   return Tile<float>(
       detail::emit(detail::Op::AsyncDot, {detail::node_of(a, loc), b.node(), detail::node_of(acc, loc)}, {}, loc));
 }

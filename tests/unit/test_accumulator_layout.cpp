@@ -109,7 +109,8 @@ TEST_CASE("accumulator layout: the online-softmax step stays in registers on sm_
   CHECK(count(ptx, "bar.sync") <= 1 + 1 + 2 + 2);
 }
 
-TEST_CASE("fast::exp2: within 2 ulp of 2^x, subnormal results flushed to zero, on every backend", "[ops][math]") {
+TEST_CASE("fast::exp2: within a relative 2^-21 of 2^x, subnormal results flushed to zero, on every backend",
+          "[ops][math]") {
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
   Kernel k("fast_exp2", [](Ptr<float> x, Ptr<float> y, Ptr<bf16> yb, Int n) {
@@ -129,24 +130,33 @@ TEST_CASE("fast::exp2: within 2 ulp of 2^x, subnormal results flushed to zero, o
   std::vector<float> y = dy.download();
   std::vector<bf16> yb = dyb.download();
   int wrong = 0;
+  double worst = 0;  // the largest relative error seen on normal results
   for (int i = 0; i < n; ++i) {
     double want = std::exp2(double(x[i]));
     double got = y[i];
     bool ok;
-    if (std::isnan(x[i]))
+    if (std::isnan(x[i])) {
       ok = std::isnan(got);
-    else if (want < 0x1p-126)  // subnormal or zero: flushed (the GPU's .ftz); a result of 2^-126 is allowed too
+    } else if (want < 0x1p-126) {  // subnormal or zero: flushed (the GPU's .ftz); a result of 2^-126 is allowed too
       ok = got == 0 || got == 0x1p-126;
-    else if (want > 0x1.fffffep127)
+    } else if (want > 0x1.fffffep127) {
       ok = std::isinf(got);
-    else
-      ok = std::abs(got - want) <= 2 * std::ldexp(1.0, std::ilogb(want) - 23);
+    } else {
+      double rel = std::abs(got - want) / want;
+      worst = std::max(worst, rel);
+      ok = rel <= 0x1p-21;
+    }
     double wb = double(float(bf16(float(std::exp2(double(float(bf16(x[i]))))))));
     double gb = float(yb[i]);
-    bool ok_b = std::isnan(x[i]) ? std::isnan(gb) : wb < 0x1p-126 ? gb == 0 || gb == 0x1p-126 : std::abs(gb - wb) <= std::ldexp(1.0, std::ilogb(wb) - 7) || (std::isinf(wb) && gb == wb);
+    // bf16: the f32 result rounded once more, so within one bf16 unit of the correctly rounded one.
+    bool ok_b = std::isnan(x[i]) ? std::isnan(gb)
+                : wb < 0x1p-126  ? gb == 0 || gb == 0x1p-126
+                                 : std::abs(gb - wb) <= std::ldexp(1.0, std::ilogb(wb) - 7) || (std::isinf(wb) && gb == wb);
     if ((!ok || !ok_b) && ++wrong <= 8)
-      UNSCOPED_INFO("fast::exp2(" << x[i] << ") = " << got << " (bf16: " << gb << "), want " << want << " (bf16: " << wb << ")");
+      UNSCOPED_INFO("fast::exp2(" << std::hexfloat << x[i] << ") = " << got << " (bf16: " << gb << "), want " << want
+                                   << " (bf16: " << wb << ")" << std::defaultfloat);
   }
+  WARN("fast::exp2 on " << dev.name() << ": largest relative error " << worst << " = 2^" << std::log2(worst));
   CHECK(wrong == 0);
 }
 

@@ -26,7 +26,9 @@ std::string describe(const Shape& s) {
 
 // Runs attention_fwd on `dev` with random inputs and checks every row of O and LSE against a double
 // reference. `rows_per_head` > 0 checks that many random rows per head instead (large shapes).
-template <class T> void check_attention(const Device& dev, const Shape& s, std::mt19937_64& rng, int rows_per_head = 0) {
+template <class T>
+void check_attention(const Device& dev, const Shape& s, std::mt19937_64& rng, int rows_per_head = 0,
+                     const AttentionConfig* cfg = nullptr) {
   INFO(describe(s) << " " << dtype_of<T>.str() << " on " << dev.name());
   std::normal_distribution<float> dist(0.f, 1.5f);
   size_t nq = size_t(s.B) * s.Hq * s.Sq * s.D, nk = size_t(s.B) * s.Hkv * s.Sk * s.D;
@@ -38,7 +40,7 @@ template <class T> void check_attention(const Device& dev, const Shape& s, std::
   Buffer<T> dout = dev.upload(std::vector<T>(nq, T(std::nanf(""))));
   Buffer<float> dlse = dev.upload(std::vector<float>(size_t(s.B) * s.Hq * s.Sq, std::nanf("")));
   AttentionParams p{s.B, s.Hq, s.Hkv, s.Sq, s.Sk, s.D, s.causal, 0.f};
-  attention_fwd(dev.stream(), dq, dk, dv, dout, dlse, p);
+  attention_fwd(dev.stream(), dq, dk, dv, dout, dlse, p, cfg);
   std::vector<T> out = dout.download();
   std::vector<float> lse = dlse.download();
 
@@ -96,6 +98,17 @@ TEST_CASE("attention forward: ragged lengths, GQA, causal (bottom-right) and not
   check_attention<bf16>(dev, {1, 2, 2, 130, 77, 128, true}, rng);   // Sq > Sk: the first rows see no key
   check_attention<f16>(dev, {2, 2, 1, 1, 200, 128, false}, rng);    // one query row (decoding-like)
   check_attention<bf16>(dev, {1, 1, 1, 64, 100, 256, true}, rng);
+}
+
+TEST_CASE("attention forward: every variant of the kernel (overlap, ping-pong, tile, stages)", "[attention][async]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  for (AttentionConfig cfg : {AttentionConfig{128, 128, 2, false, false}, AttentionConfig{128, 128, 2, true, false},
+                              AttentionConfig{128, 64, 3, false, true}, AttentionConfig{128, 32, 1, true, true}}) {
+    INFO("BN " << cfg.BN << " stages " << cfg.stages << " pingpong " << cfg.pingpong << " overlap " << cfg.overlap);
+    check_attention<bf16>(dev, {1, 2, 1, 130, 200, 64, true}, rng, 0, &cfg);
+    check_attention<f16>(dev, {1, 1, 1, 64, 150, 128, false}, rng, 0, &cfg);
+  }
 }
 
 TEST_CASE("attention forward: the same result under shuffled CPU fiber schedules", "[attention][async][cpu-only]") {

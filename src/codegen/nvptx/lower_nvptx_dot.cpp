@@ -241,14 +241,18 @@ void Lowering::async_dot(const NodeRef& n) {
       }
       steps.push_back(st);
     }
+  // An accumulator of zeros is wgmma's scale-d = 0 on the first step: no registers to zero.
+  auto* zero = llvm::dyn_cast_or_null<llvm::ConstantFP>(acc.uniform ? acc.v[0] : nullptr);
+  bool from_zero = zero && zero->isZero();
   ptx_.wgmma_fence();
   Regs out = empty_regs(Layout::Acc, n->type.shape);
   for (int64_t block = 0; block < M / 64; ++block) {
     std::vector<Value*> d(acc.v.begin() + block * N / 2, acc.v.begin() + (block + 1) * N / 2);
     for (int64_t k = 0; k < K / 16; ++k) {
       const Step& st = steps[static_cast<size_t>(block * (K / 16) + k)];
-      d = a_registers ? ptx_.wgmma_a_registers(bf16, static_cast<int>(N), st.fragment, st.b_desc, d, b_n_major)
-                      : ptx_.wgmma(bf16, static_cast<int>(N), st.a_desc, st.b_desc, d, b_n_major);
+      bool accumulate = k > 0 || !from_zero;
+      d = a_registers ? ptx_.wgmma_a_registers(bf16, static_cast<int>(N), st.fragment, st.b_desc, d, b_n_major, accumulate)
+                      : ptx_.wgmma(bf16, static_cast<int>(N), st.a_desc, st.b_desc, d, b_n_major, accumulate);
     }
     out.v.insert(out.v.end(), d.begin(), d.end());
   }

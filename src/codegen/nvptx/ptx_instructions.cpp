@@ -215,7 +215,7 @@ static std::string tied_inputs(size_t k) {
 // shared-memory descriptor (one i64) or its four fragment registers (i32 each).
 std::vector<llvm::Value*> PtxInstructions::wgmma_instruction(bool bf16, int n, const std::vector<llvm::Value*>& a,
                                                              llvm::Value* b_desc, const std::vector<llvm::Value*>& acc,
-                                                             bool trans_b) {
+                                                             bool trans_b, bool accumulate) {
   size_t k = acc.size();  // n / 2 registers
   bool a_registers = a.size() == 4;
   auto arg = [&](size_t i) { return "$" + std::to_string(k + i); };
@@ -230,8 +230,11 @@ std::vector<llvm::Value*> PtxInstructions::wgmma_instruction(bool bf16, int n, c
   std::string constraints = float_outputs(k) + (a_registers ? ",r,r,r,r" : ",l") + ",l,r" + tied_inputs(k);
   std::vector<llvm::Value*> args(a);
   args.push_back(b_desc);
-  args.push_back(b_.getInt32(1));
-  args.insert(args.end(), acc.begin(), acc.end());
+  args.push_back(b_.getInt32(accumulate ? 1 : 0));
+  if (accumulate)
+    args.insert(args.end(), acc.begin(), acc.end());
+  else  // not read: no registers to fill
+    args.insert(args.end(), k, llvm::PoisonValue::get(b_.getFloatTy()));
   auto* result = llvm::StructType::get(b_.getContext(), std::vector<llvm::Type*>(k, b_.getFloatTy()));
   llvm::Value* d = asm_call(b_, result, text, constraints + ",~{memory}", args);
   std::vector<llvm::Value*> out;
@@ -240,14 +243,14 @@ std::vector<llvm::Value*> PtxInstructions::wgmma_instruction(bool bf16, int n, c
 }
 
 std::vector<llvm::Value*> PtxInstructions::wgmma(bool bf16, int n, llvm::Value* a_desc, llvm::Value* b_desc,
-                                                 const std::vector<llvm::Value*>& acc, bool trans_b) {
-  return wgmma_instruction(bf16, n, {a_desc}, b_desc, acc, trans_b);
+                                                 const std::vector<llvm::Value*>& acc, bool trans_b, bool accumulate) {
+  return wgmma_instruction(bf16, n, {a_desc}, b_desc, acc, trans_b, accumulate);
 }
 
 std::vector<llvm::Value*> PtxInstructions::wgmma_a_registers(bool bf16, int n, const std::array<llvm::Value*, 4>& a,
                                                              llvm::Value* b_desc, const std::vector<llvm::Value*>& acc,
-                                                             bool trans_b) {
-  return wgmma_instruction(bf16, n, {a[0], a[1], a[2], a[3]}, b_desc, acc, trans_b);
+                                                             bool trans_b, bool accumulate) {
+  return wgmma_instruction(bf16, n, {a[0], a[1], a[2], a[3]}, b_desc, acc, trans_b, accumulate);
 }
 
 std::vector<llvm::Value*> PtxInstructions::fence_registers(const std::vector<llvm::Value*>& values) {

@@ -82,12 +82,14 @@ class PtxInstructions {
   void wgmma_wait_group(int pending);        // wgmma.wait_group.sync.aligned pending
   // wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16,f16}.{bf16,f16} {acc}, a_desc, b_desc, 1, 1, 1, 0, trans_b:
   // acc (n / 2 f32 registers per thread) += A (64 x 16, from its shared-memory descriptor) * B (16 x n).
+  // `accumulate` false: scale-d = 0, D = A * B (acc's registers are not read: pass poison).
   std::vector<llvm::Value*> wgmma(bool bf16, int n, llvm::Value* a_desc, llvm::Value* b_desc,
-                                  const std::vector<llvm::Value*>& acc, bool trans_b);
+                                  const std::vector<llvm::Value*>& acc, bool trans_b, bool accumulate = true);
   // The same with A from registers: four b32 registers of two 16-bit elements each (the A fragment of
   // m64nNk16): wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16,f16}.{bf16,f16} {acc}, {a}, b_desc, 1, 1, 1, trans_b.
   std::vector<llvm::Value*> wgmma_a_registers(bool bf16, int n, const std::array<llvm::Value*, 4>& a,
-                                              llvm::Value* b_desc, const std::vector<llvm::Value*>& acc, bool trans_b);
+                                              llvm::Value* b_desc, const std::vector<llvm::Value*>& acc, bool trans_b,
+                                              bool accumulate = true);
   // Keeps the compiler from moving uses of `values` across a wgmma wait: an empty asm that "writes" them.
   std::vector<llvm::Value*> fence_registers(const std::vector<llvm::Value*>& values);
   // shfl.sync.bfly.b32 across the full warp (values of 64 bits take two shuffles).
@@ -99,7 +101,7 @@ class PtxInstructions {
 
  private:
   std::vector<llvm::Value*> wgmma_instruction(bool bf16, int n, const std::vector<llvm::Value*>& a, llvm::Value* b_desc,
-                                              const std::vector<llvm::Value*>& acc, bool trans_b);
+                                              const std::vector<llvm::Value*>& acc, bool trans_b, bool accumulate);
   llvm::IRBuilder<>& b_;
 };
 
