@@ -67,10 +67,10 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
     auto k_empty = alloc_barriers(S, 2, "k_empty");  // both consumers release each stage
     auto v_empty = alloc_barriers(S, 2, "v_empty");
 
-    // The grid is (batch * Hq, query blocks), heads fastest. Causal: the last query blocks see the most
-    // keys; every head's run first.
-    Int m_block = causal ? num_programs(1) - 1 - program_id(1) : program_id(1);
-    Int bh = program_id(0);        // batch * Hq + query head
+    // The grid is (query blocks, batch * Hq): neighbouring blocks share a head's K and V in L2. Causal:
+    // the last query blocks see the most keys; run them first.
+    Int m_block = causal ? num_programs(0) - 1 - program_id(0) : program_id(0);
+    Int bh = program_id(1);        // batch * Hq + query head
     Int bh_kv = bh / group;        // batch * Hkv + key/value head
     Int q0 = m_block * BM;
     Int shift = Sk - Sq;           // causal: row i sees keys j <= i + shift
@@ -234,7 +234,7 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
   expect("v", v.size(), bhk * p.Sk * p.D);
   expect("o", o.size(), bhq * p.Sq * p.D);
   expect("lse", lse.size(), bhq * p.Sq);
-  if ((p.Sq + 127) / 128 > 65535) fail("Sq = " + std::to_string(p.Sq) + " needs more than 65535 query blocks (the grid's y limit)");
+  if (bhq > 65535) fail("B * Hq = " + std::to_string(bhq) + " is over 65535 (the grid's y limit)");
 
   AttentionConfig cfg = cfg_or_null ? *cfg_or_null : attention_config(p.D);
   if (cfg.BM != 128 || cfg.BN < 16 || cfg.BN > 256 || cfg.BN % 16 != 0 || cfg.stages < 1)
@@ -256,7 +256,7 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
   auto o_desc = tma(o, {bq, p.Sq, p.D}, {1, HALF, 64}, {}, loc);
   auto k_desc = tma(k, {bk, p.Sk, p.D}, {1, cfg.BN, 64}, {}, loc);
   auto v_desc = tma(v, {bk, p.Sk, p.D}, {1, cfg.BN, 64}, {}, loc);
-  Grid grid(int64_t(bhq), (p.Sq + cfg.BM - 1) / cfg.BM, 1, loc);
+  Grid grid((p.Sq + cfg.BM - 1) / cfg.BM, int64_t(bhq), 1, loc);
   kernel->launch(stream, grid, q_desc, k_desc, v_desc, o_desc, lse, p.Sq, p.Sk, p.Hq / p.Hkv,
                  float(scale * M_LOG2E));
 }
