@@ -180,6 +180,6 @@ TEST_CASE("rows() of a buffer kept in 128-byte column panels is an Error", "[err
   Device dev = Device::cpu();
   Buffer<bf16> a = dev.alloc<bf16>(128 * 128);
   Buffer<float> out = dev.alloc<float>(64 * 128);
-  CHECK_THROWS_WITH(k.launch(Grid(1), tma(a, {128, 128}, {128, 64}), out),
+  CHECK_THROWS_WITH(k.launch(dev.stream(), Grid(1), tma(a, {128, 128}, {128, 64}), out),
                     Catch::Contains("rows() of buffer 'a_s'") && Catch::Contains("panels of 64"));
 }

@@ -52,9 +52,6 @@ Lowering::Lowering(const ir::Function& f, llvm::LLVMContext& c, int num_warps, c
   tid_ = block_tid_ = ptx_.thread_index();
   scratch_start_ = round_up(allocations_.bytes, kScratchAlign);
   scratch_ = i32c(scratch_start_);
-  // The byte stride between task replicas' scratch areas: known once every task is lowered (run()).
-  scratch_stride_ = new llvm::GlobalVariable(*mod_, b_.getInt32Ty(), true, llvm::GlobalValue::InternalLinkage,
-                                             nullptr, "weft_scratch_stride");
 }
 
 LoweredKernel Lowering::run() {
@@ -70,15 +67,21 @@ LoweredKernel Lowering::run() {
   // barriers or multicast into it.
   if (clustered() && has_barriers_) ptx_.cluster_sync();
   b_.CreateRetVoid();
-  int64_t stride = round_up(scratch_bytes_, kScratchAlign);
-  scratch_stride_->setInitializer(b_.getInt32(static_cast<uint32_t>(stride)));
-  int64_t total = scratch_start_ + (tasks_.tasks ? std::max<int64_t>(1, tasks_.fibers()) : 1) * stride;
+  // Scratch: the block's own (code outside tasks), then each task's replicas.
+  int64_t total = scratch_start_ + round_up(scratch_bytes_, kScratchAlign);
+  std::string exchanges = fmt::format("{} for the whole block", round_up(scratch_bytes_, kScratchAlign));
+  for (TaskScratch& ts : task_scratch_) {
+    int64_t stride = round_up(ts.bytes, kScratchAlign);
+    ts.base->setInitializer(b_.getInt32(static_cast<uint32_t>(total)));
+    ts.stride->setInitializer(b_.getInt32(static_cast<uint32_t>(stride)));
+    total += ts.slot->replicas * stride;
+    exchanges += fmt::format(", {} x {} for task '{}'", ts.slot->replicas, stride, ts.slot->name);
+  }
   if (total > kMaxSharedBytes)
     throw Error(fmt::format("kernel '{}' needs {} bytes of shared memory per block but a block has at most {}: the "
-                            "allocations take {} and the exchanges between threads {} per {}:{}\nuse fewer stages or "
+                            "allocations take {} and the exchanges between threads {}:{}\nuse fewer stages or "
                             "smaller tiles",
-                            f_.name, total, kMaxSharedBytes, allocations_.bytes, stride,
-                            tasks_.tasks ? "task replica" : "block", allocations_.table()),
+                            f_.name, total, kMaxSharedBytes, allocations_.bytes, exchanges, allocations_.table()),
                 f_.loc);
   std::string problems;
   llvm::raw_string_ostream os(problems);

@@ -203,10 +203,23 @@ void Lowering::async_tasks(const NodeRef& n) {
       threads_ = slot.warps * 32;
       group_barrier_ = b_.CreateSub(i32c(15), fiber_index);
       replica_ = replica;
-      scratch_ = b_.CreateAdd(i32c(scratch_start_), b_.CreateMul(fiber_index, b_.CreateLoad(b_.getInt32Ty(), scratch_stride_)));
+      TaskScratch ts;
+      ts.slot = &slot;
+      auto constant = [&](const char* name) {
+        return new llvm::GlobalVariable(*mod_, b_.getInt32Ty(), true, llvm::GlobalValue::InternalLinkage, nullptr, name);
+      };
+      ts.base = constant("weft_scratch_base");
+      ts.stride = constant("weft_scratch_stride");
+      scratch_ = b_.CreateAdd(b_.CreateLoad(b_.getInt32Ty(), ts.base),
+                              b_.CreateMul(replica, b_.CreateLoad(b_.getInt32Ty(), ts.stride)));
+      int64_t outer_bytes = scratch_bytes_;
+      scratch_bytes_ = 0;
       for (const NodeRef& d : deferred_order_) node(d);
       region(n->regions[t]);
       for (const NodeRef& d : deferred_order_) regs_.erase(d.get());
+      ts.bytes = scratch_bytes_;
+      task_scratch_.push_back(ts);
+      scratch_bytes_ = outer_bytes;
       std::tie(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_) = saved;
     }, [] {});
     fiber += slot.replicas;

@@ -252,8 +252,16 @@ class Lowering {
   Value* replica_ = nullptr;          // task_replica_id inside a task
   Value* scratch_ = nullptr;          // byte offset of the group's scratch in shared memory (i32)
   int64_t scratch_start_ = 0;         // where scratch begins: after the user's allocations
-  int64_t scratch_bytes_ = 0;         // the most scratch any group needs
-  llvm::GlobalVariable* scratch_stride_ = nullptr;
+  int64_t scratch_bytes_ = 0;         // the most scratch the current group (so far) needs
+  // Each task's scratch: its replicas' areas follow the block's own, sized by what that task exchanges
+  // (a task that exchanges nothing takes none). Offsets are known once every task is lowered (run()).
+  struct TaskScratch {
+    const passes::TaskSlot* slot = nullptr;
+    int64_t bytes = 0;                        // per replica
+    llvm::GlobalVariable* base = nullptr;     // i32 constants, set in run()
+    llvm::GlobalVariable* stride = nullptr;
+  };
+  std::vector<TaskScratch> task_scratch_;
   Value* scratch_turn_ = nullptr;    // i32 slot: the buffer (0, 1) the next whole-group reduction writes
   bool partials_unsettled_ = false;  // threads may still read the last partials (no barrier since)
   std::unordered_map<const ir::Node*, Regs> regs_;
