@@ -84,19 +84,19 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
             for (int p = 0; p < PANELS; ++p)
               async_descriptor_load(Q, q_s[r].cols(p * PANEL, PANEL), {bh, q0 + r * HALF, p * PANEL}, q_full[0]);
           Pipeline kp(S), vp(S);
+          // Block j of K (or V) into the next stage of its ring, 64 columns per TMA box.
+          auto load = [&](Pipeline& ring, const TensorDesc<T, 3>& desc, const SharedBuffer<T>& buf, const Barriers& full,
+                          const Barriers& empty, Int j) {
+            ring.acquire(empty);
+            barrier_expect_bytes(full[ring.index()], buf.stage_bytes());
+            for (int p = 0; p < PANELS; ++p)
+              async_descriptor_load(desc, buf[ring.index()].cols(p * PANEL, PANEL), {bh_kv, j * BN, p * PANEL},
+                                    full[ring.index()]);
+            ring.advance();
+          };
           for_range(0, n_blocks, [&](Int j) {
-            kp.acquire(k_empty);
-            barrier_expect_bytes(k_full[kp.index()], k_s.stage_bytes());
-            for (int p = 0; p < PANELS; ++p)
-              async_descriptor_load(K, k_s[kp.index()].cols(p * PANEL, PANEL), {bh_kv, j * BN, p * PANEL},
-                                    k_full[kp.index()]);
-            kp.advance();
-            vp.acquire(v_empty);
-            barrier_expect_bytes(v_full[vp.index()], v_s.stage_bytes());
-            for (int p = 0; p < PANELS; ++p)
-              async_descriptor_load(V, v_s[vp.index()].cols(p * PANEL, PANEL), {bh_kv, j * BN, p * PANEL},
-                                    v_full[vp.index()]);
-            vp.advance();
+            load(kp, K, k_s, k_full, k_empty, j);
+            load(vp, V, v_s, v_full, v_empty, j);
           });
         }),
         task("consumer", {.warps = 4, .regs = 240, .replicas = 2}, [&] {
@@ -138,60 +138,59 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
             m_i = m_new;
             return std::pair{cast<T>(p), alpha};
           };
+          auto next_k = [&] {
+            kp.release(k_empty);
+            kp.advance();
+          };
+          auto next_v = [&] {
+            vp.release(v_empty);
+            vp.advance();
+          };
+          auto issue_scores = [&] { return async_dot(q, local_trans(k_s[kp.index()]), zeros<float>({HALF, BN})); };
+          auto scores_alone = [&] {  // S_j issued on its own and waited for
+            kp.wait(k_full);
+            my_turn();
+            Tile<float> s_j = issue_scores();
+            your_turn();
+            Tile<float> scores = async_dot_wait(0, s_j);
+            next_k();
+            return scores;
+          };
           if (cfg.pingpong) if_(r == 1 && n_blocks > 0, [&] { named_barrier_arrive(1, 256); });  // consumer 0 first
           if (!cfg.overlap) {  // each step in turn: S_j, its softmax, then P_j V_j
             for_range(0, n_blocks, [&](Int j) {
-              kp.wait(k_full);
-              my_turn();
-              Tile<float> s_j = async_dot(q, local_trans(k_s[kp.index()]), zeros<float>({HALF, BN}));
-              your_turn();
-              Tile<float> scores = async_dot_wait(0, s_j);
-              kp.release(k_empty);
-              kp.advance();
-              auto [p, alpha] = softmax(j, scores);
+              auto [p, alpha] = softmax(j, scores_alone());
               vp.wait(v_full);
               acc = async_dot_wait(0, async_dot(p, v_s[vp.index()], acc * expand_dims(alpha, 1)));
-              vp.release(v_empty);
-              vp.advance();
+              next_v();
             });
             if (cfg.pingpong) if_(r == 0 && n_blocks > 0, [&] { named_barrier_wait(1, 256); });
+          } else {
+            if_(n_blocks > 0, [&] { p_prev = softmax(scalar<int32_t>(0), scores_alone()).first; });
+            // Step j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} in flight together; the softmax of S_j runs
+            // while the tensor cores finish P_{j-1} V_{j-1}.
+            for_range(1, n_blocks, [&](Int j) {
+              kp.wait(k_full);
+              vp.wait(v_full);
+              my_turn();
+              Tile<float> s_j = issue_scores();
+              acc = async_dot(p_prev, v_s[vp.index()], acc);
+              your_turn();
+              Tile<float> scores = async_dot_wait(1, s_j);  // S_j done; P V may still run
+              next_k();
+              auto [p, alpha] = softmax(j, scores);
+              acc = async_dot_wait(0, acc);
+              next_v();
+              acc = acc * expand_dims(alpha, 1);
+              p_prev = p;
+            });
+            if_(n_blocks > 0, [&] {
+              vp.wait(v_full);
+              acc = async_dot_wait(0, async_dot(p_prev, v_s[vp.index()], acc));
+              next_v();
+              if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); });  // consumer 1's last arrival
+            });
           }
-          if (cfg.overlap) if_(n_blocks > 0, [&] {
-            kp.wait(k_full);
-            my_turn();
-            Tile<float> s0 = async_dot(q, local_trans(k_s[kp.index()]), zeros<float>({HALF, BN}));
-            your_turn();
-            Tile<float> scores = async_dot_wait(0, s0);
-            kp.release(k_empty);
-            kp.advance();
-            p_prev = softmax(scalar<int32_t>(0), scores).first;
-          });
-          // Step j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} in flight together; the softmax of S_j runs while
-          // the tensor cores finish P_{j-1} V_{j-1}.
-          if (cfg.overlap) for_range(1, n_blocks, [&](Int j) {
-            kp.wait(k_full);
-            vp.wait(v_full);
-            my_turn();
-            Tile<float> s_j = async_dot(q, local_trans(k_s[kp.index()]), zeros<float>({HALF, BN}));
-            acc = async_dot(p_prev, v_s[vp.index()], acc);
-            your_turn();
-            Tile<float> scores = async_dot_wait(1, s_j);  // S_j done; P V may still run
-            kp.release(k_empty);
-            kp.advance();
-            auto [p, alpha] = softmax(j, scores);
-            acc = async_dot_wait(0, acc);
-            vp.release(v_empty);
-            vp.advance();
-            acc = acc * expand_dims(alpha, 1);
-            p_prev = p;
-          });
-          if (cfg.overlap) if_(n_blocks > 0, [&] {
-            vp.wait(v_full);
-            acc = async_dot_wait(0, async_dot(p_prev, v_s[vp.index()], acc));
-            vp.release(v_empty);
-            vp.advance();
-            if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); });  // consumer 1's last arrival
-          });
           // Epilogue: O = acc / l, through this consumer's Q stage (its last QK^T has completed).
           Tile<float> l = l_i;
           Bool empty_row = l == 0.f;
