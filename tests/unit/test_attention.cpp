@@ -104,7 +104,8 @@ TEST_CASE("attention forward: every variant of the kernel (overlap, ping-pong, t
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
   for (AttentionConfig cfg : {AttentionConfig{128, 128, 2, false, false}, AttentionConfig{128, 128, 2, true, false},
-                              AttentionConfig{128, 64, 3, false, true}, AttentionConfig{128, 32, 1, true, true}}) {
+                              AttentionConfig{128, 128, 2, true, true}, AttentionConfig{128, 64, 3, false, true},
+                              AttentionConfig{128, 32, 1, true, true}}) {
     INFO("BN " << cfg.BN << " stages " << cfg.stages << " pingpong " << cfg.pingpong << " overlap " << cfg.overlap);
     check_attention<bf16>(dev, {1, 2, 1, 130, 200, 64, true}, rng, 0, &cfg);
     check_attention<f16>(dev, {1, 1, 1, 64, 150, 128, false}, rng, 0, &cfg);

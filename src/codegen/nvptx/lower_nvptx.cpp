@@ -184,7 +184,7 @@ void Lowering::node(const NodeRef& n) {
     case Op::VarDecl: {
       std::vector<Value*> slots;
       llvm::IRBuilder<> eb(entry_, entry_->begin());
-      for (Value* v : in_var_layout(o[0], n.get(), n->loc).v) {
+      for (Value* v : var_words(n.get(), in_var_layout(o[0], n.get(), n->loc))) {
         slots.push_back(eb.CreateAlloca(v->getType()));
         b_.CreateStore(v, slots.back());
       }
@@ -193,18 +193,44 @@ void Lowering::node(const NodeRef& n) {
     }
     case Op::VarGet: {
       Regs out = empty_regs(var_layout(o[0].get()), n->type.shape);
-      for (Value* slot : vars_.at(o[0].get())) out.v.push_back(b_.CreateLoad(ops_.compute_type(d), slot));
+      bool packed = packed_var(o[0].get());
+      for (Value* slot : vars_.at(o[0].get())) {
+        if (!packed) {
+          out.v.push_back(b_.CreateLoad(ops_.compute_type(d), slot));
+          continue;
+        }
+        Value* word = b_.CreateLoad(b_.getInt32Ty(), slot);
+        for (bool high : {false, true}) {
+          out.v.push_back(ops_.to_compute_half_of(d, word, high));
+          unpacked_halves_[out.v.back()] = {word, high};
+        }
+      }
       regs_[n.get()] = std::move(out);
       return;
     }
     case Op::VarSet: {
       const std::vector<Value*>& slots = vars_.at(o[0].get());
-      Regs value = in_var_layout(o[1], o[0].get(), n->loc);
-      for (size_t r = 0; r < slots.size(); ++r) b_.CreateStore(value.v[r], slots[r]);
+      std::vector<Value*> words = var_words(o[0].get(), in_var_layout(o[1], o[0].get(), n->loc));
+      for (size_t r = 0; r < slots.size(); ++r) b_.CreateStore(words[r], slots[r]);
       return;
     }
     default: return hopper_node(n);
   }
+}
+
+// A Var of f16/bf16 in the accumulator layout keeps each pair of neighbouring columns (registers 2i, 2i + 1)
+// packed in one 32-bit word: half the registers while it waits (attention's P between steps), and the
+// word is already what wgmma takes as its A operand (pack_pair finds it again).
+bool Lowering::packed_var(const ir::Node* var) const {
+  ScalarType s = var->type.dtype.scalar;
+  return (s == ScalarType::bf16 || s == ScalarType::f16) && !var->type.dtype.pointer && var_layout(var) == Layout::Acc;
+}
+
+std::vector<Value*> Lowering::var_words(const ir::Node* var, const Regs& value) {
+  if (!packed_var(var)) return value.v;
+  std::vector<Value*> words;
+  for (size_t r = 0; r + 1 < value.v.size(); r += 2) words.push_back(pack_pair(var->type.dtype, value.v[r], value.v[r + 1]));
+  return words;
 }
 
 // for (i = begin; i < end; i += step) body(i), on i32 values known to be uniform.

@@ -173,7 +173,13 @@ Value* Lowering::wgmma_descriptor_fields(Value* offset, int64_t lbo, int64_t sbo
 
 // Two 16-bit elements (in their compute type) as one 32-bit register, the first in the low half (one
 // cvt.rn.{bf16x2,f16x2}.f32 for floats).
-Value* Lowering::pack_pair(DType d, Value* lo, Value* hi) { return ops_.to_memory_pair(d, lo, hi); }
+Value* Lowering::pack_pair(DType d, Value* lo, Value* hi) {
+  auto l = unpacked_halves_.find(lo), h = unpacked_halves_.find(hi);  // the two halves of one word (a packed Var)
+  if (l != unpacked_halves_.end() && h != unpacked_halves_.end() && l->second.first == h->second.first &&
+      !l->second.second && h->second.second)
+    return l->second.first;
+  return ops_.to_memory_pair(d, lo, hi);
+}
 
 // acc + a @ b with wgmma: per 64 rows of a and 16 of K one m64nNk16 instruction; a from swizzled
 // shared memory (K-major) or from registers, b stored [N, K] and seen through local_trans (K-major) or

@@ -20,17 +20,52 @@ void Lowering::sync_group() {
 
 // Thread 0 initializes every mbarrier before any user code; the fence and bar.sync publish them (in a
 // cluster, the cluster sync: other blocks arrive at and multicast to them).
+// mbarriers that only ever see plain local arrivals (barrier_arrive; no expected bytes, no TMA, no remote
+// arrivals), all from groups of one size: each warp arrives for itself (bar.warp.sync, then lane 0), so a
+// replica's release costs no group-wide bar.sync. Their count is then arrivals x warps per group. What
+// such a barrier counts is unchanged: a replica's arrival completes when all of its warps have arrived.
+void Lowering::plan_warp_arrivals() {
+  std::unordered_map<const ir::Node*, int64_t> warps;  // barrier array -> warps per arriving group; 0: no
+  auto barrier_array = [](const NodeRef& bar) { return bar->op == Op::BarrierAt ? bar->operands[0].get() : bar.get(); };
+  std::function<void(const ir::Region&, int64_t)> walk = [&](const ir::Region& r, int64_t group_warps) {
+    for (const NodeRef& n : r.body) {
+      switch (n->op) {
+        case Op::BarrierArrive: {
+          auto [it, added] = warps.emplace(barrier_array(n->operands[0]), group_warps);
+          if (!added && it->second != group_warps) it->second = 0;
+          break;
+        }
+        case Op::BarrierExpectBytes:
+        case Op::BarrierArriveRemote: warps[barrier_array(n->operands[0])] = 0; break;
+        case Op::AsyncDescriptorLoad:
+        case Op::AsyncDescriptorLoadMulticast: warps[barrier_array(n->operands[2])] = 0; break;
+        default: break;
+      }
+      if (n->op == Op::AsyncTasks) {
+        for (size_t t = 0; t < n->regions.size(); ++t) walk(n->regions[t], tasks_.slots[t].warps);
+        continue;
+      }
+      for (const ir::Region& inner : n->regions) walk(inner, group_warps);
+    }
+  };
+  walk(f_.body, threads_ / 32);
+  for (const auto& [array, w] : warps)
+    if (w > 0) warp_arrivals_[array] = w;
+}
+
 void Lowering::init_barriers() {
   bool any = false;
   for (const passes::SharedAllocation& a : allocations_.allocations) any = any || a.node->op == Op::AllocBarriers;
   has_barriers_ = any;
   if (!any) return;
+  plan_warp_arrivals();
   guarded(b_.CreateICmpEQ(block_tid_, i32c(0)), [&]() -> Value* {
     for (const passes::SharedAllocation& a : allocations_.allocations) {
       if (a.node->op != Op::AllocBarriers) continue;
+      auto w = warp_arrivals_.find(a.node);
+      int64_t count = a.node->attrs.ints[1] * (w != warp_arrivals_.end() ? w->second : 1);
       for (int64_t i = 0; i < a.node->type.shape[0]; ++i)
-        ptx_.mbarrier_init(shared_address(i32c(a.offset + i * passes::kMbarrierBytes)),
-                           static_cast<int>(a.node->attrs.ints[1]));
+        ptx_.mbarrier_init(shared_address(i32c(a.offset + i * passes::kMbarrierBytes)), static_cast<int>(count));
     }
     ptx_.fence_mbarrier_init();
     return nullptr;
@@ -137,7 +172,14 @@ void Lowering::hopper_node(const NodeRef& n) {
       return;
     case Op::BarrierArrive: {
       Value* bar = shared_address(regs(o[0]).v[0]);
-      return once_per_group([&] { ptx_.mbarrier_arrive(bar); });
+      const ir::Node* array = o[0]->op == Op::BarrierAt ? o[0]->operands[0].get() : o[0].get();
+      if (!warp_arrivals_.count(array)) return once_per_group([&] { ptx_.mbarrier_arrive(bar); });
+      ptx_.warp_sync();  // the warp's earlier accesses, ordered before its one arrival
+      guarded(b_.CreateICmpEQ(b_.CreateAnd(tid_, i32c(31)), i32c(0)), [&]() -> Value* {
+        ptx_.mbarrier_arrive(bar);
+        return nullptr;
+      }, nullptr);
+      return;
     }
     case Op::BarrierExpectBytes: {
       Value* bar = shared_address(regs(o[0]).v[0]);

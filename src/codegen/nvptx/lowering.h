@@ -121,6 +121,8 @@ class Lowering {
   void counted_loop(Value* begin, Value* end, Value* step, const std::function<void(Value*)>& body);
   void for_loop(const NodeRef& n);
   void if_else(const NodeRef& n);
+  bool packed_var(const ir::Node* var) const;
+  std::vector<Value*> var_words(const ir::Node* var, const Regs& value);
 
   // ---- layouts (lower_nvptx_layouts.cpp) ---------------------------------------------------------------
 
@@ -223,6 +225,7 @@ class Lowering {
   // ---- groups, mbarriers, TMA, clusters and tasks (lower_nvptx_tasks.cpp) ------------------------------
 
   void sync_group();
+  void plan_warp_arrivals();
   void init_barriers();
   void once_per_group(const std::function<void()>& body);
   void hopper_node(const NodeRef& n);
@@ -246,6 +249,7 @@ class Lowering {
   llvm::BasicBlock* entry_ = nullptr;
   llvm::GlobalVariable* smem_ = nullptr;
   bool has_barriers_ = false;         // the kernel allocates mbarriers
+  std::unordered_map<const ir::Node*, int64_t> warp_arrivals_;  // barrier arrays each warp arrives at: warps per group
   Value* tid_ = nullptr;
   Value* block_tid_ = nullptr;        // %tid.x
   Value* group_barrier_ = nullptr;    // the group's named barrier id (i32); null: the whole block (bar.sync 0)
@@ -273,6 +277,7 @@ class Lowering {
   std::unordered_set<const ir::Node*> deferred_;  // prologue tiles, lowered in each task (defer_prologue_tiles)
   std::vector<NodeRef> deferred_order_;
   std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;
+  std::unordered_map<Value*, std::pair<Value*, bool>> unpacked_halves_;  // value -> (its packed word, high half)
 };
 
 #pragma GCC visibility pop
