@@ -277,7 +277,9 @@ inline void barrier_expect_bytes(const Barrier& bar, Operand<int32_t> bytes) {
   detail::emit(detail::Op::BarrierExpectBytes, {bar.node(), bytes.node}, {}, bytes.loc);
 }
 // One arrival of this task replica (mbarrier.arrive.shared.b64 by one thread, after the replica's threads
-// meet).
+// meet at a named barrier). A barrier that only ever receives barrier_arrive — no expected bytes, no TMA,
+// no remote arrivals — from task replicas of one size is counted per warp on sm_90a instead: each warp
+// arrives once after bar.warp.sync, and the replica's arrival is complete when all of its warps are in.
 inline void barrier_arrive(const Barrier& bar, SourceLoc loc = SourceLoc::current()) {
   detail::emit(detail::Op::BarrierArrive, {bar.node()}, {}, loc);
 }
