@@ -183,3 +183,25 @@ TEST_CASE("rows() of a buffer kept in 128-byte column panels is an Error", "[err
   CHECK_THROWS_WITH(k.launch(dev.stream(), Grid(1), tma(a, {128, 128}, {128, 64}), out),
                     Catch::Contains("rows() of buffer 'a_s'") && Catch::Contains("panels of 64"));
 }
+
+TEST_CASE("index tiles that reuse a subexpression many times compile in linear time", "[ops][accumulator]") {
+  // Each step uses t twice: recomputing index tiles per use without sharing would take 2^40 steps.
+  Kernel k("shared_index_subtrees", [](Ptr<int32_t> out) {
+    Int t = expand_dims(arange(0, 32), 1) * 32 + expand_dims(arange(0, 32), 0);  // a broadcast: computed lazily
+    for (int step = 0; step < 40; ++step) t = (t + t) ^ 5;
+    Int row = expand_dims(arange(0, 32), 1), col = expand_dims(arange(0, 32), 0);
+    store(out + row * 32 + col, t);
+  });
+  Device dev = Device::current();
+  Buffer<int32_t> out = dev.upload(std::vector<int32_t>(32 * 32, -1));
+  k.launch(dev.stream(), Grid(1), out);
+  std::vector<int32_t> got = out.download();
+  int wrong = 0;
+  for (uint32_t i = 0; i < 32 * 32; ++i) {
+    uint32_t t = i;
+    for (int step = 0; step < 40; ++step) t = (t + t) ^ 5u;
+    if (got[i] != static_cast<int32_t>(t)) ++wrong;
+  }
+  CHECK(wrong == 0);
+  CHECK(!k.ptx().empty());  // and on sm_90a, where the tiles are recomputed per register
+}

@@ -194,6 +194,17 @@ bool Lowering::lazy(const ir::Node& n) {
 Value* Lowering::element_at(const NodeRef& x, const std::vector<Value*>& coords) {
   const ir::Node& n = *x;
   if (n.type.numel() == 1) return regs_.at(&n).v[0];
+  // A node used several times at the same coordinates is computed once (no blow-up on shared subtrees).
+  auto key = std::make_pair(&n, coords);
+  auto memo = element_memo_.find(key);
+  if (memo != element_memo_.end()) return memo->second;
+  Value* v = compute_element(x, coords);
+  element_memo_.emplace(std::move(key), v);
+  return v;
+}
+
+Value* Lowering::compute_element(const NodeRef& x, const std::vector<Value*>& coords) {
+  const ir::Node& n = *x;
   DType d = n.type.dtype;
   auto arg = [&](size_t i) { return element_at(n.operands[i], coords); };  // elementwise: same shape
   switch (ir::op_category(n.op)) {
@@ -250,6 +261,7 @@ Regs Lowering::materialize(const NodeRef& x, Layout layout) {
   Regs out = empty_regs(layout, x->type.shape);
   for (int64_t r = 0; r < register_count(layout, x->type.shape); ++r)
     out.v.push_back(element_at(x, coordinates(layout, x->type.shape, r)));
+  element_memo_.clear();  // its values belong where they were made
   return out;
 }
 

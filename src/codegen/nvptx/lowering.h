@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -144,6 +145,7 @@ class Lowering {
   bool index_tile(const ir::Node& n);
   bool lazy(const ir::Node& n);
   Value* element_at(const NodeRef& x, const std::vector<Value*>& coords);
+  Value* compute_element(const NodeRef& x, const std::vector<Value*>& coords);
   Regs materialize(const NodeRef& x, Layout layout);
   Layout layout_of(const ir::Node& n);
   std::optional<Layout> layout_or_unknown(const ir::Node& n);
@@ -274,6 +276,7 @@ class Lowering {
   std::unordered_map<const ir::Node*, std::optional<Layout>> layout_memo_;  // layout_or_unknown
   bool deciding_vars_ = false;  // decide_var_layouts is running: undecided Vars are unknown
   std::unordered_map<const ir::Node*, bool> index_memo_, lazy_memo_;
+  std::map<std::pair<const ir::Node*, std::vector<Value*>>, Value*> element_memo_;  // within one materialize
   std::unordered_set<const ir::Node*> deferred_;  // prologue tiles, lowered in each task (defer_prologue_tiles)
   std::vector<NodeRef> deferred_order_;
   std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;
