@@ -100,31 +100,51 @@ template <class T> class Buffer {
   void* data() const { return alloc_ ? alloc_->address : nullptr; }
   detail::Backend* backend() const { return alloc_ ? alloc_->backend : nullptr; }
 
+  // Copies `host` (exactly size() elements) into the buffer. An empty buffer (default-constructed, or of
+  // 0 elements) takes an empty vector and nothing happens.
   void upload(const std::vector<T>& host, SourceLoc loc = SourceLoc::current()) {
     if (host.size() != count_)
       throw Error("Buffer::upload: the host vector has " + std::to_string(host.size()) +
-                      " elements but the buffer holds " + std::to_string(count_),
+                      " elements but the buffer holds " + std::to_string(count_) +
+                      (alloc_ ? std::string()
+                              : std::string(" (a default-constructed Buffer holds no memory: make it with "
+                                            "Device::alloc<T>(n) or Device::upload(host))")),
                   loc);
+    if (count_ == 0) return;
+    const detail::Allocation& a = allocation("Buffer::upload", loc);
     if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs bits; kernels see one byte each
       std::vector<uint8_t> bytes_of(host.begin(), host.end());
-      detail::copy_to_device(*alloc_, 0, bytes_of.data(), bytes(), loc);
+      detail::copy_to_device(a, 0, bytes_of.data(), bytes(), loc);
     } else {
-      detail::copy_to_device(*alloc_, 0, host.data(), bytes(), loc);
+      detail::copy_to_device(a, 0, host.data(), bytes(), loc);
     }
   }
+  // The buffer's size() elements; an empty buffer gives an empty vector.
   std::vector<T> download(SourceLoc loc = SourceLoc::current()) const {
+    if (count_ == 0) return {};
+    const detail::Allocation& a = allocation("Buffer::download", loc);
     if constexpr (std::is_same_v<T, bool>) {
       std::vector<uint8_t> bytes_of(count_);
-      detail::copy_to_host(*alloc_, 0, bytes_of.data(), bytes(), loc);
+      detail::copy_to_host(a, 0, bytes_of.data(), bytes(), loc);
       return std::vector<bool>(bytes_of.begin(), bytes_of.end());
     } else {
       std::vector<T> host(count_);
-      detail::copy_to_host(*alloc_, 0, host.data(), bytes(), loc);
+      detail::copy_to_host(a, 0, host.data(), bytes(), loc);
       return host;
     }
   }
 
  private:
+  // The memory of a buffer of count_ > 0 elements (a Buffer built from a null allocation has none).
+  const detail::Allocation& allocation(const char* what, SourceLoc loc) const {
+    if (!alloc_)
+      throw Error(std::string(what) + ": the buffer claims " + std::to_string(count_) +
+                      " elements but has no memory (it was built from a null allocation); make it with "
+                      "Device::alloc<T>(n), Device::upload(host) or Device::wrap(pointer, n)",
+                  loc);
+    return *alloc_;
+  }
+
   std::shared_ptr<detail::Allocation> alloc_;
   size_t count_ = 0;
 };

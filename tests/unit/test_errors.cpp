@@ -495,3 +495,47 @@ TEST_CASE("Buffer::upload with the wrong size", "[errors]") {
   int line = 0;
   line = __LINE__; REQUIRE_WEFT_ERROR(b.upload(host), line, "the host vector has 15 elements but the buffer holds 16");
 }
+
+// ---- empty buffers, null pointers and allocation sizes ----------------------------------------------------
+
+TEST_CASE("an empty Buffer or a null pointer given to a launch is an Error naming the argument", "[errors]") {
+  Kernel k = launch_target();
+  Device dev = Device::current();
+  int line = 0;
+  SECTION("a default-constructed Buffer") {
+    Buffer<float> none;
+    line = __LINE__; REQUIRE_WEFT_ERROR(k.launch(Grid(1), none, 64, 1, 64), line, "argument 0 of kernel 'launch_target' is an empty Buffer<f32> (default-constructed, or of 0 elements): it has no memory for the kernel's Ptr<f32>");
+    line = __LINE__; REQUIRE_WEFT_ERROR(k.launch(Grid(1), none, 64, 1, 64), line, "Device::alloc<f32>(n) with n > 0");
+  }
+  SECTION("a Buffer of 0 elements") {
+    Buffer<float> empty = dev.alloc<float>(0);
+    line = __LINE__; REQUIRE_WEFT_ERROR(k.launch(Grid(1), empty, 64, 1, 64), line, "argument 0 of kernel 'launch_target' is an empty Buffer<f32>");
+  }
+  SECTION("a raw null pointer") {
+    float* null = nullptr;
+    line = __LINE__; REQUIRE_WEFT_ERROR(k.launch(Grid(1), null, 64, 1, 64), line, "argument 0 of kernel 'launch_target' is a null pointer for its Ptr<f32>; pass the address of memory on " + dev.name());
+  }
+  SECTION("a null pointer among other arguments, on the launch's stream") {
+    Kernel copy("copy", [](Ptr<int32_t> dst, Ptr<int32_t> src) { store(dst, load(src)); });
+    Buffer<int32_t> dst = dev.alloc<int32_t>(1);
+    line = __LINE__; REQUIRE_WEFT_ERROR(copy.launch(dev.stream(), Grid(1), dst, static_cast<const int32_t*>(nullptr)), line, "argument 1 of kernel 'copy' is a null pointer for its Ptr<i32>");
+  }
+}
+
+TEST_CASE("an empty Buffer uploads and downloads nothing; a non-empty vector into it is an Error", "[errors]") {
+  Buffer<float> none;
+  none.upload({});  // nothing to copy, no memory touched
+  CHECK(none.download().empty());
+  Buffer<bool> no_bools;
+  no_bools.upload({});
+  CHECK(no_bools.download().empty());
+  Buffer<float> empty = Device::current().alloc<float>(0);
+  empty.upload({});
+  CHECK(empty.download().empty());
+  int line = 0;
+  line = __LINE__; REQUIRE_WEFT_ERROR(none.upload({1.f, 2.f}), line, "the host vector has 2 elements but the buffer holds 0 (a default-constructed Buffer holds no memory: make it with Device::alloc<T>(n) or Device::upload(host))");
+  line = __LINE__; REQUIRE_WEFT_ERROR(empty.upload({1.f}), line, "the host vector has 1 elements but the buffer holds 0");
+  Buffer<float> hollow(nullptr, 4);  // a count without memory: refused, not dereferenced
+  line = __LINE__; REQUIRE_WEFT_ERROR(hollow.download(), line, "Buffer::download: the buffer claims 4 elements but has no memory");
+  line = __LINE__; REQUIRE_WEFT_ERROR(hollow.upload(std::vector<float>(4)), line, "Buffer::upload: the buffer claims 4 elements but has no memory");
+}
