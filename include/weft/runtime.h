@@ -30,6 +30,8 @@ struct Allocation {
   ~Allocation();
 };
 std::shared_ptr<Allocation> allocate(Backend&, size_t bytes, SourceLoc loc);
+// `count` elements of `element_bytes` each; a count whose size overflows size_t is an Error.
+std::shared_ptr<Allocation> allocate(Backend&, size_t count, size_t element_bytes, SourceLoc loc);
 std::shared_ptr<Allocation> borrow(Backend&, void* address, size_t count, size_t element_bytes, SourceLoc loc);
 void copy_to_device(const Allocation&, size_t offset, const void* src, size_t bytes, SourceLoc loc);
 void copy_to_host(const Allocation&, size_t offset, void* dst, size_t bytes, SourceLoc loc);
@@ -150,7 +152,7 @@ template <class T> class Buffer {
 };
 
 template <class T> Buffer<T> Device::alloc(size_t count, SourceLoc loc) const {
-  return Buffer<T>(detail::allocate(*backend_, count * sizeof(T), loc), count);
+  return Buffer<T>(detail::allocate(*backend_, count, sizeof(T), loc), count);
 }
 template <class T> Buffer<T> Device::wrap(T* device_pointer, size_t count, SourceLoc loc) const {
   return Buffer<T>(detail::borrow(*backend_, device_pointer, count, sizeof(T), loc), count);

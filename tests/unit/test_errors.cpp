@@ -7,6 +7,7 @@
 
 #include "error_checks.h"
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -538,4 +539,15 @@ TEST_CASE("an empty Buffer uploads and downloads nothing; a non-empty vector int
   Buffer<float> hollow(nullptr, 4);  // a count without memory: refused, not dereferenced
   line = __LINE__; REQUIRE_WEFT_ERROR(hollow.download(), line, "Buffer::download: the buffer claims 4 elements but has no memory");
   line = __LINE__; REQUIRE_WEFT_ERROR(hollow.upload(std::vector<float>(4)), line, "Buffer::upload: the buffer claims 4 elements but has no memory");
+}
+
+TEST_CASE("Device::alloc of a count whose size in bytes overflows is an Error", "[errors]") {
+  Device dev = Device::current();
+  const size_t huge = (size_t(1) << 62) + 4;  // * sizeof(float) wraps around to 16 bytes
+  const std::string most = std::to_string(SIZE_MAX / 4);
+  int line = 0;
+  line = __LINE__; REQUIRE_WEFT_ERROR(dev.alloc<float>(huge), line, "Device::alloc: " + std::to_string(huge) + " elements of 4 bytes overflow the address space (at most " + most + " elements of this type fit in size_t); allocate fewer elements");
+  line = __LINE__; REQUIRE_WEFT_ERROR(dev.alloc<double>(SIZE_MAX), line, "elements of 8 bytes overflow the address space");
+  line = __LINE__; REQUIRE_WEFT_ERROR(dev.alloc<int16_t>(SIZE_MAX / 2 + 1), line, "elements of 2 bytes overflow");
+  CHECK(dev.alloc<int16_t>(0).size() == 0);
 }
