@@ -6,9 +6,15 @@
 #include <weft/weft.h>
 
 #include "error_checks.h"
+#include "support/env.h"
+
+#include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 
 using namespace weft;
@@ -550,4 +556,41 @@ TEST_CASE("Device::alloc of a count whose size in bytes overflows is an Error", 
   line = __LINE__; REQUIRE_WEFT_ERROR(dev.alloc<double>(SIZE_MAX), line, "elements of 8 bytes overflow the address space");
   line = __LINE__; REQUIRE_WEFT_ERROR(dev.alloc<int16_t>(SIZE_MAX / 2 + 1), line, "elements of 2 bytes overflow");
   CHECK(dev.alloc<int16_t>(0).size() == 0);
+}
+
+// ---- knobs ---------------------------------------------------------------------------------------------
+
+TEST_CASE("an unusable WEFT_DUMP_DIR is a weft::Error saying which directory and why", "[errors]") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("weft_dump_dir_test_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const std::string file = (root / "a_file").string();
+  std::ofstream(file) << "not a directory";
+
+  // A file where the directory should be, and a directory under a file.
+  weft_test::require_error([&] { support::write_dump_file(file, "k.ir", "text"); },
+                           {"WEFT_DUMP_DIR=" + file + " is not a directory (it is an existing file)",
+                            "set WEFT_DUMP_DIR to a directory you can write, or unset it"});
+  weft_test::require_error([&] { support::write_dump_file(file + "/sub", "k.ir", "text"); },
+                           {"WEFT_DUMP_DIR=" + file + "/sub: cannot create the directory: Not a directory"});
+  // A file name that is a directory inside the dump directory: it cannot be opened for writing.
+  fs::create_directories(root / "dir" / "k.ir");
+  weft_test::require_error([&] { support::write_dump_file((root / "dir").string(), "k.ir", "text"); },
+                           {"WEFT_DUMP_DIR=" + (root / "dir").string() + ": cannot open", "k.ir for writing"});
+  if (::geteuid() != 0) {  // root writes anywhere
+    fs::create_directories(root / "read_only");
+    fs::permissions(root / "read_only", fs::perms::owner_read | fs::perms::owner_exec);
+    weft_test::require_error([&] { support::write_dump_file((root / "read_only").string(), "k.ir", "text"); },
+                             {"cannot open", "Permission denied"});
+  }
+
+  // A usable directory (created with its parents) gets the file.
+  support::write_dump_file((root / "new" / "nested").string(), "k.ir", "the text");
+  std::ifstream in(root / "new" / "nested" / "k.ir");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text == "the text");
+  std::error_code ignored;
+  fs::permissions(root / "read_only", fs::perms::owner_all, fs::perm_options::replace, ignored);
+  fs::remove_all(root, ignored);
 }
