@@ -558,6 +558,17 @@ TEST_CASE("Device::alloc of a count whose size in bytes overflows is an Error", 
   CHECK(dev.alloc<int16_t>(0).size() == 0);
 }
 
+// ---- where() with two literals -------------------------------------------------------------------------
+
+TEST_CASE("where() with two integer literals that do not fit in int32", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    Bool c = arange(0, 8) < 4;
+    line = __LINE__; Int w = where(c, int64_t(1) << 40, 0);
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "where: the literal 1099511627776 does not fit in int32_t, the element type of where() with two integer literals; make one of them a tile of a wider type");
+}
+
 // ---- knobs ---------------------------------------------------------------------------------------------
 
 TEST_CASE("an unusable WEFT_DUMP_DIR is a weft::Error saying which directory and why", "[errors]") {
