@@ -72,10 +72,12 @@ struct KernelArg {
   double number = 0;     // Floating: the value
   const Backend* backend = nullptr;  // pointer from a Buffer, or Descriptor: where the memory lives
   const TmaDescriptor* descriptor = nullptr;  // Descriptor: the Tma's (alive for the launch's duration)
+  bool from_buffer = false;  // pointer: a Buffer's address (else the caller's raw pointer)
 };
 
 template <class T> KernelArg kernel_arg(const Buffer<T>& b) {
-  return {KernelArg::Kind::Pointer, DType{dtype_of<T>.scalar, true}, reinterpret_cast<uint64_t>(b.data()), 0, b.backend()};
+  return {KernelArg::Kind::Pointer, DType{dtype_of<T>.scalar, true}, reinterpret_cast<uint64_t>(b.data()), 0, b.backend(),
+          nullptr, true};
 }
 template <class T> KernelArg kernel_arg(T* p) {
   return {KernelArg::Kind::Pointer, DType{dtype_of<std::remove_const_t<T>>.scalar, true}, reinterpret_cast<uint64_t>(p), 0, nullptr};

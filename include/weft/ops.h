@@ -71,6 +71,46 @@ Tile<detail::common_elem<A, B>> where(const C& cond, const A& a, const B& b,
       {detail::node_of(cond, loc), detail::value_of<E>(a, loc), detail::value_of<E>(b, loc)}, loc));
 }
 
+namespace detail {
+template <class X> struct number_of_t { using type = std::remove_cv_t<std::remove_reference_t<X>>; };
+template <class T> struct number_of_t<Const<T>> { using type = T; };
+// The C++ number type of a literal (a Const<T> parameter is a T).
+template <class X> using number_of = typename number_of_t<std::remove_cv_t<std::remove_reference_t<X>>>::type;
+// The element type that two literals meeting with no tile give: their common type's kind in weft's default
+// width — a floating-point literal gives float, an integer one int32_t, two bools bool.
+template <class A, class B> using literal_elem =
+    std::conditional_t<std::is_same_v<std::common_type_t<number_of<A>, number_of<B>>, bool>, bool,
+                       std::conditional_t<std::is_floating_point_v<std::common_type_t<number_of<A>, number_of<B>>>,
+                                          float, int32_t>>;
+template <class N> void require_int32_literal(N v, SourceLoc loc) {
+  if constexpr (std::is_integral_v<N> && !std::is_same_v<N, bool>) {
+    const bool fits = std::is_signed_v<N> ? (static_cast<int64_t>(v) >= INT32_MIN && static_cast<int64_t>(v) <= INT32_MAX)
+                                          : static_cast<uint64_t>(v) <= static_cast<uint64_t>(INT32_MAX);
+    if (!fits)
+      throw Error("where: the literal " + std::to_string(v) +
+                      " does not fit in int32_t, the element type of where() with two integer literals; make one of "
+                      "them a tile of a wider type, e.g. where(cond, scalar<int64_t>(a), b)",
+                  loc);
+  }
+}
+}  // namespace detail
+
+// cond ? a : b with two C++ literals (no tile among them): `where(c, 3, 12)` is an Int, `where(c, 0.5, 1.0)`
+// a Float, of cond's shape. An integer literal gives int32_t and a floating-point one float, whatever its C++
+// width; for another element type make one of them a tile: `where(c, scalar<int64_t>(3), 12)`.
+template <class C, class A, class B>
+  requires std::is_same_v<detail::elem_of<C>, bool> && detail::Literal<A> && detail::Literal<B>
+Tile<detail::literal_elem<A, B>> where(const C& cond, const A& a, const B& b, SourceLoc loc = SourceLoc::current()) {
+  using E = detail::literal_elem<A, B>;
+  if constexpr (std::is_same_v<E, int32_t>) {
+    detail::require_int32_literal(static_cast<detail::number_of<A>>(a), loc);
+    detail::require_int32_literal(static_cast<detail::number_of<B>>(b), loc);
+  }
+  return Tile<E>(detail::emit_elementwise(
+      detail::Op::Select,
+      {detail::node_of(cond, loc), detail::value_of<E>(a, loc), detail::value_of<E>(b, loc)}, loc));
+}
+
 // ---- math -----------------------------------------------------------------------------------------------
 
 #define WEFT_UNARY_MATH(fn, op)                                                                   \

@@ -30,6 +30,8 @@ struct Allocation {
   ~Allocation();
 };
 std::shared_ptr<Allocation> allocate(Backend&, size_t bytes, SourceLoc loc);
+// `count` elements of `element_bytes` each; a count whose size overflows size_t is an Error.
+std::shared_ptr<Allocation> allocate(Backend&, size_t count, size_t element_bytes, SourceLoc loc);
 std::shared_ptr<Allocation> borrow(Backend&, void* address, size_t count, size_t element_bytes, SourceLoc loc);
 void copy_to_device(const Allocation&, size_t offset, const void* src, size_t bytes, SourceLoc loc);
 void copy_to_host(const Allocation&, size_t offset, void* dst, size_t bytes, SourceLoc loc);
@@ -100,37 +102,57 @@ template <class T> class Buffer {
   void* data() const { return alloc_ ? alloc_->address : nullptr; }
   detail::Backend* backend() const { return alloc_ ? alloc_->backend : nullptr; }
 
+  // Copies `host` (exactly size() elements) into the buffer. An empty buffer (default-constructed, or of
+  // 0 elements) takes an empty vector and nothing happens.
   void upload(const std::vector<T>& host, SourceLoc loc = SourceLoc::current()) {
     if (host.size() != count_)
       throw Error("Buffer::upload: the host vector has " + std::to_string(host.size()) +
-                      " elements but the buffer holds " + std::to_string(count_),
+                      " elements but the buffer holds " + std::to_string(count_) +
+                      (alloc_ ? std::string()
+                              : std::string(" (a default-constructed Buffer holds no memory: make it with "
+                                            "Device::alloc<T>(n) or Device::upload(host))")),
                   loc);
+    if (count_ == 0) return;
+    const detail::Allocation& a = allocation("Buffer::upload", loc);
     if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs bits; kernels see one byte each
       std::vector<uint8_t> bytes_of(host.begin(), host.end());
-      detail::copy_to_device(*alloc_, 0, bytes_of.data(), bytes(), loc);
+      detail::copy_to_device(a, 0, bytes_of.data(), bytes(), loc);
     } else {
-      detail::copy_to_device(*alloc_, 0, host.data(), bytes(), loc);
+      detail::copy_to_device(a, 0, host.data(), bytes(), loc);
     }
   }
+  // The buffer's size() elements; an empty buffer gives an empty vector.
   std::vector<T> download(SourceLoc loc = SourceLoc::current()) const {
+    if (count_ == 0) return {};
+    const detail::Allocation& a = allocation("Buffer::download", loc);
     if constexpr (std::is_same_v<T, bool>) {
       std::vector<uint8_t> bytes_of(count_);
-      detail::copy_to_host(*alloc_, 0, bytes_of.data(), bytes(), loc);
+      detail::copy_to_host(a, 0, bytes_of.data(), bytes(), loc);
       return std::vector<bool>(bytes_of.begin(), bytes_of.end());
     } else {
       std::vector<T> host(count_);
-      detail::copy_to_host(*alloc_, 0, host.data(), bytes(), loc);
+      detail::copy_to_host(a, 0, host.data(), bytes(), loc);
       return host;
     }
   }
 
  private:
+  // The memory of a buffer of count_ > 0 elements (a Buffer built from a null allocation has none).
+  const detail::Allocation& allocation(const char* what, SourceLoc loc) const {
+    if (!alloc_)
+      throw Error(std::string(what) + ": the buffer claims " + std::to_string(count_) +
+                      " elements but has no memory (it was built from a null allocation); make it with "
+                      "Device::alloc<T>(n), Device::upload(host) or Device::wrap(pointer, n)",
+                  loc);
+    return *alloc_;
+  }
+
   std::shared_ptr<detail::Allocation> alloc_;
   size_t count_ = 0;
 };
 
 template <class T> Buffer<T> Device::alloc(size_t count, SourceLoc loc) const {
-  return Buffer<T>(detail::allocate(*backend_, count * sizeof(T), loc), count);
+  return Buffer<T>(detail::allocate(*backend_, count, sizeof(T), loc), count);
 }
 template <class T> Buffer<T> Device::wrap(T* device_pointer, size_t count, SourceLoc loc) const {
   return Buffer<T>(detail::borrow(*backend_, device_pointer, count, sizeof(T), loc), count);

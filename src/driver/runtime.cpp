@@ -122,6 +122,16 @@ std::shared_ptr<Allocation> allocate(Backend& b, size_t bytes, SourceLoc loc) {
   return a;
 }
 
+std::shared_ptr<Allocation> allocate(Backend& b, size_t count, size_t element_bytes, SourceLoc loc) {
+  // As in borrow: count * element_bytes must not wrap around (it would allocate a few bytes for a huge count).
+  if (element_bytes != 0 && count > SIZE_MAX / element_bytes)
+    throw Error(fmt::format("Device::alloc: {} elements of {} bytes overflow the address space (at most {} elements "
+                            "of this type fit in size_t); allocate fewer elements",
+                            count, element_bytes, SIZE_MAX / element_bytes),
+                loc);
+  return allocate(b, count * element_bytes, loc);
+}
+
 static void check_range(const Allocation& a, size_t offset, size_t bytes, const char* what, SourceLoc loc) {
   if (offset + bytes > a.bytes || offset + bytes < offset)
     throw Error(fmt::format("{}: {} bytes at offset {} do not fit in a buffer of {} bytes", what, bytes, offset, a.bytes),

@@ -98,6 +98,24 @@ std::string signature(const KernelImpl& k) {
               loc);
 }
 
+// A null address for the pointer parameter `i`: an empty Buffer (default-constructed, or of 0 elements) or
+// a raw nullptr. Refused on every backend before anything runs: the kernel would dereference it (SIGSEGV on
+// the CPU, an illegal address that loses the context on a GPU).
+[[noreturn]] void null_pointer_argument(const KernelImpl& k, size_t i, const KernelArg& a, const Backend& backend,
+                                        SourceLoc loc) {
+  const std::string elem = DType{a.dtype.scalar, false}.str();
+  if (a.from_buffer)
+    throw Error(fmt::format("argument {} of kernel '{}' is an empty Buffer<{}> (default-constructed, or of 0 "
+                            "elements): it has no memory for the kernel's {}; pass a buffer that holds the elements "
+                            "the kernel reads or writes (Device::alloc<{}>(n) with n > 0, or Device::upload)",
+                            i, k.name, elem, describe(k.params[i]), elem),
+                loc);
+  throw Error(fmt::format("argument {} of kernel '{}' is a null pointer for its {}; pass the address of memory on {} "
+                          "(a Buffer from Device::alloc, or your own allocation through Device::wrap)",
+                          i, k.name, describe(k.params[i]), backend.name()),
+              loc);
+}
+
 // The value of an integer argument for the integer parameter `i`: floats are refused, and the value must
 // fit the parameter's type.
 int64_t integer_value(const KernelImpl& k, size_t i, const KernelArg& a, SourceLoc loc) {
@@ -346,6 +364,7 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
                                 "it on the launching device",
                                 i, k.name, a.backend->name(), backend.name()),
                     grid.loc);
+      if (a.bits == 0) null_pointer_argument(k, i, a, backend, grid.loc);
       slots[num_slots++] = a.bits;
     } else {
       slots[num_slots++] = number_slot(k, i, a, grid.loc);

@@ -72,6 +72,14 @@ TaskPlan plan_tasks(const ir::Function& f, int default_warps) {
     s.first_warp = warp;
     // Errors about one task name its task() call; those about all of them, async_tasks (the first task).
     SourceLoc task_loc = n.regions[t].loc.line ? n.regions[t].loc : loc;
+    // Deadlock reports and budget errors name tasks: two of one name would make them ambiguous.
+    for (size_t earlier = 0; earlier < t; ++earlier)
+      if (n.attrs.names.at(earlier) == s.name)
+        throw Error(fmt::format("a second task named '{}' (the first is at {}); tasks of one async_tasks need distinct "
+                                "names, so that deadlock reports and budget errors say which one they mean: rename "
+                                "one (replicas of one task come from its .replicas option, not from repeating it)",
+                                s.name, (n.regions[earlier].loc.line ? n.regions[earlier].loc : loc).str()),
+                    task_loc);
     if (s.warps < 1 || s.replicas < 1)
       throw Error(fmt::format("task '{}' has {} warps and {} replicas; each must be at least 1", s.name, s.warps,
                               s.replicas),

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -67,9 +68,30 @@ void dump(std::string_view stage, std::string_view kernel, std::string_view ext,
     fmt::print(stderr, "// ---- weft dump: {} of kernel '{}' ----\n{}\n", stage, kernel, text);
     return;
   }
-  std::filesystem::create_directories(k.dump_dir);
-  std::filesystem::path path = std::filesystem::path(k.dump_dir) / fmt::format("{}.{}", kernel, ext);
-  std::ofstream(path) << text;
+  write_dump_file(k.dump_dir, fmt::format("{}.{}", kernel, ext), text);
+}
+
+void write_dump_file(const std::string& dir, const std::string& file_name, std::string_view text) {
+  namespace fs = std::filesystem;
+  const std::string fix = "set WEFT_DUMP_DIR to a directory you can write, or unset it to print dumps to stderr";
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);  // follows symlinks: a link to a directory is fine
+  if (fs::exists(st) && !fs::is_directory(st))
+    throw Error(fmt::format("WEFT_DUMP_DIR={} is not a directory (it is an existing {}); {}", dir,
+                            fs::is_regular_file(st) ? "file" : "non-directory entry", fix));
+  if (!fs::exists(st) && !fs::create_directories(dir, ec) && ec)
+    throw Error(fmt::format("WEFT_DUMP_DIR={}: cannot create the directory: {}; {}", dir, ec.message(), fix));
+  const fs::path path = fs::path(dir) / file_name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    const int error = errno;
+    throw Error(fmt::format("WEFT_DUMP_DIR={}: cannot open {} for writing: {}; {}", dir, path.string(),
+                            error ? std::strerror(error) : "unknown error", fix));
+  }
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.close();
+  if (!out)
+    throw Error(fmt::format("WEFT_DUMP_DIR={}: writing {} failed (is the disk full?); {}", dir, path.string(), fix));
 }
 
 }  // namespace weft::support

@@ -49,6 +49,11 @@ const Knobs& knobs();
 std::optional<uint64_t> cpu_sched_seed();
 
 // Emit one dump of `text` for `kernel` at `stage` (file suffix `ext`), when WEFT_DUMP names the stage.
+// Throws weft::Error when WEFT_DUMP_DIR cannot be used (see write_dump_file).
 void dump(std::string_view stage, std::string_view kernel, std::string_view ext, std::string_view text);
+
+// Writes `text` to dir/file_name, creating `dir` (and its parents) if needed. A `dir` that is not a directory,
+// cannot be created or cannot be written is a weft::Error naming it and why (WEFT_DUMP_DIR's dumps).
+void write_dump_file(const std::string& dir, const std::string& file_name, std::string_view text);
 
 }  // namespace weft::support

@@ -105,6 +105,18 @@ TEST_CASE("tasks of more than 1024 threads", "[errors]") {
   REQUIRE_WEFT_ERROR(k.ir(), line, "the tasks need 48 warps (1536 threads) but a block has at most 1024 threads");
 }
 
+TEST_CASE("two tasks of one async_tasks with the same name", "[errors]") {
+  int line = 0, first = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    first = __LINE__; Task a = task("worker", {.warps = 4}, [] {});
+    line = __LINE__; Task b = task("worker", {.warps = 4}, [] {});
+    async_tasks(a, task("other", {.warps = 4}, [] {}), b);
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "rename one (replicas of one task come from its .replicas option");
+  // `first` is known once the body has been traced (the phrase is built before the call).
+  REQUIRE_WEFT_ERROR(k.ir(), line, "a second task named 'worker' (the first is at " + std::string(__FILE__) + ":" + std::to_string(first) + "); tasks of one async_tasks need distinct names");
+}
+
 // ---- named barriers ------------------------------------------------------------------------------------
 
 TEST_CASE("named barrier ids: reserved ones and ids past 15", "[errors]") {

@@ -264,6 +264,29 @@ TEST_CASE("where selects elementwise between tiles and literals", "[ops][element
   for_each_type<AllTypes>(check);
 }
 
+TEST_CASE("where with two literals gives int32 for integers and float for floating-point numbers", "[ops][elementwise]") {
+  WEFT_SEEDED_RNG(rng);
+  using IntChoice = decltype(where(std::declval<Bool>(), 3, 12));
+  using LongChoice = decltype(where(std::declval<Bool>(), 3L, int8_t(12)));
+  using FloatChoice = decltype(where(std::declval<Bool>(), 0.5, 2.25f));
+  using MixedChoice = decltype(where(std::declval<Bool>(), 1, 2.5));
+  using BoolChoice = decltype(where(std::declval<Bool>(), true, false));
+  using ConstChoice = decltype(where(std::declval<Bool>(), Const<int64_t>{3}, 4));
+  STATIC_REQUIRE(std::is_same_v<IntChoice, Tile<int32_t>>);
+  STATIC_REQUIRE(std::is_same_v<LongChoice, Tile<int32_t>>);
+  STATIC_REQUIRE(std::is_same_v<FloatChoice, Tile<float>>);
+  STATIC_REQUIRE(std::is_same_v<MixedChoice, Tile<float>>);
+  STATIC_REQUIRE(std::is_same_v<BoolChoice, Tile<bool>>);
+  STATIC_REQUIRE(std::is_same_v<ConstChoice, Tile<int32_t>>);
+  // The result has cond's shape: stored through the block's pointers, element by element.
+  check_elementwise<int32_t, bool>(
+      rng, "where(c, 3, 12)", [](Bool c) { return where(c, 3, 12); }, [](int64_t c) { return int64_t(c ? 3 : 12); },
+      {}, uniform_int<bool>());
+  check_elementwise<float, bool>(
+      rng, "where(c, 0.5, -2.25)", [](Bool c) { return where(c, 0.5, -2.25); },
+      [](int64_t c) { return c ? 0.5 : -2.25; }, {}, uniform_int<bool>());
+}
+
 TEST_CASE("fma is a * b + c rounded once", "[ops][elementwise]") {
   WEFT_SEEDED_RNG(rng);
   for_each_type<FloatTypes>([&](auto t) {

@@ -6,8 +6,15 @@
 #include <weft/weft.h>
 
 #include "error_checks.h"
+#include "support/env.h"
 
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 
 using namespace weft;
@@ -494,4 +501,107 @@ TEST_CASE("Buffer::upload with the wrong size", "[errors]") {
   std::vector<float> host(15, 1.f);
   int line = 0;
   line = __LINE__; REQUIRE_WEFT_ERROR(b.upload(host), line, "the host vector has 15 elements but the buffer holds 16");
+}
+
+// ---- empty buffers, null pointers and allocation sizes ----------------------------------------------------
+
+TEST_CASE("an empty Buffer or a null pointer given to a launch is an Error naming the argument", "[errors]") {
+  Kernel k = launch_target();
+  Device dev = Device::current();
+  int line = 0;
+  SECTION("a default-constructed Buffer") {
+    Buffer<float> none;
+    line = __LINE__; REQUIRE_WEFT_ERROR(k.launch(Grid(1), none, 64, 1, 64), line, "argument 0 of kernel 'launch_target' is an empty Buffer<f32> (default-constructed, or of 0 elements): it has no memory for the kernel's Ptr<f32>");
+    line = __LINE__; REQUIRE_WEFT_ERROR(k.launch(Grid(1), none, 64, 1, 64), line, "Device::alloc<f32>(n) with n > 0");
+  }
+  SECTION("a Buffer of 0 elements") {
+    Buffer<float> empty = dev.alloc<float>(0);
+    line = __LINE__; REQUIRE_WEFT_ERROR(k.launch(Grid(1), empty, 64, 1, 64), line, "argument 0 of kernel 'launch_target' is an empty Buffer<f32>");
+  }
+  SECTION("a raw null pointer") {
+    float* null = nullptr;
+    line = __LINE__; REQUIRE_WEFT_ERROR(k.launch(Grid(1), null, 64, 1, 64), line, "argument 0 of kernel 'launch_target' is a null pointer for its Ptr<f32>; pass the address of memory on " + dev.name());
+  }
+  SECTION("a null pointer among other arguments, on the launch's stream") {
+    Kernel copy("copy", [](Ptr<int32_t> dst, Ptr<int32_t> src) { store(dst, load(src)); });
+    Buffer<int32_t> dst = dev.alloc<int32_t>(1);
+    line = __LINE__; REQUIRE_WEFT_ERROR(copy.launch(dev.stream(), Grid(1), dst, static_cast<const int32_t*>(nullptr)), line, "argument 1 of kernel 'copy' is a null pointer for its Ptr<i32>");
+  }
+}
+
+TEST_CASE("an empty Buffer uploads and downloads nothing; a non-empty vector into it is an Error", "[errors]") {
+  Buffer<float> none;
+  none.upload({});  // nothing to copy, no memory touched
+  CHECK(none.download().empty());
+  Buffer<bool> no_bools;
+  no_bools.upload({});
+  CHECK(no_bools.download().empty());
+  Buffer<float> empty = Device::current().alloc<float>(0);
+  empty.upload({});
+  CHECK(empty.download().empty());
+  int line = 0;
+  line = __LINE__; REQUIRE_WEFT_ERROR(none.upload({1.f, 2.f}), line, "the host vector has 2 elements but the buffer holds 0 (a default-constructed Buffer holds no memory: make it with Device::alloc<T>(n) or Device::upload(host))");
+  line = __LINE__; REQUIRE_WEFT_ERROR(empty.upload({1.f}), line, "the host vector has 1 elements but the buffer holds 0");
+  Buffer<float> hollow(nullptr, 4);  // a count without memory: refused, not dereferenced
+  line = __LINE__; REQUIRE_WEFT_ERROR(hollow.download(), line, "Buffer::download: the buffer claims 4 elements but has no memory");
+  line = __LINE__; REQUIRE_WEFT_ERROR(hollow.upload(std::vector<float>(4)), line, "Buffer::upload: the buffer claims 4 elements but has no memory");
+}
+
+TEST_CASE("Device::alloc of a count whose size in bytes overflows is an Error", "[errors]") {
+  Device dev = Device::current();
+  const size_t huge = (size_t(1) << 62) + 4;  // * sizeof(float) wraps around to 16 bytes
+  const std::string most = std::to_string(SIZE_MAX / 4);
+  int line = 0;
+  line = __LINE__; REQUIRE_WEFT_ERROR(dev.alloc<float>(huge), line, "Device::alloc: " + std::to_string(huge) + " elements of 4 bytes overflow the address space (at most " + most + " elements of this type fit in size_t); allocate fewer elements");
+  line = __LINE__; REQUIRE_WEFT_ERROR(dev.alloc<double>(SIZE_MAX), line, "elements of 8 bytes overflow the address space");
+  line = __LINE__; REQUIRE_WEFT_ERROR(dev.alloc<int16_t>(SIZE_MAX / 2 + 1), line, "elements of 2 bytes overflow");
+  CHECK(dev.alloc<int16_t>(0).size() == 0);
+}
+
+// ---- where() with two literals -------------------------------------------------------------------------
+
+TEST_CASE("where() with two integer literals that do not fit in int32", "[errors]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    Bool c = arange(0, 8) < 4;
+    line = __LINE__; Int w = where(c, int64_t(1) << 40, 0);
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "where: the literal 1099511627776 does not fit in int32_t, the element type of where() with two integer literals; make one of them a tile of a wider type");
+}
+
+// ---- knobs ---------------------------------------------------------------------------------------------
+
+TEST_CASE("an unusable WEFT_DUMP_DIR is a weft::Error saying which directory and why", "[errors]") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("weft_dump_dir_test_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const std::string file = (root / "a_file").string();
+  std::ofstream(file) << "not a directory";
+
+  // A file where the directory should be, and a directory under a file.
+  weft_test::require_error([&] { support::write_dump_file(file, "k.ir", "text"); },
+                           {"WEFT_DUMP_DIR=" + file + " is not a directory (it is an existing file)",
+                            "set WEFT_DUMP_DIR to a directory you can write, or unset it"});
+  weft_test::require_error([&] { support::write_dump_file(file + "/sub", "k.ir", "text"); },
+                           {"WEFT_DUMP_DIR=" + file + "/sub: cannot create the directory: Not a directory"});
+  // A file name that is a directory inside the dump directory: it cannot be opened for writing.
+  fs::create_directories(root / "dir" / "k.ir");
+  weft_test::require_error([&] { support::write_dump_file((root / "dir").string(), "k.ir", "text"); },
+                           {"WEFT_DUMP_DIR=" + (root / "dir").string() + ": cannot open", "k.ir for writing"});
+  if (::geteuid() != 0) {  // root writes anywhere
+    fs::create_directories(root / "read_only");
+    fs::permissions(root / "read_only", fs::perms::owner_read | fs::perms::owner_exec);
+    weft_test::require_error([&] { support::write_dump_file((root / "read_only").string(), "k.ir", "text"); },
+                             {"cannot open", "Permission denied"});
+  }
+
+  // A usable directory (created with its parents) gets the file.
+  support::write_dump_file((root / "new" / "nested").string(), "k.ir", "the text");
+  std::ifstream in(root / "new" / "nested" / "k.ir");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text == "the text");
+  std::error_code ignored;
+  fs::permissions(root / "read_only", fs::perms::owner_all, fs::perm_options::replace, ignored);
+  fs::remove_all(root, ignored);
 }
