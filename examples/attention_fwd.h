@@ -199,7 +199,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           for (int p = 0; p < PANELS; ++p) async_descriptor_store(O, q.cols(p * PANEL, PANEL), {bh, row0, p * PANEL});
           Tile<float> lse = where(empty_row, INFINITY, (m_i + log2(where(empty_row, 1.f, l))) * float(M_LN2));
           Int rows = arange(0, HALF) + row0;
-          store(LSE + bh * Sq + rows, lse, rows < Sq);
+          store(LSE + cast<int64_t>(bh) * cast<int64_t>(Sq) + rows, lse, rows < Sq);  // 64-bit: B*Hq*Sq may pass 2^31
           async_store_wait(0);
         }));
   });
