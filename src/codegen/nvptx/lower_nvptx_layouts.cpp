@@ -58,8 +58,7 @@ Value* Lowering::index_of(const Regs& r, int64_t n, int64_t k) {
 }
 
 int64_t Lowering::register_count(Layout layout, const ir::Shape& shape) const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  int64_t n = numel(shape);
   switch (layout) {
     case Layout::Acc: return n / 128;
     case Layout::AccRows: return shape[0] / 32;  // two rows per 64
@@ -94,9 +93,7 @@ std::vector<Value*> Lowering::coordinates(Layout layout, const ir::Shape& shape,
     Value* row = acc_row(r / 2, r % 2 == 1);
     return shape.size() == 1 ? std::vector<Value*>{row} : std::vector<Value*>{row, i32c(0)};
   }
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  Value* flat = flat_index(n, r);
+  Value* flat = flat_index(numel(shape), r);
   if (shape.size() == 1) return {flat};
   std::vector<int64_t> st = strides(shape);
   std::vector<Value*> c;
@@ -107,8 +104,7 @@ std::vector<Value*> Lowering::coordinates(Layout layout, const ir::Shape& shape,
 
 // The same tile in another layout, through the group's scratch shared memory.
 Regs Lowering::relayout(const Regs& src, DType d, const ir::Shape& shape, Layout to, SourceLoc loc) {
-  int64_t n = 1;
-  for (int64_t e : shape) n *= e;
+  int64_t n = numel(shape);
   if (src.uniform) return splat_in(src.v[0], to, shape);
   llvm::Type* t = shared_type(d);
   reserve_shared(n * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), loc);

@@ -20,13 +20,17 @@ void Lowering::sync_group() {
 
 // Thread 0 initializes every mbarrier before any user code; the fence and bar.sync publish them (in a
 // cluster, the cluster sync: other blocks arrive at and multicast to them).
+// The barrier array (alloc_barriers) a barrier operand belongs to.
+static const ir::Node* barrier_array(const NodeRef& bar) {
+  return bar->op == Op::BarrierAt ? bar->operands[0].get() : bar.get();
+}
+
 // mbarriers that only ever see plain local arrivals (barrier_arrive; no expected bytes, no TMA, no remote
 // arrivals), all from groups of one size: each warp arrives for itself (bar.warp.sync, then lane 0), so a
 // replica's release costs no group-wide bar.sync. Their count is then arrivals x warps per group. What
 // such a barrier counts is unchanged: a replica's arrival completes when all of its warps have arrived.
 void Lowering::plan_warp_arrivals() {
   std::unordered_map<const ir::Node*, int64_t> warps;  // barrier array -> warps per arriving group; 0: no
-  auto barrier_array = [](const NodeRef& bar) { return bar->op == Op::BarrierAt ? bar->operands[0].get() : bar.get(); };
   std::function<void(const ir::Region&, int64_t)> walk = [&](const ir::Region& r, int64_t group_warps) {
     for (const NodeRef& n : r.body) {
       switch (n->op) {
@@ -172,8 +176,7 @@ void Lowering::hopper_node(const NodeRef& n) {
       return;
     case Op::BarrierArrive: {
       Value* bar = shared_address(regs(o[0]).v[0]);
-      const ir::Node* array = o[0]->op == Op::BarrierAt ? o[0]->operands[0].get() : o[0].get();
-      if (!warp_arrivals_.count(array)) return once_per_group([&] { ptx_.mbarrier_arrive(bar); });
+      if (!warp_arrivals_.count(barrier_array(o[0]))) return once_per_group([&] { ptx_.mbarrier_arrive(bar); });
       ptx_.warp_sync();  // the warp's earlier accesses, ordered before its one arrival
       guarded(b_.CreateICmpEQ(b_.CreateAnd(tid_, i32c(31)), i32c(0)), [&]() -> Value* {
         ptx_.mbarrier_arrive(bar);

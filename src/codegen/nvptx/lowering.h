@@ -82,6 +82,12 @@ inline bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 inline bool is_descriptor(const ir::Node& param) { return param.type.kind == ir::Type::Kind::TensorDesc; }
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+inline int64_t numel(const ir::Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
 inline std::vector<int64_t> strides(const ir::Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (int i = static_cast<int>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
