@@ -5,6 +5,7 @@
 
 #include <weft/weft.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -202,8 +203,8 @@ TEST_CASE("hand-written PTX runs through the CUDA backend", "[gpu]") {
   CHECK_THAT(backend.name(), Contains("cuda:"));
   CudaDevice device(support::knobs().cuda_device);
   auto kernel = load_scale_add(device);
-  CHECK_FALSE(kernel->cubin.empty());
-  INFO("ptxas: " << kernel->link_log);
+  CHECK_FALSE(kernel->ptx.empty());
+  INFO("ptxas: " << kernel->module->jit_log());
 
   ScaleAddData data(backend, 100003);  // not a multiple of the block size
   backend.launch(*kernel, data.grid(), data.args(), nullptr);
@@ -278,7 +279,7 @@ TEST_CASE("bad PTX is an Error carrying the driver's error log", "[gpu]") {
   CudaDevice device(support::knobs().cuda_device);
   device.make_current();
   try {
-    link_ptx(kBrokenPtx, "kernel 'broken'");
+    CudaModule module(kBrokenPtx, device, "kernel 'broken'");
   } catch (const Error& e) {
     std::string message = e.what();
     INFO(message);
@@ -288,7 +289,47 @@ TEST_CASE("bad PTX is an Error carrying the driver's error log", "[gpu]") {
     CHECK_THAT(message, Contains("weft_not_an_instruction"));  // quoted by ptxas: the log made it through
     return;
   }
-  FAIL("link_ptx accepted broken PTX");
+  FAIL("the driver accepted broken PTX");
+}
+
+// Warp groups that trade registers: setmaxnreg only does something when ptxas compiles the module as a whole
+// program. (The driver's linker, cuLink*, compiles as relocatable code: it ignores setmaxnreg and serializes
+// wgmma, and says so in its log.) Compiled here, never launched.
+constexpr const char* kRegistersByRolePtx = R"(.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry registers_by_role()
+.maxntid 256
+.minnctapersm 1
+{
+  .reg .b32 %r<2>;
+  .reg .pred %p<2>;
+  mov.u32 %r1, %tid.x;
+  setp.lt.u32 %p1, %r1, 128;
+  @%p1 bra LOW;
+  setmaxnreg.inc.sync.aligned.u32 240;
+  ret;
+LOW:
+  setmaxnreg.dec.sync.aligned.u32 24;
+  ret;
+}
+)";
+
+TEST_CASE("PTX is compiled as a whole program: setmaxnreg is kept", "[gpu]") {
+  if (!have_gpu()) return;
+  CudaDevice device(support::knobs().cuda_device);
+  if (device.cc_major() != 9) {
+    WARN("SKIPPED: setmaxnreg needs sm_90a; this is " << device.label());
+    return;
+  }
+  // A comment of its own, so that the driver's cache of compiled PTX cannot answer (the log is then empty).
+  std::string ptx = std::string(kRegistersByRolePtx) + "// " + std::to_string(std::random_device{}()) + " " +
+                    std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + "\n";
+  CudaModule module(ptx, device, "kernel 'registers_by_role'");
+  INFO("the driver's PTX compiler said:\n" << module.jit_log());
+  CHECK_THAT(module.jit_log(), Contains("registers_by_role"));  // it compiled, and reported
+  CHECK_THAT(module.jit_log(), !Contains("ignored"));
+  CHECK_THAT(module.jit_log(), !Contains("Performance Loss"));
 }
 
 TEST_CASE("Device::best() picks the GPU when WEFT_BACKEND is unset", "[gpu]") {

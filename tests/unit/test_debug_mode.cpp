@@ -119,18 +119,18 @@ TEST_CASE("debug mode: a debug kernel's PTX goes through WEFT_CHECK_PTX like any
   CHECK_THAT(k.ir(), Contains("barrier_wait"));
 }
 
-TEST_CASE("debug mode is part of the cubin's cache key", "[debug]") {
+TEST_CASE("debug mode is part of the CUDA module's cache key", "[debug]") {
   Lines lines;
   auto f = trace_stuck_consumer(lines);
   codegen::nvptx::PtxTarget target;
-  using driver::cuda::cubin_cache_key;
-  std::string debug = cubin_cache_key(*f, KernelOptions{.num_warps = 4, .debug = true}, target, 12080);
-  CHECK(debug == cubin_cache_key(*f, KernelOptions{.num_warps = 4, .debug = true}, target, 12080));
+  using driver::cuda::module_cache_key;
+  std::string debug = module_cache_key(*f, KernelOptions{.num_warps = 4, .debug = true}, target, 12080);
+  CHECK(debug == module_cache_key(*f, KernelOptions{.num_warps = 4, .debug = true}, target, 12080));
   if (support::knobs().debug) {
     WARN("WEFT_DEBUG=1 makes every kernel a debug kernel: the key without debug mode is not checked");
     return;
   }
-  CHECK(debug != cubin_cache_key(*f, KernelOptions{.num_warps = 4}, target, 12080));
+  CHECK(debug != module_cache_key(*f, KernelOptions{.num_warps = 4}, target, 12080));
 }
 
 TEST_CASE("debug mode: the site table names each wait's line and a record becomes the Error's message", "[debug]") {

@@ -19,7 +19,6 @@ using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
-using CUlinkState = struct CUlinkState_st*;
 using CUgraph = struct CUgraph_st*;
 using CUgraphExec = struct CUgraphExec_st*;
 using cuuint32_t = unsigned int;
@@ -76,11 +75,6 @@ enum CUjit_option : int {
   CU_JIT_ERROR_LOG_BUFFER = 5,
   CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
   CU_JIT_LOG_VERBOSE = 12,
-};
-
-enum CUjitInputType : int {
-  CU_JIT_INPUT_CUBIN = 0,
-  CU_JIT_INPUT_PTX = 1,
 };
 
 enum CUstreamCaptureMode : int {
@@ -206,14 +200,8 @@ inline constexpr unsigned CU_MEMHOSTALLOC_DEVICEMAP = 0x02;
     (void* dst, CUdeviceptr src, size_t bytes, CUstream stream))                                               \
   X(true, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", nullptr,                                                  \
     (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream))                                         \
-  X(true, cuLinkCreate, "cuLinkCreate_v2", nullptr,                                                            \
-    (unsigned num_options, CUjit_option* options, void** option_values, CUlinkState* state))                   \
-  X(true, cuLinkAddData, "cuLinkAddData_v2", nullptr,                                                          \
-    (CUlinkState state, CUjitInputType type, void* data, size_t bytes, const char* name, unsigned num_options, \
-     CUjit_option* options, void** option_values))                                                             \
-  X(true, cuLinkComplete, "cuLinkComplete", nullptr, (CUlinkState state, void** cubin, size_t* bytes))         \
-  X(true, cuLinkDestroy, "cuLinkDestroy", nullptr, (CUlinkState state))                                        \
-  X(true, cuModuleLoadData, "cuModuleLoadData", nullptr, (CUmodule * module, const void* image))               \
+  X(true, cuModuleLoadDataEx, "cuModuleLoadDataEx", nullptr,                                                  \
+    (CUmodule * module, const void* image, unsigned num_options, CUjit_option* options, void** values))         \
   X(true, cuModuleUnload, "cuModuleUnload", nullptr, (CUmodule module))                                        \
   X(true, cuModuleGetFunction, "cuModuleGetFunction", nullptr,                                                 \
     (CUfunction * function, CUmodule module, const char* name))                                                \

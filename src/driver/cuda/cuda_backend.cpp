@@ -1,5 +1,5 @@
 // The CUDA backend: device memory through the driver API, kernels compiled to PTX by the NVPTX code
-// generator and to a cubin by the driver, launched with cuLaunchKernel on the caller's stream.
+// generator and to machine code by the driver, launched with cuLaunchKernel on the caller's stream.
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -21,10 +21,10 @@
 
 namespace weft::driver::cuda {
 
-std::string cubin_cache_key(const ir::Function& f, const KernelOptions& options,
-                            const codegen::nvptx::PtxTarget& target, int driver_version) {
+std::string module_cache_key(const ir::Function& f, const KernelOptions& options,
+                             const codegen::nvptx::PtxTarget& target, int driver_version) {
   return cache::KeyBuilder()
-      .add("cuda cubin 1")
+      .add("cuda ptx 2")
       .add(ir::print(f))
       .add(options.num_warps)
       .add(codegen::nvptx::debug_mode(options) ? "debug" : "release")
@@ -76,27 +76,60 @@ std::string reason_of(const Error& e) {
   return std::string(text);
 }
 
-// WEFT_DUMP=sass: the cubin's machine code, by cuobjdump when it is installed (it is not part of weft).
-void dump_sass(const std::string& kernel, const std::vector<char>& cubin) {
-  std::string tool = std::system("command -v cuobjdump > /dev/null 2>&1") == 0 ? "cuobjdump" : "/usr/local/cuda/bin/cuobjdump";
-  if (std::system(("test -x \"$(command -v " + tool + ")\"").c_str()) != 0) {
-    support::dump("sass", kernel, "sass", "(no SASS: cuobjdump is not installed)");
+// The path of the CUDA tool `name` on PATH or in /usr/local/cuda/bin; empty if there is none.
+std::string find_cuda_tool(const char* name) {
+  std::string command = fmt::format("command -v {} 2>/dev/null || command -v /usr/local/cuda/bin/{} 2>/dev/null", name, name);
+  std::string path;
+  if (FILE* p = popen(command.c_str(), "r")) {
+    char buffer[4096];
+    if (std::fgets(buffer, sizeof buffer, p)) path = buffer;
+    pclose(p);
+  }
+  while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+  return path;
+}
+
+// WEFT_DUMP=sass: the machine code of the PTX, by the CUDA toolkit's ptxas and cuobjdump when they are
+// installed (weft does not need them). The toolkit's ptxas may be another version than the driver's.
+void dump_sass(const std::string& kernel, const std::string& ptx, const std::string& arch) {
+  std::string ptxas = find_cuda_tool("ptxas"), cuobjdump = find_cuda_tool("cuobjdump");
+  if (ptxas.empty() || cuobjdump.empty()) {
+    support::dump("sass", kernel, "sass", "(no SASS: the CUDA toolkit's ptxas and cuobjdump are not installed)");
     return;
   }
   char path[] = "/tmp/weft-sass-XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0) return;
-  bool written = ::write(fd, cubin.data(), cubin.size()) == static_cast<ssize_t>(cubin.size());
+  bool written = ::write(fd, ptx.data(), ptx.size()) == static_cast<ssize_t>(ptx.size());
   ::close(fd);
-  std::string text;
-  if (FILE* p = written ? popen((tool + " --dump-sass " + path + " 2>&1").c_str(), "r") : nullptr) {
+  std::string cubin = std::string(path) + ".cubin";
+  std::string text = fmt::format("// {} -arch={}, then {} --dump-sass\n", ptxas, arch, cuobjdump);
+  std::string command = fmt::format("{} -arch={} -o {} {} 2>&1 && {} --dump-sass {} 2>&1", ptxas, arch, cubin, path,
+                                    cuobjdump, cubin);
+  if (FILE* p = written ? popen(command.c_str(), "r") : nullptr) {
     char buffer[4096];
     size_t n;
     while ((n = std::fread(buffer, 1, sizeof buffer, p)) > 0) text.append(buffer, n);
     pclose(p);
   }
   std::remove(path);
+  std::remove(cubin.c_str());
   support::dump("sass", kernel, "sass", text);
+}
+
+// The driver compiler's performance advisories ("Potential Performance Loss: ..."), one line each, printed on
+// stderr: they name a cost the user can act on (spills, serialized wgmma) and are otherwise invisible.
+void report_advisories(const std::string& kernel, const std::string& jit_log) {
+  size_t start = 0;
+  while (start < jit_log.size()) {
+    size_t end = jit_log.find('\n', start);
+    if (end == std::string::npos) end = jit_log.size();
+    std::string_view line(jit_log.data() + start, end - start);
+    if (line.find("Performance Loss") != std::string_view::npos)
+      std::fprintf(stderr, "weft: kernel '%s': the driver's PTX compiler says: %.*s\n", kernel.c_str(),
+                   static_cast<int>(line.size()), line.data());
+    start = end + 1;
+  }
 }
 
 CUdeviceptr device_address(const void* address) { return reinterpret_cast<CUdeviceptr>(address); }
@@ -150,10 +183,10 @@ class CudaBackend final : public Backend {
     check(driver().cuMemcpyDtoH(dst, device_address(src), bytes), "cuMemcpyDtoH", name_);
   }
 
-  // Through the compile cache: a hit loads the cubin an earlier process (or thread) linked, skipping LLVM
-  // and the driver's compiler.
+  // Through the compile cache: a hit loads the PTX an earlier process (or thread) generated, skipping LLVM;
+  // the driver's own cache then usually skips its compiler too.
   std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) override {
-    std::shared_ptr<CudaKernel> k = compile_cubin(f, options);
+    std::shared_ptr<CudaKernel> k = compile_module(f, options);
     mark_descriptor_params(*k, f);
     // From the IR, as the lowering numbered the waits: the same for a kernel from the compile cache.
     if (codegen::nvptx::debug_mode(options))
@@ -304,9 +337,9 @@ class CudaBackend final : public Backend {
     throw_cuda_error(result, "cuStreamSynchronize after a launch in GPU debug mode", k.label);
   }
 
-  std::shared_ptr<CudaKernel> compile_cubin(const ir::Function& f, const KernelOptions& options) {
+  std::shared_ptr<CudaKernel> compile_module(const ir::Function& f, const KernelOptions& options) {
     codegen::nvptx::PtxTarget target = ptx_target_for(device_);
-    std::string key = cubin_cache_key(f, options, target, driver().version);
+    std::string key = module_cache_key(f, options, target, driver().version);
     // Asked for dumps, compile afresh so that every stage is there to dump.
     const support::Knobs& knobs = support::knobs();
     bool dumping = knobs.dumps("llvm") || knobs.dumps("ptx") || knobs.dumps("sass");
@@ -315,20 +348,19 @@ class CudaBackend final : public Backend {
         if (auto k = from_cache_entry(f, *hit)) return k;
     codegen::nvptx::PtxKernel ptx = codegen::nvptx::compile_to_ptx(f, options, target);
     std::shared_ptr<CudaKernel> k = load_cuda_kernel(f.name, ptx, device_, f.loc);
-    if (knobs.dumps("sass")) dump_sass(f.name, k->cubin);
-    cache::store(key, fmt::format("{}\n{}\n{}\n", ptx.entry, k->threads, k->shared_bytes) +
-                          std::string(k->cubin.begin(), k->cubin.end()));
+    report_advisories(f.name, k->module->jit_log());
+    if (knobs.dumps("sass")) dump_sass(f.name, k->ptx, target.arch);
+    cache::store(key, fmt::format("{}\n{}\n{}\n", ptx.entry, k->threads, k->shared_bytes) + k->ptx);
     return k;
   }
 
-  // A cache entry is "entry\nthreads\nshared bytes\n" followed by the cubin; null if it does not parse.
+  // A cache entry is "entry\nthreads\nshared bytes\n" followed by the PTX; null if it does not parse.
   std::shared_ptr<CudaKernel> from_cache_entry(const ir::Function& f, const std::string& entry) {
     size_t a = entry.find('\n'), b = entry.find('\n', a + 1), c = entry.find('\n', b + 1);
     if (c == std::string::npos) return nullptr;
     int threads = std::atoi(entry.substr(a + 1, b - a - 1).c_str());
     int64_t shared = std::atoll(entry.substr(b + 1, c - b - 1).c_str());
-    std::vector<char> cubin(entry.begin() + static_cast<std::ptrdiff_t>(c + 1), entry.end());
-    return load_cuda_kernel(f.name, std::move(cubin), entry.substr(0, a), threads, shared, device_, f.loc);
+    return load_cuda_kernel(f.name, entry.substr(c + 1), entry.substr(0, a), threads, shared, device_, f.loc);
   }
 
   CudaDevice device_;

@@ -103,9 +103,9 @@ std::string trimmed(const std::vector<char>& log) {
   return s;
 }
 
-// ---- linking -------------------------------------------------------------------------------------------
+// ---- the driver's PTX compiler -------------------------------------------------------------------------
 
-// The option arrays of cuLinkCreate and the log buffers they point at, which must outlive the link state.
+// The JIT options of cuModuleLoadDataEx and the log buffers they point at.
 struct JitLogs {
   static constexpr size_t kBytes = size_t(1) << 16;
   std::vector<char> info = std::vector<char>(kBytes, '\0');
@@ -118,16 +118,9 @@ struct JitLogs {
   static constexpr unsigned count = 5;
 };
 
-struct LinkStateOwner {
-  CUlinkState state = nullptr;
-  ~LinkStateOwner() {
-    if (state) cuda_driver().cuLinkDestroy(state);
-  }
-};
-
-[[noreturn]] void throw_link_error(CUresult result, const char* call, std::string_view what, const JitLogs& logs) {
+[[noreturn]] void throw_jit_error(CUresult result, std::string_view what, const JitLogs& logs) {
   std::string error_log = trimmed(logs.error), info_log = trimmed(logs.info);
-  std::string message = fmt::format("compiling the PTX of {} to a cubin failed: {} returned {}{}", what, call,
+  std::string message = fmt::format("compiling the PTX of {} failed: cuModuleLoadDataEx returned {}{}", what,
                                     describe(&cuda_driver(), result), advice_for(result));
   message += fmt::format("\n--- error log of the driver's PTX compiler ({}) ---\n{}",
                          cuda_version_string(cuda_driver().version), error_log.empty() ? "(empty)" : error_log);
@@ -299,29 +292,12 @@ std::string CudaDevice::label() const { return fmt::format("cuda:{} ({})", ordin
 
 // ---- PTX, modules, kernels -----------------------------------------------------------------------------
 
-LinkedCubin link_ptx(std::string_view ptx, std::string_view what) {
-  const CudaDriver& driver = cuda_driver();
-  JitLogs logs;
-  LinkStateOwner link;
-  CUresult result = driver.cuLinkCreate(JitLogs::count, logs.options, logs.values, &link.state);
-  if (result != CUDA_SUCCESS) throw_link_error(result, "cuLinkCreate", what, logs);
-  std::string text(ptx);  // NUL-terminated, as the PTX compiler wants
-  result = driver.cuLinkAddData(link.state, CU_JIT_INPUT_PTX, text.data(), text.size() + 1, "weft.ptx", 0, nullptr,
-                                nullptr);
-  if (result != CUDA_SUCCESS) throw_link_error(result, "cuLinkAddData", what, logs);
-  void* cubin = nullptr;
-  size_t cubin_bytes = 0;
-  result = driver.cuLinkComplete(link.state, &cubin, &cubin_bytes);
-  if (result != CUDA_SUCCESS) throw_link_error(result, "cuLinkComplete", what, logs);
-  // The cubin belongs to the link state, which is destroyed on return.
-  const char* bytes = static_cast<const char*>(cubin);
-  return LinkedCubin{std::vector<char>(bytes, bytes + cubin_bytes), trimmed(logs.info)};
-}
-
-CudaModule::CudaModule(const std::vector<char>& image, const CudaDevice& device, std::string_view what)
-    : device_(device) {
+CudaModule::CudaModule(const std::string& ptx, const CudaDevice& device, std::string_view what) : device_(device) {
   device.make_current();
-  check(cuda_driver().cuModuleLoadData(&module_, image.data()), "cuModuleLoadData", what);
+  JitLogs logs;
+  CUresult result = cuda_driver().cuModuleLoadDataEx(&module_, ptx.c_str(), JitLogs::count, logs.options, logs.values);
+  if (result != CUDA_SUCCESS) throw_jit_error(result, what, logs);
+  jit_log_ = trimmed(logs.info);
 }
 
 CudaModule::~CudaModule() {
@@ -337,14 +313,14 @@ CUfunction CudaModule::function(const std::string& entry, std::string_view what)
   return function;
 }
 
-std::shared_ptr<CudaKernel> load_cuda_kernel(const std::string& name, std::vector<char> cubin,
-                                             const std::string& entry, int threads, int64_t shared_bytes,
-                                             const CudaDevice& device, SourceLoc where) {
+std::shared_ptr<CudaKernel> load_cuda_kernel(const std::string& name, std::string ptx, const std::string& entry,
+                                             int threads, int64_t shared_bytes, const CudaDevice& device,
+                                             SourceLoc where) {
   auto k = std::make_shared<CudaKernel>();
   k->name = name;
   k->label = fmt::format("kernel '{}'", name);
-  k->cubin = std::move(cubin);
-  k->module = std::make_unique<CudaModule>(k->cubin, device, k->label);
+  k->ptx = std::move(ptx);
+  k->module = std::make_unique<CudaModule>(k->ptx, device, k->label);
   k->function = k->module->function(entry, k->label);
   k->threads = threads;
   check_threads_fit(*k, device, where);
@@ -354,11 +330,7 @@ std::shared_ptr<CudaKernel> load_cuda_kernel(const std::string& name, std::vecto
 
 std::shared_ptr<CudaKernel> load_cuda_kernel(const std::string& name, const codegen::nvptx::PtxKernel& ptx,
                                              const CudaDevice& device, SourceLoc where) {
-  device.make_current();  // the linker compiles for the current context's device
-  LinkedCubin linked = link_ptx(ptx.ptx, fmt::format("kernel '{}'", name));
-  auto k = load_cuda_kernel(name, std::move(linked.cubin), ptx.entry, ptx.threads, ptx.shared_bytes, device, where);
-  k->link_log = std::move(linked.info_log);
-  return k;
+  return load_cuda_kernel(name, ptx.ptx, ptx.entry, ptx.threads, ptx.shared_bytes, device, where);
 }
 
 }  // namespace weft::driver::cuda

@@ -1,5 +1,5 @@
 // The CUDA driver, opened at run time: loading libcuda.so.1, turning CUresults into weft::Errors, a
-// device's primary context, and PTX -> cubin -> loaded kernel. The CUDA backend (cuda_backend.cpp) is
+// device's primary context, and PTX -> loaded kernel (compiled by the driver). The CUDA backend (cuda_backend.cpp) is
 // built on this; tests use it directly to run hand-written PTX.
 #pragma once
 
@@ -85,27 +85,30 @@ class CudaDevice {
   int shared_per_block_ = 0, shared_per_block_optin_ = 0, multiprocessors_ = 0;
 };
 
-// PTX -> cubin with the driver's own compiler (cuLinkCreate/AddData/Complete) for the device of the
-// current context. On failure, a weft::Error carrying the compiler's error and info logs.
-struct LinkedCubin {
-  std::vector<char> cubin;
-  std::string info_log;  // ptxas's verbose report: registers, spills, shared memory
-};
-LinkedCubin link_ptx(std::string_view ptx, std::string_view what);
-
-// A loaded module; unloaded when this goes away (errors then are ignored: it may be at process exit).
+// A module compiled from PTX by the driver's own PTX compiler and loaded on `device`; unloaded when this goes
+// away (errors then are ignored: it may be at process exit). On failure, a weft::Error carrying the
+// compiler's error and info logs.
+//
+// cuModuleLoadDataEx, not cuLinkCreate/AddData/Complete: the linker compiles its input as relocatable device
+// code (nvcc -rdc), where ptxas ignores setmaxnreg and serializes every wgmma ("Potential Performance Loss",
+// C7504 and C7509 in its log) -- on the H200 that cost the attention kernel each wgmma's full latency. The
+// driver keeps its own cache of compiled PTX (~/.nv/ComputeCache; CUDA_CACHE_DISABLE=1 turns it off), so
+// weft's compile cache stores the PTX.
 class CudaModule {
  public:
-  CudaModule(const std::vector<char>& image, const CudaDevice& device, std::string_view what);
+  CudaModule(const std::string& ptx, const CudaDevice& device, std::string_view what);
   ~CudaModule();
   CudaModule(const CudaModule&) = delete;
   CudaModule& operator=(const CudaModule&) = delete;
 
   CUfunction function(const std::string& entry, std::string_view what) const;
+  // The compiler's verbose report: registers, spills, performance advisories.
+  const std::string& jit_log() const { return jit_log_; }
 
  private:
   const CudaDevice& device_;
   CUmodule module_ = nullptr;
+  std::string jit_log_;
 };
 
 // A kernel ready to launch with cuLaunchKernel.
@@ -115,8 +118,7 @@ struct CudaKernel : detail::CompiledKernel {
   CUfunction function = nullptr;
   int threads = 0;                // per block
   unsigned shared_bytes = 0;      // dynamic shared memory per block
-  std::vector<char> cubin;        // what a compile cache stores
-  std::string link_log;           // ptxas's report when the cubin was linked here
+  std::string ptx;                // what a compile cache stores
   // Parameter i is a TMA descriptor (passed by value, 128 bytes); empty when none is.
   std::vector<bool> descriptor_params;
   // GPU debug mode (KernelOptions::debug, WEFT_DEBUG): its wait sites; the kernel then takes three hidden
@@ -124,18 +126,18 @@ struct CudaKernel : detail::CompiledKernel {
   std::shared_ptr<const passes::WaitSites> debug_waits;
 };
 
-// The compile cache's key of the cubin of `f` compiled with `options` for `target` by the driver of
-// `driver_version`: everything that changes the code, debug mode included.
-std::string cubin_cache_key(const ir::Function& f, const KernelOptions& options,
+// The compile cache's key of the PTX of `f` compiled with `options` for `target`, to be compiled by the driver
+// of `driver_version`: everything that changes the code, debug mode included.
+std::string module_cache_key(const ir::Function& f, const KernelOptions& options,
                             const codegen::nvptx::PtxTarget& target, int driver_version);
 
-// Loads `cubin` on `device` (making its context current) and prepares `entry` for launches of `threads`
-// threads with `shared_bytes` of dynamic shared memory: raises the function's shared-memory limit past
-// 48 KiB when needed. Throws weft::Error (located at `where`) when the device cannot run it so.
-std::shared_ptr<CudaKernel> load_cuda_kernel(const std::string& name, std::vector<char> cubin,
-                                             const std::string& entry, int threads, int64_t shared_bytes,
-                                             const CudaDevice& device, SourceLoc where = {});
-// link_ptx() followed by load_cuda_kernel().
+// Compiles `ptx` and loads it on `device` (making its context current), and prepares `entry` for launches
+// of `threads` threads with `shared_bytes` of dynamic shared memory: raises the function's shared-memory
+// limit past 48 KiB when needed. Throws weft::Error (located at `where`) when the device cannot run it so.
+std::shared_ptr<CudaKernel> load_cuda_kernel(const std::string& name, std::string ptx, const std::string& entry,
+                                             int threads, int64_t shared_bytes, const CudaDevice& device,
+                                             SourceLoc where = {});
+// The same for the code generator's output.
 std::shared_ptr<CudaKernel> load_cuda_kernel(const std::string& name, const codegen::nvptx::PtxKernel& ptx,
                                              const CudaDevice& device, SourceLoc where = {});
 
