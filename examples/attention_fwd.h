@@ -14,7 +14,9 @@
 //   guarded by its own `k_full` / `v_full` mbarrier so QK^T can start while V is still on its way;
 // - two consumer warp groups (240 registers) each own 64 of the rows: S = Q K^T with wgmma, the online
 //   softmax on the accumulator in registers (row max and sum by shuffles, exp2 with the scale folded in),
-//   P converted in registers and fed to wgmma as its A operand for O += P V, then the stage released.
+//   P converted in registers and fed to wgmma as its A operand for O += P V, then the stage released;
+//   S_{j+1} and P_j V_j are issued together and the softmax of S_{j+1} runs while P_j V_j is in flight,
+//   while the other consumer waits for its turn on the tensor cores (ping-pong).
 // The epilogue writes O through the consumer's own Q stage with TMA stores (which clip rows past Sq) and
 // the LSE with a masked store. Causal grids run the longest query blocks first.
 #pragma once
@@ -38,16 +40,16 @@ struct AttentionConfig {
   int BN = 128;           // keys per step
   int stages = 2;         // depth of the K and of the V ring
   bool pingpong = true;   // the consumers take turns on the tensor cores (named barriers)
-  // A consumer issues S_j = Q K_j^T together with P_{j-1} V_{j-1} and runs softmax_j meanwhile. Slower on
-  // the H200 today (benchmarks/NOTES.md: P_{j-1} waits in a Var as 64 f32 registers, packed at the issue).
-  bool overlap = false;
+  // A consumer issues S_j = Q K_j^T together with P_{j-1} V_{j-1} and runs softmax_j meanwhile (FA3's
+  // intra-warp-group overlap): 6-10% faster on the H200 (benchmarks/NOTES.md, run 19).
+  bool overlap = true;
 };
 
 // The configuration weft uses for head dimension D (what fits 227 KB of shared memory and 240 registers).
 inline AttentionConfig attention_config(int D) {
-  if (D <= 64) return {128, 128, 3, true, false};
-  if (D <= 128) return {128, 128, 2, true, false};
-  return {128, 64, 2, true, false};
+  if (D <= 64) return {128, 128, 3, true, true};
+  if (D <= 128) return {128, 128, 2, true, true};
+  return {128, 64, 2, true, true};
 }
 
 template <class T>
@@ -117,26 +119,32 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           Var<float> acc = zeros<float>({HALF, D});
           Var<T> p_prev = zeros<T>({HALF, BN});              // P of the block whose P V is still to issue
           Pipeline kp(S), vp(S);
-          // The online softmax of block j's scores s: the new row maxima, P, and acc rescaled.
-          auto softmax = [&](Int j, Tile<float> scores) {
+          // Blocks 0 .. n_full - 1 need no mask in any of this consumer's rows: every key is before Sk and (causal)
+          // at or before each row's diagonal. The main loops run those without a mask and the rest with one,
+          // so that no step of either loop branches on it.
+          Int n_full = minimum(Int(Sk) / BN, n_blocks);
+          if (causal) n_full = minimum(n_full, maximum(row0 + shift + 1, 0) / BN);
+          enum class Mask { none, always, if_partial };
+          // The online softmax of block j's scores s: updates the row maxima and sums, returns P (f32) and the
+          // factor alpha that rescales acc.
+          auto softmax = [&](Int j, Tile<float> scores, Mask mask) {
             Var<float> s = scores;
-            // Keys past Sk, and (causal) keys after the row's diagonal: only blocks that reach them pay.
-            Int col0 = j * BN;
-            Bool partial = col0 + BN > Sk;
-            if (causal) partial = partial || col0 + BN - 1 > row0 + shift;
-            if_(partial, [&] {
-              Int cols = expand_dims(arange(0, BN), 0) + col0;  // [1, BN]
+            // Keys past Sk, and (causal) keys after the row's diagonal.
+            auto apply_mask = [&] {
+              Int cols = expand_dims(arange(0, BN), 0) + j * BN;  // [1, BN]
               Bool keep = cols < Sk;
               if (causal) keep = keep && cols <= expand_dims(arange(0, HALF), 1) + (row0 + shift);  // [HALF, BN]
               s = where(keep, s, -INFINITY);
-            });
+            };
+            if (mask == Mask::always) apply_mask();
+            if (mask == Mask::if_partial) if_(j >= n_full, apply_mask);
             Tile<float> m_new = maximum(m_i, max(s, 1) * scale_log2);
             Tile<float> m_use = where(m_new == -INFINITY, 0.f, m_new);  // a row that has seen no key yet
             Tile<float> p = fast::exp2(fma(s, scale_log2, -expand_dims(m_use, 1)));  // 2^(s * scale * log2 e - m)
             Tile<float> alpha = fast::exp2(m_i - m_use);
             l_i = l_i * alpha + sum(p, 1);
             m_i = m_new;
-            return std::pair{cast<T>(p), alpha};
+            return std::pair{p, alpha};
           };
           auto next_k = [&] {
             kp.release(k_empty);
@@ -158,18 +166,22 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           };
           if (cfg.pingpong) if_(r == 1 && n_blocks > 0, [&] { named_barrier_arrive(1, 256); });  // consumer 0 first
           if (!cfg.overlap) {  // each step in turn: S_j, its softmax, then P_j V_j
-            for_range(0, n_blocks, [&](Int j) {
-              auto [p, alpha] = softmax(j, scores_alone());
+            auto step = [&](Int j, Mask mask) {
+              auto [p, alpha] = softmax(j, scores_alone(), mask);
               vp.wait(v_full);
-              acc = async_dot_wait(0, async_dot(p, v_s[vp.index()], acc * expand_dims(alpha, 1)));
+              acc = async_dot_wait(0, async_dot(cast<T>(p), v_s[vp.index()], acc * expand_dims(alpha, 1)));
               next_v();
-            });
+            };
+            for_range(0, n_full, [&](Int j) { step(j, Mask::none); });
+            for_range(n_full, n_blocks, [&](Int j) { step(j, Mask::always); });
             if (cfg.pingpong) if_(r == 0 && n_blocks > 0, [&] { named_barrier_wait(1, 256); });
           } else {
-            if_(n_blocks > 0, [&] { p_prev = softmax(scalar<int32_t>(0), scores_alone()).first; });
+            if_(n_blocks > 0, [&] {
+              p_prev = cast<T>(softmax(scalar<int32_t>(0), scores_alone(), Mask::if_partial).first);
+            });
             // Step j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} in flight together; the softmax of S_j runs
             // while the tensor cores finish P_{j-1} V_{j-1}.
-            for_range(1, n_blocks, [&](Int j) {
+            auto step = [&](Int j, Mask mask) {
               kp.wait(k_full);
               vp.wait(v_full);
               my_turn();
@@ -178,12 +190,16 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               your_turn();
               Tile<float> scores = async_dot_wait(1, s_j);  // S_j done; P V may still run
               next_k();
-              auto [p, alpha] = softmax(j, scores);
+              auto [p, alpha] = softmax(j, scores, mask);
               acc = async_dot_wait(0, acc);
               next_v();
               acc = acc * expand_dims(alpha, 1);
-              p_prev = p;
-            });
+              // P_j packed only now: its registers may be P_{j-1}'s, which the wgmma above read until it ended.
+              p_prev = cast<T>(p);
+            };
+            Int first_masked = maximum(n_full, 1);
+            for_range(1, first_masked, [&](Int j) { step(j, Mask::none); });
+            for_range(first_masked, n_blocks, [&](Int j) { step(j, Mask::always); });
             if_(n_blocks > 0, [&] {
               vp.wait(v_full);
               acc = async_dot_wait(0, async_dot(p_prev, v_s[vp.index()], acc));
