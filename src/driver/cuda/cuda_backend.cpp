@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <new>
@@ -85,11 +87,19 @@ void dump_sass(const std::string& kernel, const std::vector<char>& cubin) {
   }
   char path[] = "/tmp/weft-sass-XXXXXX";
   int fd = mkstemp(path);
-  if (fd < 0) return;
+  if (fd < 0)
+    throw Error(fmt::format("WEFT_DUMP=sass: cannot create {} for cuobjdump: {}; free /tmp or drop sass from WEFT_DUMP",
+                            path, std::strerror(errno)));
   bool written = ::write(fd, cubin.data(), cubin.size()) == static_cast<ssize_t>(cubin.size());
   ::close(fd);
+  if (!written) {
+    std::remove(path);
+    throw Error(fmt::format("WEFT_DUMP=sass: writing the cubin to {} failed (is /tmp full?); free /tmp or drop sass "
+                            "from WEFT_DUMP",
+                            path));
+  }
   std::string text;
-  if (FILE* p = written ? popen((tool + " --dump-sass " + path + " 2>&1").c_str(), "r") : nullptr) {
+  if (FILE* p = popen((tool + " --dump-sass " + path + " 2>&1").c_str(), "r")) {
     char buffer[4096];
     size_t n;
     while ((n = std::fread(buffer, 1, sizeof buffer, p)) > 0) text.append(buffer, n);
