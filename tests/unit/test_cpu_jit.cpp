@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "driver/cpu/cpu_jit.h"
@@ -27,8 +29,8 @@ Kernel make_axpy() {
   });
 }
 
-// y = 2x + y on the CPU, checked.
-void run_axpy(const Kernel& k) {
+// y = 2x + y on the CPU: whether the result is right. No Catch assertions: threads call it.
+bool axpy_right(const Kernel& k) {
   const int n = 100;
   std::vector<float> x(n), y(n);
   for (int i = 0; i < n; ++i) x[i] = float(i), y[i] = 1.f;
@@ -36,8 +38,12 @@ void run_axpy(const Kernel& k) {
   Buffer<float> dx = dev.upload(x), dy = dev.upload(y);
   k.launch(dev.stream(), Grid(4), dx, dy, n, 32);
   std::vector<float> out = dy.download();
-  for (int i = 0; i < n; ++i) REQUIRE(out[i] == 2.f * i + 1.f);
+  for (int i = 0; i < n; ++i)
+    if (out[i] != 2.f * i + 1.f) return false;
+  return true;
 }
+
+void run_axpy(const Kernel& k) { REQUIRE(axpy_right(k)); }
 
 size_t entries(const test::ScratchDir& d) {
   size_t n = 0;
@@ -125,4 +131,26 @@ TEST_CASE("creating and destroying kernels keeps the process flat", "[cpu-jit][c
   CHECK(after.compiled == before.compiled + (cached ? 0 : rounds));
   // Leaking even 2 KiB a kernel would grow the process by 160-800 KiB here (measured: 4-64 KiB in all).
   CHECK(grown < rounds * 2048);
+}
+
+TEST_CASE("threads compile and free kernels at once", "[cpu-jit][cpu-only]") {
+  test::ScratchCache scratch;
+  test::ScopedEnv cache_switch("WEFT_CACHE", GENERATE("0", "1"));  // compiled by LLVM, or linked from the cache
+  const JitStats before = jit_stats();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      try {
+        for (int i = 0; i < 5; ++i)
+          if (!axpy_right(make_axpy())) ++failures;
+      } catch (...) {
+        ++failures;
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  CHECK(failures == 0);
+  const JitStats after = jit_stats();
+  CHECK(after.compiled + after.loaded_from_cache == before.compiled + before.loaded_from_cache + 20);
+  CHECK(after.live_kernels == before.live_kernels);
 }

@@ -109,6 +109,7 @@ class HostJit {
     auto tm = builder->createTargetMachine();
     if (!tm) throw InternalError("CPU JIT: no target machine for the host: " + to_string(tm.takeError()));
     target_machine_ = std::move(*tm);
+    machine_builder_ = *builder;
     // LLJIT's own JITLink layer (with its exception-frame registration, for errors thrown through kernel
     // frames), plus the byte counter.
     auto jit = llvm::orc::LLJITBuilder()
@@ -197,10 +198,12 @@ class HostJit {
   }
 
   std::string compile_object(llvm::Module& m, const std::string& name) {
-    std::lock_guard<std::mutex> lock(target_machine_mutex_);  // the target machine is shared
-    codegen::optimize_module(m, target_machine_.get(), llvm::OptimizationLevel::O2);
+    // A target machine of its own (a TargetMachine is not thread-safe), so that threads compile in parallel.
+    auto tm = machine_builder_.createTargetMachine();
+    if (!tm) throw InternalError("CPU JIT: no target machine for the host: " + to_string(tm.takeError()));
+    codegen::optimize_module(m, tm->get(), llvm::OptimizationLevel::O2);
     support::dump("llvm-opt", name, "opt.ll", print_module(m));
-    auto object = llvm::orc::SimpleCompiler(*target_machine_)(m);
+    auto object = llvm::orc::SimpleCompiler(**tm)(m);
     if (!object)
       throw InternalError(fmt::format("CPU JIT: compiling kernel '{}' failed: {}", name, to_string(object.takeError())));
     return std::string((*object)->getBuffer());
@@ -237,10 +240,10 @@ class HostJit {
     --live_kernels_;
   }
 
-  std::unique_ptr<llvm::TargetMachine> target_machine_;
+  llvm::orc::JITTargetMachineBuilder machine_builder_{llvm::Triple()};  // the host's, set in the constructor
+  std::unique_ptr<llvm::TargetMachine> target_machine_;  // its names and layout, for keys and modules
   std::shared_ptr<CodeBytesPlugin> code_bytes_;
   std::unique_ptr<llvm::orc::LLJIT> jit_;
-  std::mutex target_machine_mutex_;
   std::atomic<uint64_t> dylib_counter_{0}, compiled_{0}, loaded_from_cache_{0}, live_kernels_{0};
 };
 
