@@ -57,6 +57,10 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
   check_dump_stages(k.dump);
   k.dump_dir = get("WEFT_DUMP_DIR");
   k.backend = get("WEFT_BACKEND");
+  if (!k.backend.empty() && k.backend != "cpu" && k.backend != "cuda" && k.backend != "hip")
+    throw Error(fmt::format("WEFT_BACKEND={} is not a backend; use cpu, cuda or hip, or unset it for the best one "
+                            "available",
+                            k.backend));
   k.target = get("WEFT_TARGET");
   if (std::string v = get("WEFT_CPU_THREADS"); !v.empty())
     k.cpu_threads = static_cast<int>(parse_number("WEFT_CPU_THREADS", v, 0, 65536,

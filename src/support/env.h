@@ -46,7 +46,8 @@ struct Knobs {
 // The knobs of this process, read from the environment at the first call. A value weft does not understand
 // (an unknown dump stage, a number that is not one, ...) is a weft::Error naming the variable and what it
 // takes, at that call and every later one. WEFT_TARGET and WEFT_CHECK_PTX are checked where they are used
-// (against the architectures LLVM knows: codegen/nvptx/compile_ptx.h).
+// (against the architectures LLVM knows, codegen/nvptx/compile_ptx.h): when the device is chosen and when a
+// kernel is traced.
 const Knobs& knobs();
 
 // The same from `lookup` (a getenv: null for an unset variable); for tests.

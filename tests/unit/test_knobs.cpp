@@ -46,7 +46,7 @@ TEST_CASE("knobs: an unknown dump stage is an Error listing the stages", "[knobs
   CHECK_THROWS_WITH(parse({{"WEFT_DUMP", "ir,pttx"}}), Catch::Contains("'pttx' is not a dump stage"));
 }
 
-TEST_CASE("knobs: numbers that are not numbers, or out of range, are Errors", "[knobs]") {
+TEST_CASE("knobs: numbers that are not numbers, or out of range, and unknown words are Errors", "[knobs]") {
   CHECK_THROWS_WITH(parse({{"WEFT_CPU_THREADS", "abc"}}),
                     Catch::Contains("WEFT_CPU_THREADS=abc is not a thread count; give a whole number from 1 to 65536"));
   CHECK_THROWS_WITH(parse({{"WEFT_CPU_THREADS", "4x"}}), Catch::Contains("WEFT_CPU_THREADS=4x is not a thread count"));
@@ -56,6 +56,8 @@ TEST_CASE("knobs: numbers that are not numbers, or out of range, are Errors", "[
   CHECK_THROWS_WITH(parse({{"WEFT_DEBUG_TIMEOUT_MS", "99999999999999999999"}}),
                     Catch::Contains("is not a timeout"));
   CHECK_THROWS_WITH(parse({{"WEFT_DEBUG", "yes"}}), Catch::Contains("WEFT_DEBUG=yes is not a setting; use WEFT_DEBUG=1"));
+  CHECK_THROWS_WITH(parse({{"WEFT_BACKEND", "gpu"}}), Catch::Contains("WEFT_BACKEND=gpu is not a backend; use cpu, cuda or hip"));
+  CHECK(parse({{"WEFT_BACKEND", "cuda"}}).backend == "cuda");
 }
 
 TEST_CASE("knobs: GPU architectures are checked against the code generator's", "[knobs]") {
