@@ -42,7 +42,7 @@ bool check_directory(int fd, const std::string& path) {
   return false;
 }
 
-DirFd open_root(bool create) {
+UniqueFd open_root(bool create) {
   const std::string path = directory();
   if (path.empty()) {
     warn_once(fmt::format("compile cache off: none of WEFT_CACHE_DIR, XDG_CACHE_HOME and HOME is set to an absolute "
@@ -56,14 +56,14 @@ DirFd open_root(bool create) {
   if (fd < 0 && errno == ENOENT && create && make_directories(path))
     fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return {};  // absent (a load) or not creatable (read-only disk …): quietly uncached
-  DirFd root(fd);
+  UniqueFd root(fd);
   if (!check_directory(root.get(), path)) return {};
   return root;
 }
 
 }  // namespace
 
-DirFd& DirFd::operator=(DirFd&& o) noexcept {
+UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = o.fd_;
@@ -72,7 +72,7 @@ DirFd& DirFd::operator=(DirFd&& o) noexcept {
   return *this;
 }
 
-DirFd::~DirFd() {
+UniqueFd::~UniqueFd() {
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -95,8 +95,8 @@ std::string unsafe_directory_reason(uint32_t owner, uint32_t mode, uint32_t me) 
   return "";
 }
 
-DirFd open_shard(const std::string& key, bool create) {
-  DirFd root = open_root(create);
+UniqueFd open_shard(const std::string& key, bool create) {
+  UniqueFd root = open_root(create);
   if (!root) return {};
   const std::string shard = key.substr(0, 2);
   if (create && ::mkdirat(root.get(), shard.c_str(), 0700) != 0 && errno != EEXIST) return {};
@@ -108,7 +108,7 @@ DirFd open_shard(const std::string& key, bool create) {
                             directory(), shard, kStillCompiled));
     return {};
   }
-  DirFd dir(fd);
+  UniqueFd dir(fd);
   if (!check_directory(dir.get(), directory() + "/" + shard)) return {};
   return dir;
 }

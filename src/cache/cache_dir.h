@@ -24,16 +24,16 @@ std::string directory();
 // when it may: it must be a directory, owned by `me`, without write permission for group or others.
 std::string unsafe_directory_reason(uint32_t owner, uint32_t mode, uint32_t me);
 
-// An open directory descriptor (closed with the object); fd < 0 when there is none.
-class DirFd {
+// An open file descriptor, closed with the object; fd < 0 when there is none.
+class UniqueFd {
  public:
-  DirFd() = default;
-  explicit DirFd(int fd) : fd_(fd) {}
-  DirFd(DirFd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  DirFd& operator=(DirFd&& o) noexcept;
-  DirFd(const DirFd&) = delete;
-  DirFd& operator=(const DirFd&) = delete;
-  ~DirFd();
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  UniqueFd& operator=(UniqueFd&& o) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd();
   int get() const { return fd_; }
   explicit operator bool() const { return fd_ >= 0; }
 
@@ -44,7 +44,7 @@ class DirFd {
 // The shard directory that holds the entry of `key` (the key's first two hex digits), opened after the
 // root and the shard passed the checks above; created 0700 (with the root) when `create` is set and they
 // are missing. Invalid (and, for an unsafe directory, one warning per directory and process) otherwise.
-DirFd open_shard(const std::string& key, bool create);
+UniqueFd open_shard(const std::string& key, bool create);
 
 // Prints "weft: warning: <message>" once per process for each distinct `message`.
 void warn_once(const std::string& message);

@@ -119,7 +119,7 @@ uint64_t next_temp_sequence() { return temp_sequence.load(); }
 
 std::optional<std::string> load(const std::string& key) {
   if (!enabled() || key.size() < 2) return std::nullopt;
-  DirFd shard = open_shard(key, /*create=*/false);
+  UniqueFd shard = open_shard(key, /*create=*/false);
   if (!shard) return std::nullopt;
   const std::string name = entry_file_name(key);
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
@@ -128,7 +128,7 @@ std::optional<std::string> load(const std::string& key) {
     if (errno == ELOOP) ::unlinkat(shard.get(), name.c_str(), 0);  // a symlink: never ours, never followed
     return std::nullopt;
   }
-  DirFd file(fd);  // closes it
+  UniqueFd file(fd);  // closes it
   struct stat st;
   if (::fstat(fd, &st) != 0) return std::nullopt;
   if (S_ISDIR(st.st_mode)) return std::nullopt;  // left alone: store() cannot replace it either
@@ -144,7 +144,7 @@ std::optional<std::string> load(const std::string& key) {
 
 void store(const std::string& key, std::string_view payload) {
   if (!enabled() || key.size() < 2 || payload.size() > kMaxEntryBytes) return;
-  DirFd shard = open_shard(key, /*create=*/true);
+  UniqueFd shard = open_shard(key, /*create=*/true);
   if (!shard) return;
   // O_EXCL | O_NOFOLLOW: a file or symlink already at the name is never opened; take the next name.
   std::string temp;
