@@ -1,8 +1,11 @@
 // Compiler faults (weft::InternalError) leave a reproducer on disk: the kernel's IR and options, in a file
 // whose path the error names (src/dsl/reproducer.h).
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -37,6 +40,12 @@ std::string read_file(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// This test binary running the WEFT_DUMP_DIR test as its child, with WEFT_DUMP_DIR=dir.
+std::string child_command(const std::string& dir) {
+  return "WEFT_TEST_REPRODUCER_CHILD=1 WEFT_DUMP_DIR='" + dir + "' /proc/" + std::to_string(::getpid()) +
+         "/exe '[reproducer-dump-dir]' 2>&1";
 }
 
 }  // namespace
@@ -74,4 +83,34 @@ TEST_CASE("an InternalError while compiling writes a reproducer named in the mes
   const std::string ir = k.ir(64);
   CHECK_THAT(text, Catch::Contains(ir.substr(0, ir.find('\n'))));  // the traced IR, from its signature
   CHECK_THAT(text, Catch::Contains("exp2"));
+}
+
+TEST_CASE("with WEFT_DUMP_DIR set, the reproducer goes there", "[errors][reproducer][reproducer-dump-dir]") {
+  if (std::getenv("WEFT_TEST_REPRODUCER_CHILD")) {  // the child: the knobs are read once per process
+    FaultyBackend backend;
+    Kernel k("faulty_kernel", [](Ptr<float> x) { store(x, load(x) + 1.f); });
+    try {
+      k.compile(Device::from_backend(backend));
+    } catch (const InternalError& e) {
+      std::printf("%s\n", e.what());
+    }
+    return;
+  }
+  test::ScratchDir dumps("weft-repro-dumps");
+  const std::string command = child_command(dumps.dir.string());
+  FILE* p = ::popen(command.c_str(), "r");
+  REQUIRE(p);
+  std::string output;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, p)) > 0;) output.append(buffer, n);
+  CHECK(::pclose(p) == 0);
+  CAPTURE(command, output);
+  const std::string expected = "\nreproducer: " + dumps.dir.string() + "/faulty_kernel.repro-";
+  REQUIRE(output.find(expected) != std::string::npos);
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dumps.dir)) {
+    ++files;
+    CHECK_THAT(read_file(entry.path().string()), Catch::Contains("# fault: test lowering: no rule for op 'exp2'"));
+  }
+  CHECK(files == 1);
 }
