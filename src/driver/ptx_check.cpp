@@ -140,6 +140,8 @@ Accepted& accepted() {
 void check_ptx_if_asked(const ir::Function& f, const KernelOptions& options) {
   const std::string& arch = support::knobs().check_ptx;
   if (arch.empty()) return;
+  if (std::string why = codegen::nvptx::unknown_arch_reason(arch); !why.empty())
+    throw Error(fmt::format("WEFT_CHECK_PTX={}: {}", arch, why));
   std::string ptxas = find_ptxas();
   if (ptxas.empty())
     throw Error(fmt::format("WEFT_CHECK_PTX={} needs NVIDIA's ptxas, which is neither on PATH nor at {}; install the "

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "codegen/nvptx/compile_ptx.h"
 #include "driver/backend.h"
 #include "support/env.h"
 
@@ -40,8 +41,8 @@ std::atomic<detail::Backend*> current_backend{nullptr};
 
 // WEFT_TARGET=sm_XX on a machine without a GPU: compile for it, launch nothing.
 detail::Backend* target_without_device(const std::string& target) {
-  if (!target.starts_with("sm_"))
-    throw Error(fmt::format("WEFT_TARGET={} is not a target; use an NVIDIA architecture such as sm_90a", target));
+  if (std::string why = codegen::nvptx::unknown_arch_reason(target); !why.empty())
+    throw Error(fmt::format("WEFT_TARGET={}: {}", target, why));
   std::string why_not;
   if (detail::Backend* cuda = detail::cuda_backend_or_null(&why_not)) return cuda;
   return &detail::compile_only_backend(target, why_not);

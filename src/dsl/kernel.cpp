@@ -14,12 +14,24 @@
 #include "codegen/nvptx/compile_ptx.h"
 #include "driver/backend.h"
 #include "driver/ptx_check.h"
+#include "dsl/reproducer.h"
 #include "dsl/trace.h"
 #include "ir/printer.h"
 #include "support/env.h"
 #include "support/float_rounding.h"
 
 namespace weft::detail {
+
+// Runs `step` (a compile of `f`); a compiler fault in it leaves a reproducer file (dsl/reproducer.h).
+template <class Step>
+auto reproducing(const ir::Function& f, const KernelOptions& options, const std::string& backend, Step&& step)
+    -> decltype(step()) {
+  try {
+    return step();
+  } catch (const InternalError& fault) {
+    throw dsl::with_reproducer(fault, f, options, backend);
+  }
+}
 
 class KernelImpl {
  public:
@@ -53,7 +65,8 @@ class KernelImpl {
   std::shared_ptr<CompiledKernel> compiled(const std::vector<KernelArg>& consts, uint64_t divisible, Backend& backend) {
     Specialization& s = specialization(consts, divisible);
     std::shared_ptr<CompiledKernel>& slot = s.compiled[&backend];
-    if (!slot) slot = backend.compile(*s.function, options);
+    if (!slot)
+      slot = reproducing(*s.function, options, backend.name(), [&] { return backend.compile(*s.function, options); });
     return slot;
   }
 };
@@ -272,7 +285,8 @@ KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelA
   Specialization s;
   s.function = dsl::trace_kernel(name, params, tracer, consts, divisible, loc);
   support::dump("ir", name, "ir", ir::print(*s.function, {.locations = true}));
-  check_ptx_if_asked(*s.function, options);  // WEFT_CHECK_PTX: the PTX must pass ptxas too
+  // WEFT_CHECK_PTX: the PTX must pass ptxas too
+  reproducing(*s.function, options, "WEFT_CHECK_PTX", [&] { check_ptx_if_asked(*s.function, options); });
   return specializations.emplace(key, std::move(s)).first->second;
 }
 
@@ -443,9 +457,10 @@ std::string kernel_ptx(KernelImpl& k, const std::vector<KernelArg>& const_args, 
   refuse_inside_kernel_body(k, "ptx", k.loc);
   std::vector<KernelArg> consts = consts_by_position(k, const_args, "ptx");
   std::lock_guard<std::mutex> lock(k.mutex);
-  return codegen::nvptx::compile_to_ptx(*k.specialization(consts, 0).function, k.options,
-                                        codegen::nvptx::PtxTarget{arch, "+ptx85"})
-      .ptx;
+  const ir::Function& f = *k.specialization(consts, 0).function;
+  return reproducing(f, k.options, "PTX for " + arch, [&] {
+    return codegen::nvptx::compile_to_ptx(f, k.options, codegen::nvptx::PtxTarget{arch, "+ptx85"}).ptx;
+  });
 }
 
 std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl& k, Backend& backend,

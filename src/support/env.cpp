@@ -14,26 +14,79 @@
 
 namespace weft::support {
 
-static std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v ? v : fallback;
+const char* const kDumpStages[5] = {"ir", "llvm", "llvm-opt", "ptx", "sass"};
+
+namespace {
+
+// A whole decimal number in [lo, hi], or a weft::Error saying what `name` takes (`takes`).
+int64_t parse_number(const char* name, const std::string& value, int64_t lo, int64_t hi, const char* takes) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+    throw Error(fmt::format("{}={} is not {}", name, value, takes));
+  return v;
+}
+
+// Each comma-separated stage of WEFT_DUMP must be one weft dumps ("all" for every one).
+void check_dump_stages(const std::string& dump) {
+  std::string_view rest = dump;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view stage = rest.substr(0, comma);
+    bool known = stage.empty() || stage == "all";
+    for (const char* s : kDumpStages) known = known || stage == s;
+    if (!known)
+      throw Error(fmt::format("WEFT_DUMP={}: '{}' is not a dump stage; use a comma-separated list of ir, llvm, "
+                              "llvm-opt, ptx, sass, or all",
+                              dump, stage));
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+}
+
+}  // namespace
+
+Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
+  auto get = [&](const char* name) -> std::string {
+    const char* v = lookup(name);
+    return v ? v : "";
+  };
+  Knobs k;
+  k.dump = get("WEFT_DUMP");
+  check_dump_stages(k.dump);
+  k.dump_dir = get("WEFT_DUMP_DIR");
+  k.backend = get("WEFT_BACKEND");
+  if (!k.backend.empty() && k.backend != "cpu" && k.backend != "cuda" && k.backend != "hip")
+    throw Error(fmt::format("WEFT_BACKEND={} is not a backend; use cpu, cuda or hip, or unset it for the best one "
+                            "available",
+                            k.backend));
+  k.target = get("WEFT_TARGET");
+  if (std::string v = get("WEFT_CPU_THREADS"); !v.empty())
+    k.cpu_threads = static_cast<int>(parse_number("WEFT_CPU_THREADS", v, 0, 65536,
+                                                  "a thread count; give a whole number from 1 to 65536, or 0 (or "
+                                                  "unset it) for one thread per core"));
+  if (std::string v = get("WEFT_CUDA_DEVICE"); !v.empty())
+    k.cuda_device = static_cast<int>(parse_number("WEFT_CUDA_DEVICE", v, 0, 1023,
+                                                  "a device ordinal; give a whole number from 0 (the first GPU)"));
+  if (std::string v = get("WEFT_DEBUG"); !v.empty()) {
+    if (v != "0" && v != "1")
+      throw Error(fmt::format("WEFT_DEBUG={} is not a setting; use WEFT_DEBUG=1 for GPU debug mode, 0 (or unset it) "
+                              "for none",
+                              v));
+    k.debug = v == "1";
+  }
+  if (std::string v = get("WEFT_DEBUG_TIMEOUT_MS"); !v.empty())
+    k.debug_timeout_ms = parse_number("WEFT_DEBUG_TIMEOUT_MS", v, 1, int64_t(1) << 40,
+                                      "a timeout; give a whole number of milliseconds, at least 1 (default 5000)");
+  k.check_ptx = get("WEFT_CHECK_PTX");
+  return k;
 }
 
 const Knobs& knobs() {
-  static const Knobs k = [] {
-    Knobs k;
-    k.dump = env_or("WEFT_DUMP", "");
-    k.dump_dir = env_or("WEFT_DUMP_DIR", "");
-    k.backend = env_or("WEFT_BACKEND", "");
-    k.target = env_or("WEFT_TARGET", "");
-    k.cpu_threads = std::atoi(env_or("WEFT_CPU_THREADS", "0").c_str());
-    k.cuda_device = std::atoi(env_or("WEFT_CUDA_DEVICE", "0").c_str());
-    k.debug = env_or("WEFT_DEBUG", "0") != "0";
-    k.debug_timeout_ms = std::atoll(env_or("WEFT_DEBUG_TIMEOUT_MS", "5000").c_str());
-    if (k.debug_timeout_ms <= 0) k.debug_timeout_ms = 5000;
-    k.check_ptx = env_or("WEFT_CHECK_PTX", "");
-    return k;
-  }();
+  // A function-local static whose initializer throws is initialized again at the next call: a bad knob
+  // is an Error every time, not just the first.
+  static const Knobs k = parse_knobs([](const char* name) { return std::getenv(name); });
   return k;
 }
 

@@ -1,5 +1,5 @@
 // All of weft's environment knobs, read in one place.
-//   WEFT_DUMP=ir,llvm[,ptx,sass,asm]  print each compiled kernel at these stages (stderr, or files)
+//   WEFT_DUMP=ir,llvm,llvm-opt,ptx,sass|all  print each compiled kernel at these stages (stderr, or files)
 //   WEFT_DUMP_DIR=dir                 write dumps as files under dir instead of stderr
 //   WEFT_BACKEND=cpu|cuda|hip         choose the backend instead of the best available one
 //   WEFT_CUDA_DEVICE=n                the CUDA device the cuda backend uses (default 0)
@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,7 +43,18 @@ struct Knobs {
   bool dumps(std::string_view stage) const;
 };
 
+// The knobs of this process, read from the environment at the first call. A value weft does not understand
+// (an unknown dump stage, a number that is not one, ...) is a weft::Error naming the variable and what it
+// takes, at that call and every later one. WEFT_TARGET and WEFT_CHECK_PTX are checked where they are used
+// (against the architectures LLVM knows, codegen/nvptx/compile_ptx.h): when the device is chosen and when a
+// kernel is traced.
 const Knobs& knobs();
+
+// The same from `lookup` (a getenv: null for an unset variable); for tests.
+Knobs parse_knobs(const std::function<const char*(const char*)>& lookup);
+
+// The stages WEFT_DUMP takes, in pipeline order.
+extern const char* const kDumpStages[5];
 
 // WEFT_CPU_SCHED_SEED, read anew at each call (unlike knobs(): tests and tools change it between
 // launches); nothing when unset or empty. Throws weft::Error when it is not a number.

@@ -15,36 +15,14 @@
 #include <vector>
 
 #include "cache/disk_cache.h"
+#include "scratch_cache.h"
 
 namespace fs = std::filesystem;
 using namespace weft;
 
 namespace {
 
-// Points WEFT_CACHE_DIR at a fresh directory for the life of the object.
-struct ScratchCache {
-  fs::path dir;
-  std::string saved;
-  bool had = false;
-  ScratchCache() {
-    if (const char* d = std::getenv("WEFT_CACHE_DIR")) had = true, saved = d;
-    dir = fs::temp_directory_path() / ("weft-cache-test-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
-    fs::create_directories(dir);
-    ::setenv("WEFT_CACHE_DIR", dir.c_str(), 1);
-  }
-  ~ScratchCache() {
-    std::error_code ignored;
-    fs::remove_all(dir, ignored);
-    if (had) ::setenv("WEFT_CACHE_DIR", saved.c_str(), 1);
-    else ::unsetenv("WEFT_CACHE_DIR");
-  }
-  std::vector<fs::path> files() const {
-    std::vector<fs::path> out;
-    for (const auto& e : fs::recursive_directory_iterator(dir))
-      if (e.is_regular_file()) out.push_back(e.path());
-    return out;
-  }
-};
+using test::ScratchCache;
 
 std::string random_payload(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -5,6 +5,7 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
+#include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -27,7 +28,7 @@ namespace {
 
 const char* kTriple = "nvptx64-nvidia-cuda";
 
-std::unique_ptr<llvm::TargetMachine> make_target_machine(const PtxTarget& target) {
+const llvm::Target& nvptx_target() {
   static std::once_flag once;
   std::call_once(once, [] {
     LLVMInitializeNVPTXTargetInfo();
@@ -35,10 +36,15 @@ std::unique_ptr<llvm::TargetMachine> make_target_machine(const PtxTarget& target
     LLVMInitializeNVPTXTargetMC();
     LLVMInitializeNVPTXAsmPrinter();
   });
-  llvm::Triple triple(kTriple);
   std::string error;
-  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(triple, error);
+  const llvm::Target* t = llvm::TargetRegistry::lookupTarget(llvm::Triple(kTriple), error);
   if (!t) throw InternalError("NVPTX target unavailable: " + error);
+  return *t;
+}
+
+std::unique_ptr<llvm::TargetMachine> make_target_machine(const PtxTarget& target) {
+  llvm::Triple triple(kTriple);
+  const llvm::Target* t = &nvptx_target();
   llvm::TargetOptions options;
   // No contraction of a * b + c into an fma: every op rounds as on the CPU (fma() is there to ask for one).
   options.AllowFPOpFusion = llvm::FPOpFusion::Standard;
@@ -60,10 +66,24 @@ std::string code_generator_version() { return "LLVM " LLVM_VERSION_STRING; }
 
 bool debug_mode(const KernelOptions& options) { return options.debug || support::knobs().debug; }
 
+std::string unknown_arch_reason(const std::string& arch) {
+  std::unique_ptr<llvm::MCSubtargetInfo> info(nvptx_target().createMCSubtargetInfo(llvm::Triple(kTriple), "", ""));
+  if (!info) throw InternalError("NVPTX: no subtarget information");
+  if (arch.starts_with("sm_") && info->isCPUStringValid(arch)) return "";
+  std::string known;
+  for (const llvm::SubtargetSubTypeKV& cpu : info->getAllProcessorDescriptions())
+    if (llvm::StringRef(cpu.Key).starts_with("sm_")) known += fmt::format("{}{}", known.empty() ? "" : " ", cpu.Key);
+  return fmt::format("'{}' is not an NVIDIA GPU architecture that weft's code generator (LLVM {}) knows; use one of: "
+                     "{} (sm_90a for Hopper)",
+                     arch, LLVM_VERSION_STRING, known);
+}
+
 PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, const PtxTarget& target) {
   if (options.num_warps < 1 || options.num_warps > 32 || (options.num_warps & (options.num_warps - 1)))
     throw Error(fmt::format("kernel '{}': num_warps = {} must be a power of two from 1 to 32", f.name, options.num_warps),
                 f.loc);
+  if (std::string why = unknown_arch_reason(target.arch); !why.empty())
+    throw Error(fmt::format("kernel '{}' compiled for {}", f.name, why), f.loc);
   auto tm = make_target_machine(target);
   llvm::LLVMContext context;
   bool debug = debug_mode(options);

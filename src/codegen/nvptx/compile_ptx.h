@@ -27,6 +27,10 @@ struct PtxKernel {
 // Whether `options` ask for GPU debug mode: KernelOptions::debug, or WEFT_DEBUG=1 for every kernel.
 bool debug_mode(const KernelOptions& options);
 
+// Why `arch` ("sm_90a") is not a target: "" when LLVM's NVPTX back end knows it, else a sentence naming the
+// known ones (for WEFT_TARGET, WEFT_CHECK_PTX and compile_to_ptx's errors).
+std::string unknown_arch_reason(const std::string& arch);
+
 // "LLVM 22.1.8": the code generator's version, for cache keys.
 std::string code_generator_version();
 

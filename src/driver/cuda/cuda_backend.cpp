@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <new>
@@ -99,14 +101,22 @@ void dump_sass(const std::string& kernel, const std::string& ptx, const std::str
   }
   char path[] = "/tmp/weft-sass-XXXXXX";
   int fd = mkstemp(path);
-  if (fd < 0) return;
+  if (fd < 0)
+    throw Error(fmt::format("WEFT_DUMP=sass: cannot create {} for ptxas: {}; free /tmp or drop sass from WEFT_DUMP",
+                            path, std::strerror(errno)));
   bool written = ::write(fd, ptx.data(), ptx.size()) == static_cast<ssize_t>(ptx.size());
   ::close(fd);
+  if (!written) {
+    std::remove(path);
+    throw Error(fmt::format("WEFT_DUMP=sass: writing the PTX to {} failed (is /tmp full?); free /tmp or drop sass "
+                            "from WEFT_DUMP",
+                            path));
+  }
   std::string cubin = std::string(path) + ".cubin";
   std::string text = fmt::format("// {} -arch={}, then {} --dump-sass\n", ptxas, arch, cuobjdump);
   std::string command = fmt::format("{} -arch={} -o {} {} 2>&1 && {} --dump-sass {} 2>&1", ptxas, arch, cubin, path,
                                     cuobjdump, cubin);
-  if (FILE* p = written ? popen(command.c_str(), "r") : nullptr) {
+  if (FILE* p = popen(command.c_str(), "r")) {
     char buffer[4096];
     size_t n;
     while ((n = std::fread(buffer, 1, sizeof buffer, p)) > 0) text.append(buffer, n);
