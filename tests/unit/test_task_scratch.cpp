@@ -14,12 +14,13 @@ namespace {
 
 // 188 KB of buffers; each consumer's row sums of a [64, 64] f32 tile exchange 18 KB through scratch, the
 // producer exchanges nothing: 188 + 2 x 18 KB fits in 227 KB, one 18 KB area for every task replica
-// (3 x 18) would not.
-Kernel make_scratch_kernel() {
-  return Kernel("scratch_per_task", [](Ptr<float> x, Ptr<float> out) {
+// (3 x 18) would not. `extra_kb` (a power of two) more of buffers make it too much for the GPU.
+Kernel make_scratch_kernel(int extra_kb = 0) {
+  return Kernel("scratch_per_task", [extra_kb](Ptr<float> x, Ptr<float> out) {
     auto a = local_alloc<float>({32768}, 1, "a"), b = local_alloc<float>({8192}, 1, "b");  // 128 + 32 KB
     auto c = local_alloc<float>({4096}, 1, "c"), d = local_alloc<float>({2048}, 1, "d");    // 16 + 8 KB
     auto e = local_alloc<float>({1024}, 1, "e");                                             // 4 KB
+    if (extra_kb) local_alloc<float>({256 * extra_kb}, 1, "extra");
     auto ready = alloc_barriers(1, 1, "ready");
     async_tasks(
         task("producer", {.warps = 4}, [&] { barrier_arrive(ready[0]); }),
@@ -50,4 +51,15 @@ TEST_CASE("scratch shared memory is reserved per task, only where a task exchang
       for (int j = 0; j < 64; ++j) want += double(x[i * 64 + j]) * (rep + 1);
       CHECK(std::abs(got[rep * 64 + i] - want) <= 1e-4 * (1 + std::abs(want)));
     }
+}
+
+// The CPU backend runs what the GPU runs, no more: with 16 KB more of buffers the buffers still fit (204 KB)
+// but not with the consumers' scratch, and every backend says so at the launch, naming the exchanges.
+TEST_CASE("a kernel whose buffers fit but whose exchanges do not is rejected on every backend", "[async][scratch]") {
+  Kernel k = make_scratch_kernel(16);
+  Device dev = Device::current();
+  Buffer<float> dx = dev.upload(std::vector<float>(64 * 64, 1.f)), out = dev.upload(std::vector<float>(128, 0.f));
+  CHECK_THROWS_WITH(k.launch(dev.stream(), Grid(1), dx, out),
+                    Catch::Contains("bytes of shared memory per block") && Catch::Contains("exchanges between threads") &&
+                        Catch::Contains("task 'consumer'"));
 }

@@ -78,12 +78,27 @@ std::string unknown_arch_reason(const std::string& arch) {
                      arch, LLVM_VERSION_STRING, known);
 }
 
-PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, const PtxTarget& target) {
+namespace {
+
+void check_options(const ir::Function& f, const KernelOptions& options, const PtxTarget& target) {
   if (options.num_warps < 1 || options.num_warps > 32 || (options.num_warps & (options.num_warps - 1)))
     throw Error(fmt::format("kernel '{}': num_warps = {} must be a power of two from 1 to 32", f.name, options.num_warps),
                 f.loc);
   if (std::string why = unknown_arch_reason(target.arch); !why.empty())
     throw Error(fmt::format("kernel '{}' compiled for {}", f.name, why), f.loc);
+}
+
+}  // namespace
+
+TargetPlan plan_for_target(const ir::Function& f, const KernelOptions& options, const PtxTarget& target) {
+  check_options(f, options, target);
+  llvm::LLVMContext context;
+  LoweredKernel lowered = lower_to_nvptx(f, context, options.num_warps, options.cluster, f.name, nullptr);
+  return {lowered.threads, lowered.shared_bytes};
+}
+
+PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, const PtxTarget& target) {
+  check_options(f, options, target);
   auto tm = make_target_machine(target);
   llvm::LLVMContext context;
   bool debug = debug_mode(options);

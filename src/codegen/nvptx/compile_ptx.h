@@ -37,4 +37,14 @@ std::string code_generator_version();
 // Lowers `f` to PTX. Throws weft::Error for what the target cannot do (naming the user's line).
 PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, const PtxTarget& target);
 
+// What a launch of `f` compiled for `target` needs, found by lowering it (no optimization, no PTX emitted):
+// throws the weft::Error compile_to_ptx would for what the target cannot do (shared memory with the scratch
+// weft adds, registers, barrier ids, task placement). The CPU backend runs it so that it accepts exactly the
+// kernels the GPU accepts.
+struct TargetPlan {
+  int threads = 0;
+  int64_t shared_bytes = 0;
+};
+TargetPlan plan_for_target(const ir::Function& f, const KernelOptions& options, const PtxTarget& target);
+
 }  // namespace weft::codegen::nvptx

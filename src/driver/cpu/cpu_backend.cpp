@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "codegen/nvptx/compile_ptx.h"
 #include "driver/backend.h"
 #include "driver/cpu/block_runtime.h"
 #include "driver/cpu/cpu_jit.h"
@@ -74,7 +75,12 @@ class CpuBackend final : public Backend {
   void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 
+  // The CPU backend accepts exactly the kernels the GPU target accepts: each kernel is first lowered for it
+  // (WEFT_TARGET, else sm_90a) and what that lowering rejects -- shared memory including the scratch weft adds
+  // per task, registers, barrier ids, task placement -- is rejected here with the same Error.
   std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) override {
+    const std::string& target = support::knobs().target;
+    codegen::nvptx::plan_for_target(f, options, {target.starts_with("sm_") ? target : "sm_90a", "+ptx85"});
     auto k = std::make_shared<CpuKernel>();
     k->name = f.name;
     k->code = driver::cpu::jit_compile(f, options.num_warps);
