@@ -24,6 +24,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -43,13 +44,16 @@ struct AttentionConfig {
   // A consumer issues S_j = Q K_j^T together with P_{j-1} V_{j-1} and runs softmax_j meanwhile (FA3's
   // intra-warp-group overlap): 6-10% faster on the H200 (benchmarks/NOTES.md, run 19).
   bool overlap = true;
+  // One program per multiprocessor walks the tiles (the next tile's Q, K and V load while this one ends),
+  // instead of one program per tile.
+  bool persistent = true;
 };
 
 // The configuration weft uses for head dimension D (what fits 227 KB of shared memory and 240 registers).
 inline AttentionConfig attention_config(int D) {
-  if (D <= 64) return {128, 128, 3, true, true};
-  if (D <= 128) return {128, 128, 2, true, true};
-  return {128, 64, 2, true, true};
+  if (D <= 64) return {128, 128, 3, true, true, true};
+  if (D <= 128) return {128, 128, 2, true, true, true};
+  return {128, 64, 2, true, true, true};
 }
 
 template <class T>
@@ -58,52 +62,73 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
   std::string name = "attention_fwd_d" + std::to_string(D) + (causal ? "_causal" : "") + "_bn" + std::to_string(cfg.BN) +
                      "_s" + std::to_string(cfg.stages) + (cfg.pingpong ? "_pingpong" : "") + (cfg.overlap ? "_overlap" : "");
   return Kernel(name, [cfg, D, causal](TensorDesc<T, 3> Q, TensorDesc<T, 3> K, TensorDesc<T, 3> V, TensorDesc<T, 3> O,
-                                       Ptr<float> LSE, Int Sq, Int Sk, Int group, Float scale_log2) {
+                                       Ptr<float> LSE, Int Sq, Int Sk, Int BH, Int group, Float scale_log2) {
     const int BM = cfg.BM, BN = cfg.BN, S = cfg.stages, HALF = BM / 2, PANEL = 64, PANELS = D / PANEL;
-    auto q_s = local_alloc<T>({HALF, D}, 2, "q_s");  // stage r: consumer r's rows (later its O tile)
+    auto q_s = local_alloc<T>({HALF, D}, 2, "q_s");  // stage r: consumer r's rows
     auto k_s = local_alloc<T>({BN, D}, S, "k_s");
     auto v_s = local_alloc<T>({BN, D}, S, "v_s");
+    // O leaves through a buffer of its own when one fits (Q of the next tile can then come while this one's
+    // last products and epilogue run), else through the consumer's Q stage.
+    const bool own_o = (4 * HALF + 2 * S * BN) * D * int(sizeof(T)) <= 200 * 1024;
+    std::optional<SharedBuffer<T>> o_s;
+    if (own_o) o_s = local_alloc<T>({HALF, D}, 2, "o_s");
     auto q_full = alloc_barriers(1, 1, "q_full");
+    auto q_empty = alloc_barriers(1, 2, "q_empty");  // both consumers are done with Q
     auto k_full = alloc_barriers(S, 1, "k_full");
     auto v_full = alloc_barriers(S, 1, "v_full");
     auto k_empty = alloc_barriers(S, 2, "k_empty");  // both consumers release each stage
     auto v_empty = alloc_barriers(S, 2, "v_empty");
 
-    // The grid is (query blocks, batch * Hq): neighbouring blocks share a head's K and V in L2. Causal:
-    // the last query blocks see the most keys; run them first.
-    Int m_block = causal ? num_programs(0) - 1 - program_id(0) : program_id(0);
-    Int bh = program_id(1);        // batch * Hq + query head
-    Int bh_kv = bh / group;        // batch * Hkv + key/value head
-    Int q0 = m_block * BM;
-    Int shift = Sk - Sq;           // causal: row i sees keys j <= i + shift
-    Int key_end = causal ? minimum(Sk, q0 + BM + shift) : Int(Sk);
-    Int n_blocks = cdiv(maximum(key_end, 0), BN);
+    // Output tiles: (query block of BM rows, batch * Hq + head), M * BH of them, taken in turn by the programs
+    // of the grid (program p: tiles p, p + programs, ...; a grid of one program per tile runs each once).
+    // Non-causal: consecutive tiles share a head's K and V in L2. Causal: the last query blocks see the most
+    // keys; every head's last block comes first.
+    Int M = cdiv(Sq, BM);
+    Int shift = Sk - Sq;  // causal: row i sees keys j <= i + shift
+    struct OutputTile {
+      Int bh, bh_kv, q0, n_blocks;  // batch * Hq + query head, batch * Hkv + key/value head, first row, key blocks
+    };
+    auto tile_at = [&](Int t) {
+      Int m_block = causal ? M - 1 - t / BH : t % M;
+      Int bh = causal ? t % BH : t / M;
+      Int q0 = m_block * BM;
+      Int key_end = causal ? minimum(Sk, q0 + BM + shift) : Int(Sk);
+      return OutputTile{bh, bh / group, q0, cdiv(maximum(key_end, 0), BN)};
+    };
+    // Runs body(tile, i) for this program's tiles, i counting them from 0 (the parity of Q's barriers).
+    auto for_each_tile = [&](auto&& body) {
+      for_range(program_id(0), M * BH, num_programs(0), [&](Int t) { body(tile_at(t), (t - program_id(0)) / num_programs(0)); });
+    };
 
     async_tasks(
         task("producer", {.warps = 4, .regs = 24}, [&] {
-          barrier_expect_bytes(q_full[0], 2 * q_s.stage_bytes());
-          for (int r = 0; r < 2; ++r)
-            for (int p = 0; p < PANELS; ++p)
-              async_descriptor_load(Q, q_s[r].cols(p * PANEL, PANEL), {bh, q0 + r * HALF, p * PANEL}, q_full[0]);
-          Pipeline kp(S), vp(S);
-          // Block j of K (or V) into the next stage of its ring, 64 columns per TMA box.
-          auto load = [&](Pipeline& ring, const TensorDesc<T, 3>& desc, const SharedBuffer<T>& buf, const Barriers& full,
-                          const Barriers& empty, Int j) {
-            ring.acquire(empty);
-            barrier_expect_bytes(full[ring.index()], buf.stage_bytes());
-            for (int p = 0; p < PANELS; ++p)
-              async_descriptor_load(desc, buf[ring.index()].cols(p * PANEL, PANEL), {bh_kv, j * BN, p * PANEL},
-                                    full[ring.index()]);
-            ring.advance();
-          };
-          for_range(0, n_blocks, [&](Int j) {
-            load(kp, K, k_s, k_full, k_empty, j);
-            load(vp, V, v_s, v_full, v_empty, j);
+          Pipeline kp(S), vp(S);  // the K and V rings run on across tiles
+          for_each_tile([&](const OutputTile& tile, Int i) {
+            // Q of this tile once both consumers are done with the last one's.
+            if_(i > 0, [&] { barrier_wait(q_empty[0], (i - 1) % 2); });
+            barrier_expect_bytes(q_full[0], 2 * q_s.stage_bytes());
+            for (int r = 0; r < 2; ++r)
+              for (int p = 0; p < PANELS; ++p)
+                async_descriptor_load(Q, q_s[r].cols(p * PANEL, PANEL), {tile.bh, tile.q0 + r * HALF, p * PANEL},
+                                      q_full[0]);
+            // Block j of K (or V) into the next stage of its ring, 64 columns per TMA box.
+            auto load = [&](Pipeline& ring, const TensorDesc<T, 3>& desc, const SharedBuffer<T>& buf,
+                            const Barriers& full, const Barriers& empty, Int j) {
+              ring.acquire(empty);
+              barrier_expect_bytes(full[ring.index()], buf.stage_bytes());
+              for (int p = 0; p < PANELS; ++p)
+                async_descriptor_load(desc, buf[ring.index()].cols(p * PANEL, PANEL), {tile.bh_kv, j * BN, p * PANEL},
+                                      full[ring.index()]);
+              ring.advance();
+            };
+            for_range(0, tile.n_blocks, [&](Int j) {
+              load(kp, K, k_s, k_full, k_empty, j);
+              load(vp, V, v_s, v_full, v_empty, j);
+            });
           });
         }),
         task("consumer", {.warps = 4, .regs = 240, .replicas = 2}, [&] {
           Int r = task_replica_id();
-          Int row0 = q0 + r * HALF;  // this consumer's first query row
           // Ping-pong: the two consumers take turns issuing their wgmmas (named barriers 1 and 2), so that
           // one's softmax runs while the other's products occupy the tensor cores.
           auto my_turn = [&] {
@@ -112,13 +137,16 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           auto your_turn = [&] {
             if (cfg.pingpong) if_(r == 0, [&] { named_barrier_arrive(2, 256); }, [&] { named_barrier_arrive(1, 256); });
           };
-          barrier_wait(q_full[0], 0);
+          Pipeline kp(S), vp(S);
+          for_each_tile([&](const OutputTile& tile, Int i) {
+          Int row0 = tile.q0 + r * HALF;  // this consumer's first query row
+          Int n_blocks = tile.n_blocks;
+          barrier_wait(q_full[0], i % 2);
           SharedView<T> q = q_s[r];
           Var<float> m_i = full<float>({HALF}, -INFINITY);  // running row maximum of s * scale * log2(e)
           Var<float> l_i = zeros<float>({HALF});            // running row sum of 2^(s * scale * log2(e) - m_i)
           Var<float> acc = zeros<float>({HALF, D});
           Var<T> p_prev = zeros<T>({HALF, BN});              // P of the block whose P V is still to issue
-          Pipeline kp(S), vp(S);
           // Blocks 0 .. n_full - 1 need no mask in any of this consumer's rows: every key is before Sk and (causal)
           // at or before each row's diagonal. The main loops run those without a mask and the rest with one,
           // so that no step of either loop branches on it.
@@ -154,6 +182,10 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
             vp.release(v_empty);
             vp.advance();
           };
+          // Every QK^T of the tile has completed: with O's own buffer, the producer may bring the next Q.
+          auto release_q = [&] {
+            if (own_o) barrier_arrive(q_empty[0]);
+          };
           auto issue_scores = [&] { return async_dot(q, local_trans(k_s[kp.index()]), zeros<float>({HALF, BN})); };
           auto scores_alone = [&] {  // S_j issued on its own and waited for
             kp.wait(k_full);
@@ -174,6 +206,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
             };
             for_range(0, n_full, [&](Int j) { step(j, Mask::none); });
             for_range(n_full, n_blocks, [&](Int j) { step(j, Mask::always); });
+            release_q();
             if (cfg.pingpong) if_(r == 0 && n_blocks > 0, [&] { named_barrier_wait(1, 256); });
           } else {
             if_(n_blocks > 0, [&] {
@@ -200,6 +233,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
             Int first_masked = maximum(n_full, 1);
             for_range(1, first_masked, [&](Int j) { step(j, Mask::none); });
             for_range(first_masked, n_blocks, [&](Int j) { step(j, Mask::always); });
+            release_q();
             if_(n_blocks > 0, [&] {
               vp.wait(v_full);
               acc = async_dot_wait(0, async_dot(p_prev, v_s[vp.index()], acc));
@@ -207,15 +241,24 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); });  // consumer 1's last arrival
             });
           }
-          // Epilogue: O = acc / l, through this consumer's Q stage (its last QK^T has completed).
+          // Epilogue: O = acc / l, through shared memory and TMA stores (which clip rows past Sq).
           Tile<float> l = l_i;
           Bool empty_row = l == 0.f;
           Tile<float> o = acc / expand_dims(where(empty_row, 1.f, l), 1);
-          local_store(q, cast<T>(o));
-          for (int p = 0; p < PANELS; ++p) async_descriptor_store(O, q.cols(p * PANEL, PANEL), {bh, row0, p * PANEL});
+          SharedView<T> o_stage = own_o ? (*o_s)[r] : q;
+          if (own_o) async_store_wait(0);  // the last tile's O has left o_s[r]
+          local_store(o_stage, cast<T>(o));
+          for (int p = 0; p < PANELS; ++p)
+            async_descriptor_store(O, o_stage.cols(p * PANEL, PANEL), {tile.bh, row0, p * PANEL});
           Tile<float> lse = where(empty_row, INFINITY, (m_i + log2(where(empty_row, 1.f, l))) * float(M_LN2));
           Int rows = arange(0, HALF) + row0;
-          store(LSE + cast<int64_t>(bh) * cast<int64_t>(Sq) + rows, lse, rows < Sq);  // 64-bit: B*Hq*Sq may pass 2^31
+          // 64-bit: B * Hq * Sq may pass 2^31.
+          store(LSE + cast<int64_t>(tile.bh) * cast<int64_t>(Sq) + rows, lse, rows < Sq);
+          if (!own_o) {  // O went out through Q's stage: the next Q may come once the store has read it
+            async_store_wait(0);
+            barrier_arrive(q_empty[0]);
+          }
+          });
           async_store_wait(0);
         }));
   });
@@ -249,7 +292,7 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
   expect("v", v.size(), bhk * p.Sk * p.D);
   expect("o", o.size(), bhq * p.Sq * p.D);
   expect("lse", lse.size(), bhq * p.Sq);
-  if (bhq > 65535) fail("B * Hq = " + std::to_string(bhq) + " is over 65535 (the grid's y limit)");
+  if ((p.Sq + 127) / 128 * bhq > 2147483647u) fail("B * Hq * Sq / 128 must stay below 2^31 (tiles are counted in 32 bits)");
 
   AttentionConfig cfg = cfg_or_null ? *cfg_or_null : attention_config(p.D);
   if (cfg.BM != 128 || cfg.BN < 16 || cfg.BN > 256 || cfg.BN % 16 != 0 || cfg.stages < 1)
@@ -271,7 +314,9 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
   auto o_desc = tma(o, {bq, p.Sq, p.D}, {1, HALF, 64}, {}, loc);
   auto k_desc = tma(k, {bk, p.Sk, p.D}, {1, cfg.BN, 64}, {}, loc);
   auto v_desc = tma(v, {bk, p.Sk, p.D}, {1, cfg.BN, 64}, {}, loc);
-  Grid grid((p.Sq + cfg.BM - 1) / cfg.BM, int64_t(bhq), 1, loc);
-  kernel->launch(stream, grid, q_desc, k_desc, v_desc, o_desc, lse, p.Sq, p.Sk, p.Hq / p.Hkv,
-                 float(scale * M_LOG2E));
+  const int64_t tiles = (p.Sq + cfg.BM - 1) / cfg.BM * bq;
+  const int64_t programs = cfg.persistent ? std::min<int64_t>(tiles, Device::from_backend(stream.backend()).multiprocessors()) : tiles;
+  if (programs > 2147483647) fail("too many tiles for one grid: " + std::to_string(programs));
+  kernel->launch(stream, Grid(programs, 1, 1, loc), q_desc, k_desc, v_desc, o_desc, lse, p.Sq, p.Sk, int(bq),
+                 p.Hq / p.Hkv, float(scale * M_LOG2E));
 }
