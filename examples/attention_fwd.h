@@ -45,22 +45,24 @@ struct AttentionConfig {
   // intra-warp-group overlap): 6-10% faster on the H200 (benchmarks/NOTES.md, run 19).
   bool overlap = true;
   // One program per multiprocessor walks the tiles (the next tile's Q, K and V load while this one ends),
-  // instead of one program per tile.
-  bool persistent = true;
+  // instead of one program per tile. Off by default until measured (benchmarks/NOTES.md): the tile loop
+  // keeps more values live, and the consumers spill a little at D 128 and much at D 256.
+  bool persistent = false;
 };
 
 // The configuration weft uses for head dimension D (what fits 227 KB of shared memory and 240 registers).
 inline AttentionConfig attention_config(int D) {
-  if (D <= 64) return {128, 128, 3, true, true, true};
-  if (D <= 128) return {128, 128, 2, true, true, true};
-  return {128, 64, 2, true, true, true};
+  if (D <= 64) return {128, 128, 3, true, true, false};
+  if (D <= 128) return {128, 128, 2, true, true, false};
+  return {128, 64, 2, true, true, false};
 }
 
 template <class T>
 weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
   using namespace weft;
   std::string name = "attention_fwd_d" + std::to_string(D) + (causal ? "_causal" : "") + "_bn" + std::to_string(cfg.BN) +
-                     "_s" + std::to_string(cfg.stages) + (cfg.pingpong ? "_pingpong" : "") + (cfg.overlap ? "_overlap" : "");
+                     "_s" + std::to_string(cfg.stages) + (cfg.pingpong ? "_pingpong" : "") + (cfg.overlap ? "_overlap" : "") +
+                     (cfg.persistent ? "_persistent" : "");
   return Kernel(name, [cfg, D, causal](TensorDesc<T, 3> Q, TensorDesc<T, 3> K, TensorDesc<T, 3> V, TensorDesc<T, 3> O,
                                        Ptr<float> LSE, Int Sq, Int Sk, Int BH, Int group, Float scale_log2) {
     const int BM = cfg.BM, BN = cfg.BN, S = cfg.stages, HALF = BM / 2, PANEL = 64, PANELS = D / PANEL;
@@ -95,8 +97,10 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
       Int key_end = causal ? minimum(Sk, q0 + BM + shift) : Int(Sk);
       return OutputTile{bh, bh / group, q0, cdiv(maximum(key_end, 0), BN)};
     };
-    // Runs body(tile, i) for this program's tiles, i counting them from 0 (the parity of Q's barriers).
+    // Runs body(tile, i) for this program's tiles, i counting them from 0 (the parity of Q's barriers): a loop
+    // when persistent, else the one tile of the program.
     auto for_each_tile = [&](auto&& body) {
+      if (!cfg.persistent) return body(tile_at(program_id(0)), scalar<int32_t>(0));
       for_range(program_id(0), M * BH, num_programs(0), [&](Int t) { body(tile_at(t), (t - program_id(0)) / num_programs(0)); });
     };
 
@@ -298,11 +302,11 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
   if (cfg.BM != 128 || cfg.BN < 16 || cfg.BN > 256 || cfg.BN % 16 != 0 || cfg.stages < 1)
     fail("config: BM must be 128 and BN a multiple of 16 up to 256, with at least one stage");
   static std::mutex mutex;
-  static std::map<std::tuple<int, bool, int, int, bool, bool>, Kernel> kernels;
+  static std::map<std::tuple<int, bool, int, int, bool, bool, bool>, Kernel> kernels;
   const Kernel* kernel;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    auto key = std::make_tuple(p.D, p.causal, cfg.BN, cfg.stages, cfg.pingpong, cfg.overlap);
+    auto key = std::make_tuple(p.D, p.causal, cfg.BN, cfg.stages, cfg.pingpong, cfg.overlap, cfg.persistent);
     auto it = kernels.find(key);
     if (it == kernels.end()) it = kernels.emplace(key, make_attention_fwd<T>(cfg, p.D, p.causal)).first;
     kernel = &it->second;

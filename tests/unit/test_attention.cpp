@@ -98,7 +98,9 @@ TEST_CASE("attention forward: ragged lengths, GQA, causal (bottom-right) and not
   check_attention<bf16>(dev, {1, 2, 2, 130, 77, 128, true}, rng);   // Sq > Sk: the first rows see no key
   check_attention<f16>(dev, {2, 2, 1, 1, 200, 128, false}, rng);    // one query row (decoding-like)
   check_attention<bf16>(dev, {1, 1, 1, 64, 100, 256, true}, rng);
-  check_attention<f16>(dev, {1, 2, 1, 200, 150, 256, false}, rng);  // several tiles per program (O through Q)
+  AttentionConfig persistent = attention_config(256);
+  persistent.persistent = true;  // several tiles per program, O through Q's stage
+  check_attention<f16>(dev, {1, 2, 1, 200, 150, 256, false}, rng, 0, &persistent);
 }
 
 TEST_CASE("attention forward: every variant of the kernel (overlap, ping-pong, tile, stages, persistent)", "[attention][async]") {
@@ -106,7 +108,7 @@ TEST_CASE("attention forward: every variant of the kernel (overlap, ping-pong, t
   Device dev = Device::current();
   for (AttentionConfig cfg : {AttentionConfig{128, 128, 2, false, false}, AttentionConfig{128, 128, 2, true, false},
                               AttentionConfig{128, 128, 2, true, true}, AttentionConfig{128, 64, 3, false, true},
-                              AttentionConfig{128, 32, 1, true, true}, AttentionConfig{128, 128, 2, true, true, false}}) {
+                              AttentionConfig{128, 32, 1, true, true}, AttentionConfig{128, 128, 2, true, true, true}}) {
     INFO("BN " << cfg.BN << " stages " << cfg.stages << " pingpong " << cfg.pingpong << " overlap " << cfg.overlap
                << " persistent " << cfg.persistent);
     check_attention<bf16>(dev, {1, 2, 1, 130, 200, 64, true}, rng, 0, &cfg);
@@ -139,7 +141,10 @@ TEST_CASE("attention forward on the GPU: ragged 1 / 77 / 1000, GQA, D 64 / 128 /
   WEFT_SEEDED_RNG(rng);
   for (int D : {64, 128, 256})
     for (bool causal : {false, true}) {
-      check_attention<bf16>(dev, {4, 8, 2, 1000, 1000, D, causal}, rng, 24);  // 256 tiles: some programs take two
+      check_attention<bf16>(dev, {2, 8, 2, 1000, 1000, D, causal}, rng, 24);
+      AttentionConfig persistent = attention_config(D);
+      persistent.persistent = true;  // 256 tiles on 132 programs: some take two
+      check_attention<bf16>(dev, {4, 8, 2, 1000, 1000, D, causal}, rng, 24, &persistent);
       check_attention<f16>(dev, {1, 4, 4, 77, 1000, D, causal}, rng);
       check_attention<bf16>(dev, {1, 4, 1, 1000, 77, D, causal}, rng, 48);
       check_attention<f16>(dev, {3, 2, 1, 1, 1000, D, causal}, rng);
