@@ -2,6 +2,7 @@
 #pragma once
 
 #include "weft/async.h"
+#include "weft/autotune.h"
 #include "weft/control.h"
 #include "weft/dtype.h"
 #include "weft/error.h"

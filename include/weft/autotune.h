@@ -1,0 +1,211 @@
+// weft — autotuning: the fastest of a kernel family's configurations for one problem, found once.
+//
+//   weft::Autotuner<GemmConfig> tuner("my_gemm", candidates, [](const GemmConfig& c) { return c.name(); });
+//   GemmConfig best = tuner.best(problem_key, stream,
+//                                [&](const GemmConfig& c) { /* compile it: Kernel::compile(...) */ },
+//                                [&](const GemmConfig& c) { /* launch it once on `stream` */ });
+//
+// The first call for a problem compiles every candidate on host threads at once, then times each on the
+// stream (warm-up, then the median of several rounds of back-to-back launches) and keeps the fastest. A
+// candidate whose compile or launch throws weft::Error, or that is slower than the budget, is dropped with a
+// line on stderr. The winner is remembered in the process and in weft's compile cache on disk (keyed on the
+// family, the problem, every candidate's name, the device and weft's build), so a later process does not
+// tune again. WEFT_AUTOTUNE=0: the first candidate, untuned; WEFT_AUTOTUNE=force: tune even when a winner is
+// known (read at every call).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weft/error.h"
+#include "weft/runtime.h"
+
+namespace weft {
+
+struct AutotuneOptions {
+  int warmup = 1;            // untimed launches of each candidate after its first
+  int rounds = 5;            // timed rounds; the median round counts
+  int calls_per_round = 3;   // launches per round, back to back between two synchronizations
+  double budget_ms = 0;      // a candidate slower than this per launch is dropped (0: no limit)
+  int compile_threads = 0;   // host threads compiling candidates (0: one per core, at most 8)
+  bool verbose = true;       // progress lines on stderr
+};
+
+// What one tuning found, for reports.
+struct AutotuneReport {
+  std::string winner;         // the winning candidate's name
+  double ms = 0;              // its time per launch (0 when it came from the cache or tuning is off)
+  bool from_cache = false;    // found in the process or on disk, not tuned now
+  int tried = 0, dropped = 0; // candidates timed, and dropped (compile or launch failed, over budget)
+};
+
+namespace detail {
+enum class AutotuneMode { tune, off, force };
+// WEFT_AUTOTUNE: unset or 1 = tune, 0 = off, force = tune again; anything else is an Error.
+AutotuneMode autotune_mode(SourceLoc loc);
+std::string autotune_key(const std::string& family, const std::string& problem, const Device& device,
+                         const std::vector<std::string>& candidate_names);
+std::optional<std::string> autotune_cached(const std::string& key);
+void autotune_store(const std::string& key, const std::string& winner);
+}  // namespace detail
+
+template <class Config>
+class Autotuner {
+ public:
+  using Namer = std::function<std::string(const Config&)>;
+  using Action = std::function<void(const Config&)>;
+
+  // `family` names the kernels in messages and cache keys; `name(config)` gives each candidate a stable,
+  // distinct name (what the cache stores). The first candidate is the default (WEFT_AUTOTUNE=0).
+  Autotuner(std::string family, std::vector<Config> candidates, Namer name, AutotuneOptions options = {},
+            SourceLoc loc = SourceLoc::current())
+      : family_(std::move(family)), candidates_(std::move(candidates)), name_(std::move(name)), options_(options) {
+    if (candidates_.empty()) throw Error("Autotuner '" + family_ + "': no candidate configurations", loc);
+    for (const Config& c : candidates_) names_.push_back(name_(c));
+    for (size_t i = 0; i < names_.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (names_[i] == names_[j])
+          throw Error("Autotuner '" + family_ + "': two candidates are both named '" + names_[i] +
+                          "'; give each configuration a distinct name",
+                      loc);
+  }
+
+  // The best candidate for `problem` (a text naming what decides the winner: shape bucket, dtypes,
+  // layouts) on `stream`'s device. `compile(config)` compiles a candidate (it runs on a host thread of its
+  // own, beside the others'); `run(config)` launches it once on `stream`.
+  Config best(const std::string& problem, const Stream& stream, const Action& compile, const Action& run,
+              SourceLoc loc = SourceLoc::current()) {
+    return candidates_[index_of(best_report(problem, stream, compile, run, loc).winner)];
+  }
+
+  // The same, with what was found.
+  AutotuneReport best_report(const std::string& problem, const Stream& stream, const Action& compile,
+                             const Action& run, SourceLoc loc = SourceLoc::current()) {
+    detail::AutotuneMode mode = detail::autotune_mode(loc);
+    if (mode == detail::AutotuneMode::off) return {names_[0], 0, false, 0, 0};
+    Device device = Device::from_backend(stream.backend());
+    const std::string key = detail::autotune_key(family_, problem, device, names_);
+    std::lock_guard<std::mutex> lock(mutex_);  // one tuning at a time: they would disturb each other's timing
+    if (mode != detail::AutotuneMode::force) {
+      if (auto it = memo_.find(key); it != memo_.end()) return {it->second, 0, true, 0, 0};
+      if (std::optional<std::string> cached = detail::autotune_cached(key))
+        if (std::find(names_.begin(), names_.end(), *cached) != names_.end()) {
+          memo_[key] = *cached;
+          say("%s [%s]: %s (cached)\n", family_.c_str(), problem.c_str(), cached->c_str());
+          return {*cached, 0, true, 0, 0};
+        }
+    }
+    AutotuneReport report = tune(problem, stream, compile, run, loc);
+    memo_[key] = report.winner;
+    detail::autotune_store(key, report.winner);
+    return report;
+  }
+
+ private:
+  AutotuneReport tune(const std::string& problem, const Stream& stream, const Action& compile, const Action& run,
+                      SourceLoc loc) {
+    const size_t n = candidates_.size();
+    // Compile every candidate, several at once.
+    std::vector<std::string> failure(n);
+    std::atomic<size_t> next{0};
+    unsigned threads = options_.compile_threads > 0 ? unsigned(options_.compile_threads)
+                                                    : std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::min<unsigned>(threads, unsigned(n));
+    auto worker = [&] {
+      for (size_t i; (i = next++) < n;) {
+        try {
+          compile(candidates_[i]);
+        } catch (const Error& e) {
+          failure[i] = std::string("does not compile: ") + e.what();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (std::thread& t : pool) t.join();
+
+    AutotuneReport report;
+    double best_ms = 0;
+    for (size_t i = 0; i < n; ++i) {
+      std::optional<double> ms;
+      if (failure[i].empty()) {
+        try {
+          ms = time(candidates_[i], stream, run);
+          if (options_.budget_ms > 0 && *ms > options_.budget_ms) {
+            failure[i] = "over the budget of " + std::to_string(options_.budget_ms) + " ms per launch (" +
+                         std::to_string(*ms) + " ms)";
+            ms.reset();
+          }
+        } catch (const Error& e) {
+          failure[i] = std::string("fails to run: ") + e.what();
+        }
+      }
+      if (!ms) {
+        ++report.dropped;
+        say("%s [%s]: candidate %zu of %zu (%s) dropped: %s\n", family_.c_str(), problem.c_str(), i + 1, n,
+            names_[i].c_str(), failure[i].c_str());
+        continue;
+      }
+      ++report.tried;
+      if (report.winner.empty() || *ms < best_ms) {
+        best_ms = *ms;
+        report.winner = names_[i];
+      }
+      say("%s [%s]: candidate %zu of %zu (%s): %.4f ms; best so far %s, %.4f ms\n", family_.c_str(),
+          problem.c_str(), i + 1, n, names_[i].c_str(), *ms, report.winner.c_str(), best_ms);
+    }
+    if (report.winner.empty())
+      throw Error("Autotuner '" + family_ + "' [" + problem + "]: every candidate was dropped (the first: " +
+                      failure[0] + ")",
+                  loc);
+    report.ms = best_ms;
+    return report;
+  }
+
+  // Milliseconds per launch: the median over rounds of back-to-back launches, after a warm-up.
+  double time(const Config& c, const Stream& stream, const Action& run) const {
+    using clock = std::chrono::steady_clock;
+    for (int w = 0; w < 1 + std::max(0, options_.warmup); ++w) run(c);
+    stream.synchronize();
+    std::vector<double> rounds;
+    const int calls = std::max(1, options_.calls_per_round);
+    for (int r = 0; r < std::max(1, options_.rounds); ++r) {
+      auto start = clock::now();
+      for (int k = 0; k < calls; ++k) run(c);
+      stream.synchronize();
+      rounds.push_back(std::chrono::duration<double, std::milli>(clock::now() - start).count() / calls);
+    }
+    std::nth_element(rounds.begin(), rounds.begin() + rounds.size() / 2, rounds.end());
+    return rounds[rounds.size() / 2];
+  }
+
+  size_t index_of(const std::string& name) const {
+    return size_t(std::find(names_.begin(), names_.end(), name) - names_.begin());
+  }
+
+  template <class... A> void say(const char* format, const A&... args) const {
+    if (!options_.verbose) return;
+    std::fprintf(stderr, "weft: autotune ");
+    std::fprintf(stderr, format, args...);
+  }
+
+  std::string family_;
+  std::vector<Config> candidates_;
+  Namer name_;
+  AutotuneOptions options_;
+  std::vector<std::string> names_;
+  std::mutex mutex_;
+  std::map<std::string, std::string> memo_;  // key -> winner's name
+};
+
+}  // namespace weft

@@ -1,0 +1,155 @@
+// weft::Autotuner: picks the fastest candidate, drops the ones that fail, compiles them in parallel, and
+// remembers the winner in the process and on disk; WEFT_AUTOTUNE=0 / force.
+#include <catch2/catch.hpp>
+#include <weft/weft.h>
+
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+using namespace weft;
+using Catch::Contains;
+
+namespace {
+
+// y = x, then `rounds` times y = y * a + b: the candidate with the fewest rounds is the fastest, by far.
+// `width` must be a power of two (a tile dimension): 100 makes a candidate that does not compile.
+struct Config {
+  int rounds;
+  int width = 1024;
+};
+
+std::string name_of(const Config& c) { return "rounds" + std::to_string(c.rounds) + "_w" + std::to_string(c.width); }
+
+struct Family {
+  std::map<std::string, std::unique_ptr<Kernel>> kernels;
+  const Kernel& kernel(const Config& c) {
+    std::unique_ptr<Kernel>& k = kernels[name_of(c)];
+    if (!k)
+      k = std::make_unique<Kernel>("autotune_chain", [c](Ptr<float> x, Ptr<float> y, Int n, Float a, Float b) {
+        Int i = program_id(0) * c.width + arange(0, c.width);
+        Var<float> v = load(x + i, i < n, 0.f);
+        for_range(0, c.rounds, [&](Int) { v = v * a + b; });
+        store(y + i, v, i < n);
+      });
+    return *k;
+  }
+};
+
+// A problem text no earlier run of the tests has cached.
+std::string fresh_problem(const char* what) {
+  return std::string(what) + " " + std::to_string(std::random_device{}()) + "-" +
+         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+struct EnvGuard {
+  explicit EnvGuard(const char* value) {
+    if (value) setenv("WEFT_AUTOTUNE", value, 1); else unsetenv("WEFT_AUTOTUNE");
+  }
+  ~EnvGuard() { unsetenv("WEFT_AUTOTUNE"); }
+};
+
+}  // namespace
+
+TEST_CASE("Autotuner picks the fastest candidate, drops one that does not compile, and its winner computes right",
+          "[autotune]") {
+  EnvGuard env(nullptr);
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  const int n = 1 << 16;
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  Buffer<float> dx = dev.upload(x), dy = dev.upload(std::vector<float>(n, std::nanf("")));
+  const float a = 0.999f, b = 0.001f;
+  Family family;
+  std::vector<Config> candidates{{2000}, {4000}, {1, 100}, {3}, {1000}};  // {1, 100} does not compile
+  Autotuner<Config> tuner("autotune_chain", candidates, name_of, AutotuneOptions{.rounds = 3, .verbose = false});
+  auto compile = [&](const Config& c) { family.kernel(c).compile(dev); };
+  auto run = [&](const Config& c) { family.kernel(c).launch(dev.stream(), Grid((n + c.width - 1) / c.width), dx, dy, n, a, b); };
+  std::string problem = fresh_problem("n65536");
+
+  AutotuneReport report = tuner.best_report(problem, dev.stream(), compile, run);
+  CHECK(report.winner == "rounds3_w1024");
+  CHECK_FALSE(report.from_cache);
+  CHECK(report.tried == 4);
+  CHECK(report.dropped == 1);
+  CHECK(report.ms > 0);
+
+  // The winner's result, against a double loop.
+  Config best = tuner.best(problem, dev.stream(), compile, run);
+  REQUIRE(best.rounds == 3);
+  run(best);
+  std::vector<float> y = dy.download();
+  for (int i = 0; i < n; i += 97) {
+    double v = x[i];
+    for (int r = 0; r < 3; ++r) v = v * a + b;
+    CHECK(std::abs(y[i] - v) <= 1e-5);
+  }
+
+  SECTION("the winner is remembered: in the process, then on disk by a new tuner") {
+    CHECK(tuner.best_report(problem, dev.stream(), compile, run).from_cache);
+    Autotuner<Config> again("autotune_chain", candidates, name_of, AutotuneOptions{.verbose = false});
+    int compiled = 0;
+    AutotuneReport r = again.best_report(problem, dev.stream(), [&](const Config&) { ++compiled; }, run);
+    CHECK(r.from_cache);
+    CHECK(r.winner == "rounds3_w1024");
+    CHECK(compiled == 0);
+  }
+  SECTION("WEFT_AUTOTUNE=force tunes again, WEFT_AUTOTUNE=0 takes the first candidate untuned") {
+    {
+      EnvGuard force("force");
+      AutotuneReport r = tuner.best_report(problem, dev.stream(), compile, run);
+      CHECK_FALSE(r.from_cache);
+      CHECK(r.winner == "rounds3_w1024");
+    }
+    EnvGuard off("0");
+    int compiled = 0;
+    Config c = tuner.best(fresh_problem("off"), dev.stream(), [&](const Config&) { ++compiled; }, run);
+    CHECK(c.rounds == 2000);
+    CHECK(compiled == 0);
+  }
+}
+
+TEST_CASE("Autotuner compiles candidates on several host threads at once", "[autotune]") {
+  EnvGuard env(nullptr);
+  Device dev = Device::current();
+  std::vector<Config> candidates{{1}, {2}, {3}, {4}};
+  Autotuner<Config> tuner("autotune_parallel", candidates, name_of,
+                          AutotuneOptions{.rounds = 1, .calls_per_round = 1, .compile_threads = 3, .verbose = false});
+  std::atomic<int> running{0}, most{0};
+  auto compile = [&](const Config&) {
+    int now = ++running;
+    for (int seen = most; now > seen && !most.compare_exchange_weak(seen, now);) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    --running;
+  };
+  tuner.best(fresh_problem("parallel"), dev.stream(), compile, [](const Config&) {});
+  CHECK(most >= 2);
+}
+
+TEST_CASE("Autotuner: bad setups are Errors", "[autotune][errors]") {
+  Device dev = Device::current();
+  CHECK_THROWS_WITH(Autotuner<Config>("none", {}, name_of), Contains("no candidate"));
+  CHECK_THROWS_WITH(Autotuner<Config>("twins", {{1}, {1}}, name_of), Contains("both named 'rounds1_w1024'"));
+  Autotuner<Config> tuner("all_fail", {{1}, {2}}, name_of, AutotuneOptions{.verbose = false});
+  {
+    EnvGuard env(nullptr);
+    CHECK_THROWS_WITH(tuner.best(fresh_problem("fail"), dev.stream(), [](const Config&) { throw Error("no"); },
+                                 [](const Config&) {}),
+                      Contains("every candidate was dropped") && Contains("does not compile"));
+  }
+  EnvGuard bad("sometimes");
+  CHECK_THROWS_WITH(tuner.best("x", dev.stream(), [](const Config&) {}, [](const Config&) {}),
+                    Contains("WEFT_AUTOTUNE=sometimes") && Contains("force"));
+}
