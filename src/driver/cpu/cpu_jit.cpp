@@ -12,6 +12,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -35,6 +36,23 @@ std::string print_module(const llvm::Module& m) {
   llvm::raw_string_ostream os(s);
   m.print(os, nullptr);
   return s;
+}
+
+// Blocks of more instructions than this make a kernel compile without optimization (see HostJit::compile).
+constexpr size_t kHugeBlock = 20000;
+
+// Marks every function of `m` optnone when one of its basic blocks is huge; returns whether it did.
+bool without_optimization_if_huge(llvm::Module& m) {
+  size_t biggest = 0;
+  for (llvm::Function& fn : m)
+    for (llvm::BasicBlock& bb : fn) biggest = std::max(biggest, bb.size());
+  if (biggest <= kHugeBlock) return false;
+  for (llvm::Function& fn : m) {
+    if (fn.isDeclaration()) continue;
+    fn.addFnAttr(llvm::Attribute::OptimizeNone);
+    fn.addFnAttr(llvm::Attribute::NoInline);
+  }
+  return true;
 }
 
 class HostJit {
@@ -72,9 +90,17 @@ class HostJit {
     llvm::Module& m = *lowered.module;
     m.setDataLayout(jit_->getDataLayout());
     m.setTargetTriple(target_machine_->getTargetTriple());
-    support::dump("llvm", f.name, "ll", print_module(m));
-    optimize(m);
-    support::dump("llvm-opt", f.name, "opt.ll", print_module(m));
+    if (support::knobs().dumps("llvm")) support::dump("llvm", f.name, "ll", print_module(m));
+    // LLVM's machine scheduler takes time quadratic in the length of a basic block (a value used all
+    // along it: ScheduleDAGMILive::collectVRegUses; memory chains: SUnit::addPred), so a kernel with a
+    // block that long (thousands of straight-line ops) is compiled without optimization (optnone):
+    // linear, and seconds instead of minutes. Checked before the IR optimizer (straight-line code as
+    // traced) and after it (loops it unrolled).
+    if (!without_optimization_if_huge(m)) {
+      optimize(m);
+      without_optimization_if_huge(m);
+    }
+    if (support::knobs().dumps("llvm-opt")) support::dump("llvm-opt", f.name, "opt.ll", print_module(m));
 
     if (auto err = jit_->addIRModule(llvm::orc::ThreadSafeModule(std::move(lowered.module), std::move(context))))
       throw InternalError(fmt::format("CPU JIT: adding kernel '{}' failed: {}", f.name, to_string(std::move(err))));
