@@ -491,8 +491,8 @@ class Lowering {
           case Op::ReduceSum: b_.CreateStore(ops_.binary(Op::Add, d, a, v), acc); break;
           case Op::ReduceMax: b_.CreateStore(ops_.binary(Op::Max, d, a, v), acc); break;
           case Op::ReduceMin: b_.CreateStore(ops_.binary(Op::Min, d, a, v), acc); break;
-          default: {  // first index of the extreme value: replace only on a strict improvement
-            Value* better = ops_.compare(n->op == Op::ArgMax ? Op::Gt : Op::Lt, d, v, a);
+          default: {  // first index of the extreme value (a NaN's first): replace only on a strict improvement
+            Value* better = ops_.arg_better(n->op, d, v, a);
             b_.CreateStore(b_.CreateSelect(better, v, a), acc);
             b_.CreateStore(b_.CreateSelect(better, b_.CreateTrunc(k, i32_), b_.CreateLoad(i32_, best)), best);
           }
