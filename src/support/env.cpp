@@ -29,6 +29,7 @@ const Knobs& knobs() {
     k.cpu_threads = std::atoi(env_or("WEFT_CPU_THREADS", "0").c_str());
     k.cuda_device = std::atoi(env_or("WEFT_CUDA_DEVICE", "0").c_str());
     k.debug = env_or("WEFT_DEBUG", "0") != "0";
+    k.check_bounds = env_or("WEFT_CHECK_BOUNDS", k.debug ? "1" : "0") != "0";
     k.debug_timeout_ms = std::atoll(env_or("WEFT_DEBUG_TIMEOUT_MS", "5000").c_str());
     if (k.debug_timeout_ms <= 0) k.debug_timeout_ms = 5000;
     k.check_ptx = env_or("WEFT_CHECK_PTX", "");

@@ -19,6 +19,7 @@
 #include "codegen/cpu/lower_cpu.h"
 #include "codegen/llvm_builders.h"
 #include "driver/cpu/block_runtime.h"
+#include "driver/cpu/bounds_checks.h"
 #include "support/env.h"
 
 namespace weft::driver::cpu {
@@ -75,7 +76,9 @@ class HostJit {
     jit_->getMainJITDylib().addGenerator(std::move(*process));
     // The block runtime's functions, by address: libweft's symbols are hidden from the process search.
     llvm::orc::SymbolMap runtime;
-    for (const RuntimeSymbol& s : block_runtime_symbols())
+    std::vector<RuntimeSymbol> symbols = block_runtime_symbols();
+    symbols.push_back({codegen::cpu::kOutOfBoundsFn, reinterpret_cast<void*>(&out_of_bounds)});
+    for (const RuntimeSymbol& s : symbols)
       runtime[jit_->mangleAndIntern(s.name)] =
           llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(s.address),
                                        llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
@@ -83,10 +86,10 @@ class HostJit {
       throw InternalError("CPU JIT: cannot define the block runtime's symbols: " + to_string(std::move(err)));
   }
 
-  JitKernel compile(const ir::Function& f, int default_warps) {
+  JitKernel compile(const ir::Function& f, int default_warps, bool check_bounds) {
     std::string symbol = fmt::format("weft_{}_{}", f.name, counter_++);
     auto context = std::make_unique<llvm::LLVMContext>();
-    codegen::cpu::CpuModule lowered = codegen::cpu::lower_to_cpu(f, *context, symbol, default_warps);
+    codegen::cpu::CpuModule lowered = codegen::cpu::lower_to_cpu(f, *context, symbol, default_warps, check_bounds);
     llvm::Module& m = *lowered.module;
     m.setDataLayout(jit_->getDataLayout());
     m.setTargetTriple(target_machine_->getTargetTriple());
@@ -107,7 +110,7 @@ class HostJit {
     auto address = jit_->lookup(symbol);
     if (!address)
       throw InternalError(fmt::format("CPU JIT: compiling kernel '{}' failed: {}", f.name, to_string(address.takeError())));
-    return {address->toPtr<codegen::cpu::KernelFn>(), lowered.frame_bytes, lowered.block};
+    return {address->toPtr<codegen::cpu::KernelFn>(), lowered.frame_bytes, lowered.block, lowered.access_sites};
   }
 
  private:
@@ -129,6 +132,8 @@ HostJit& host_jit() {
 
 }  // namespace
 
-JitKernel jit_compile(const ir::Function& f, int default_warps) { return host_jit().compile(f, default_warps); }
+JitKernel jit_compile(const ir::Function& f, int default_warps, bool check_bounds) {
+  return host_jit().compile(f, default_warps, check_bounds);
+}
 
 }  // namespace weft::driver::cpu

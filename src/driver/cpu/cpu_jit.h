@@ -12,10 +12,12 @@ struct JitKernel {
   codegen::cpu::KernelFn entry = nullptr;
   int64_t frame_bytes = 0;
   std::shared_ptr<const codegen::cpu::BlockPlan> block;  // set when the kernel runs as blocks of fibers
+  std::shared_ptr<const std::vector<codegen::cpu::AccessSite>> access_sites;  // set when compiled with bounds checks
 };
 
 // Compiles `f` for the host; thread-safe. The code lives as long as the process. `default_warps`: the
-// warps of a kernel without async_tasks (what its named barriers count).
-JitKernel jit_compile(const ir::Function& f, int default_warps);
+// warps of a kernel without async_tasks (what its named barriers count); `check_bounds`: every load and
+// store checked against its allocation (codegen/cpu/cpu_abi.h, LaunchChecks).
+JitKernel jit_compile(const ir::Function& f, int default_warps, bool check_bounds);
 
 }  // namespace weft::driver::cpu
