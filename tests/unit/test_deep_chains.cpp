@@ -84,7 +84,7 @@ TEST_CASE("a chain of a million scalar ops traces, runs on the CPU and is destro
 // Tile chains through the NVPTX analyses that follow operands: index tiles made lazy by a broadcast (an
 // offset grid rebuilt where each access uses it), and a loaded tile whose chain decides a Var's layout.
 TEST_CASE("long tile chains compile for sm_90a on a 1 MiB stack", "[chains]") {
-  const int steps = 20000;
+  const int steps = 10000;
   std::string ptx, ir;
   double seconds = 0;
   run_on_small_stack(kSmallStack, [&] {

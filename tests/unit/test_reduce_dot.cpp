@@ -206,7 +206,7 @@ template <class T> void check_nan_reductions(Rng& rng, int64_t rows, int64_t col
   CHECK(all_argmin.read()[0] == (first_nan >= 0 ? first_nan : first_min));
 }
 
-TEST_CASE("max and min propagate NaN; argmax and argmin give the first NaN's index", "[ops][reduce]") {
+TEST_CASE("max and min propagate NaN, argmax and argmin give the first NaN index", "[ops][reduce]") {
   WEFT_SEEDED_RNG(rng);
   for_each_type<FloatTypes>([&](auto t) {
     using T = typename decltype(t)::type;
