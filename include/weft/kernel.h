@@ -49,9 +49,10 @@ struct ClusterDims {
 struct KernelOptions {
   int num_warps = 4;    // GPU backends: warps per program instance
   ClusterDims cluster = {};  // blocks per cluster; {1, 1, 1}: no clusters
-  // GPU debug mode for this kernel, as WEFT_DEBUG=1 gives every kernel: mbarrier waits time out and the
-  // launch throws a weft::Error saying who waited where, instead of hanging (README, "WEFT_DEBUG"). The
-  // CPU backend always reports deadlocks and ignores it.
+  // Debug mode for this kernel, as WEFT_DEBUG=1 gives every kernel. On a GPU: mbarrier waits time out and
+  // the launch throws a weft::Error saying who waited where, instead of hanging (README, "WEFT_DEBUG"). On
+  // the CPU backend (which always reports deadlocks): every load and store is checked against its
+  // allocation (README, "Bounds checks").
   bool debug = false;
 };
 

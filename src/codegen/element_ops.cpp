@@ -240,8 +240,9 @@ Value* ElementOps::binary(Op op, DType d, Value* a, Value* b) {
       Value* special = op == Op::Div ? b_.CreateSelect(is_zero, zero, b_.CreateNeg(a)) : zero;
       return b_.CreateSelect(special_divisor, special, q);
     }
-    case Op::Min: return b_.CreateBinaryIntrinsic(f ? llvm::Intrinsic::minnum : llvm::Intrinsic::smin, a, b);
-    case Op::Max: return b_.CreateBinaryIntrinsic(f ? llvm::Intrinsic::maxnum : llvm::Intrinsic::smax, a, b);
+    // NaN-propagating, and -0 < +0 (llvm.minimum/maximum: min.NaN/max.NaN on the GPU, one instruction).
+    case Op::Min: return b_.CreateBinaryIntrinsic(f ? llvm::Intrinsic::minimum : llvm::Intrinsic::smin, a, b);
+    case Op::Max: return b_.CreateBinaryIntrinsic(f ? llvm::Intrinsic::maximum : llvm::Intrinsic::smax, a, b);
     case Op::And: return b_.CreateAnd(a, b);
     case Op::Or: return b_.CreateOr(a, b);
     case Op::Xor: return b_.CreateXor(a, b);
@@ -278,6 +279,18 @@ Value* ElementOps::compare(Op op, DType d, Value* a, Value* b) {
     case Op::Gt: return u ? b_.CreateICmpUGT(a, b) : b_.CreateICmpSGT(a, b);
     default: return u ? b_.CreateICmpUGE(a, b) : b_.CreateICmpSGE(a, b);
   }
+}
+
+Value* ElementOps::arg_better(Op op, DType d, Value* b, Value* a) {
+  Value* strictly = compare(op == Op::ArgMax ? Op::Gt : Op::Lt, d, b, a);
+  if (!d.is_float()) return strictly;
+  // NaN is the extreme of both argmax and argmin, as max and min propagate it: a NaN beats any number.
+  return b_.CreateOr(strictly, b_.CreateAnd(b_.CreateFCmpUNO(b, b), b_.CreateFCmpORD(a, a)));
+}
+
+Value* ElementOps::arg_same(DType d, Value* b, Value* a) {
+  if (!d.is_float()) return compare(Op::Eq, d, b, a);
+  return b_.CreateOr(b_.CreateFCmpOEQ(b, a), b_.CreateAnd(b_.CreateFCmpUNO(b, b), b_.CreateFCmpUNO(a, a)));
 }
 
 // x, an f64 or an integer, as an f32 rounded to odd (toward zero, then the last bit set if inexact).

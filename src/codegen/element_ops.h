@@ -4,7 +4,8 @@
 //
 // Element semantics, in short: f16/bf16 compute in f32 and round to their type after every operation;
 // integer x / 0 == 0 and x % 0 == 0, MIN / -1 wraps; shifts by >= the width give 0 (<<) or the sign (>>);
-// float -> int saturates (NaN -> 0); to bool means != 0; min/max of floats ignore a NaN operand; a
+// float -> int saturates (NaN -> 0); to bool means != 0; min/max of floats propagate NaN (and order -0
+// below +0), argmax/argmin give the index of the first NaN if there is one; a
 // conversion to f16/bf16 rounds once, from any type; float % is fmod (exact on the GPU too, for
 // quotients below 2^29); exp, log, sin … are within 2 ulp on every target.
 #pragma once
@@ -47,6 +48,11 @@ class ElementOps {
   llvm::Value* compare(ir::Op op, DType d, llvm::Value* a, llvm::Value* b);
   llvm::Value* cast(DType from, DType to, llvm::Value* x);
   llvm::Value* fma(llvm::Value* a, llvm::Value* b, llvm::Value* c);
+  // argmax (op ArgMax) / argmin: whether candidate b replaces the extreme so far, a: b is strictly greater
+  // (smaller), or b is NaN and a is not. With arg_same (equal, or both NaN) and the lower index winning
+  // ties, any order of combining finds the first index of the extreme, NaN counting as the extreme.
+  llvm::Value* arg_better(ir::Op op, DType d, llvm::Value* b, llvm::Value* a);
+  llvm::Value* arg_same(DType d, llvm::Value* b, llvm::Value* a);
 
  private:
   llvm::Value* bf16_bits_to_float(llvm::Value* bits16);

@@ -34,6 +34,10 @@ class Backend {
 
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* address) = 0;
+  // Memory of the caller's that a Buffer now refers to (Device::wrap), and when that Buffer is gone: the
+  // CPU backend's bounds checks learn its extent.
+  virtual void note_borrowed(void*, size_t) {}
+  virtual void forget_borrowed(void*) {}
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
 

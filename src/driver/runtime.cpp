@@ -92,6 +92,7 @@ namespace detail {
 
 Allocation::~Allocation() {
   if (owned && backend && address) backend->release(address);
+  if (!owned && backend && address) backend->forget_borrowed(address);
 }
 
 std::shared_ptr<Allocation> borrow(Backend& b, void* address, size_t count, size_t element_bytes, SourceLoc loc) {
@@ -107,6 +108,7 @@ std::shared_ptr<Allocation> borrow(Backend& b, void* address, size_t count, size
   a->address = count ? address : nullptr;
   a->bytes = count * element_bytes;
   a->owned = false;
+  if (a->address) b.note_borrowed(a->address, a->bytes);
   return a;
 }
 

@@ -284,7 +284,7 @@ KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelA
   if (it != specializations.end()) return it->second;
   Specialization s;
   s.function = dsl::trace_kernel(name, params, tracer, consts, divisible, loc);
-  support::dump("ir", name, "ir", ir::print(*s.function, {.locations = true}));
+  if (support::knobs().dumps("ir")) support::dump("ir", name, "ir", ir::print(*s.function, {.locations = true}));
   // WEFT_CHECK_PTX: the PTX must pass ptxas too
   reproducing(*s.function, options, "WEFT_CHECK_PTX", [&] { check_ptx_if_asked(*s.function, options); });
   return specializations.emplace(key, std::move(s)).first->second;

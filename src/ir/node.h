@@ -68,6 +68,13 @@ struct Node {
   SourceLoc loc;
   uint32_t id = 0;  // unique within a kernel, in creation order
 
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  // Releases the operands and regions without recursion: a chain of a million nodes, each the last owner
+  // of the one before, would otherwise unwind as a million nested destructors (node.cpp).
+  ~Node();
+
   int axis() const { return static_cast<int>(attrs.ints.at(0)); }
 };
 

@@ -667,14 +667,21 @@ namespace {
 
 // Where the Hopper constructs may appear: shared memory and barriers are allocated once per block, so
 // only at the top of the kernel body (not inside loops, ifs or tasks); async_tasks at most once, at the
-// top; task_replica_id only inside a task.
+// top; task_replica_id only inside a task. A tile Var may not be declared before async_tasks: each task
+// holds its tiles in the register layout of its own warps (the NVPTX lowering recomputes plain tiles made
+// before async_tasks in each task, but a Var's slots would have to hold them in one layout for all of
+// them), so the rule holds on every backend, not only where the GPU lowering finds it.
 struct PlacementChecker {
   int depth = 0;
   bool in_task = false;
   const Node* tasks = nullptr;
+  const Node* tile_var = nullptr;  // the first tile Var declared at the top of the body, before any async_tasks
 
   void check(const Node& n) {
     switch (n.op) {
+      case Op::VarDecl:
+        if (depth == 0 && !tasks && !tile_var && !n.type.shape.empty()) tile_var = &n;
+        break;
       case Op::LocalAlloc:
       case Op::AllocBarriers:
         if (depth > 0)
@@ -690,6 +697,13 @@ struct PlacementChecker {
           fail(n.loc, fmt::format("a second async_tasks; a kernel has one set of tasks (the first is at {}): put all "
                                   "tasks in that call",
                                   tasks->loc.str()));
+        if (tile_var)
+          fail(tile_var->loc,
+               fmt::format("a tile Var ({}) is declared before async_tasks (at {}): each task holds tiles in the "
+                           "register layout of its own warps, so no Var can carry a tile into or across the tasks; "
+                           "declare the Var inside the task that uses it (a plain tile made before async_tasks is "
+                           "fine: each task recomputes it)",
+                           tile_var->type.str(), n.loc.str()));
         tasks = &n;
         break;
       case Op::TaskReplicaId:

@@ -76,6 +76,14 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
                               v));
     k.debug = v == "1";
   }
+  k.check_bounds = k.debug;
+  if (std::string v = get("WEFT_CHECK_BOUNDS"); !v.empty()) {
+    if (v != "0" && v != "1")
+      throw Error(fmt::format("WEFT_CHECK_BOUNDS={} is not a setting; use 1 to check every CPU load and store against "
+                              "its allocation, 0 for no checks (unset: as WEFT_DEBUG)",
+                              v));
+    k.check_bounds = v == "1";
+  }
   if (std::string v = get("WEFT_DEBUG_TIMEOUT_MS"); !v.empty())
     k.debug_timeout_ms = parse_number("WEFT_DEBUG_TIMEOUT_MS", v, 1, int64_t(1) << 40,
                                       "a timeout; give a whole number of milliseconds, at least 1 (default 5000)");

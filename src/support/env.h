@@ -15,6 +15,8 @@
 //                                     weft::Error naming block, task, replica, barrier, phase and line (slow:
 //                                     for finding deadlocks, and launches cannot be captured in a graph)
 //   WEFT_DEBUG_TIMEOUT_MS=n           debug mode: how long one barrier wait may take (default 5000)
+//   WEFT_CHECK_BOUNDS=1|0             CPU backend: check every load and store against the allocation its
+//                                     pointer comes from (default: on with WEFT_DEBUG=1, else off)
 //   WEFT_CHECK_PTX=sm_90a             also lower every traced kernel specialization to PTX for this
 //                                     architecture and assemble it with ptxas (from PATH, else
 //                                     /usr/local/cuda/bin/ptxas), on any backend: ptxas's refusal, or no
@@ -37,6 +39,7 @@ struct Knobs {
   int cpu_threads = 0;  // 0: hardware concurrency
   int cuda_device = 0;  // device ordinal
   bool debug = false;
+  bool check_bounds = false;  // WEFT_CHECK_BOUNDS (default: WEFT_DEBUG)
   int64_t debug_timeout_ms = 5000;
   std::string check_ptx;  // an architecture, e.g. sm_90a; empty: no check
 

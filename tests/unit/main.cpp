@@ -11,6 +11,10 @@
 #include "driver/cuda/cuda_driver.h"
 
 int main(int argc, char** argv) {
+  // Every CPU load and store of the tests is checked against its allocation (README, "Bounds checks"): an
+  // out-of-bounds access fails its test with the kernel's line instead of damaging the heap. The
+  // environment may still say WEFT_CHECK_BOUNDS=0.
+  setenv("WEFT_CHECK_BOUNDS", "1", /*overwrite=*/0);
   const char* backend = std::getenv("WEFT_BACKEND");
   if (backend && std::string(backend) == "cuda") {
     std::string why;

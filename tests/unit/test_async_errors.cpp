@@ -7,6 +7,7 @@
 #include <weft/weft.h>
 
 #include <functional>
+#include <random>
 #include <string>
 
 #include "driver/backend.h"
@@ -278,4 +279,47 @@ TEST_CASE("two uses that need different swizzles of one buffer", "[errors]") {
   REQUIRE_WEFT_ERROR(k.ir(unswizzled), line, "async_dot needs buffer 's' with a 128-byte swizzle");
   REQUIRE_WEFT_ERROR(k.ir(unswizzled), line, "needs a 0-byte swizzle; use two buffers, or make the uses agree (a TMA descriptor's swizzle is the one its tma(..., {.swizzle = bytes}) gives)");
   REQUIRE_WEFT_ERROR(k.ir(unswizzled), line, std::string(__FILE__) + ":" + std::to_string(tma_line));
+}
+
+// The NVPTX lowering cannot keep a tile Var across async_tasks (each task has its own register layout);
+// the verifier says so at trace time on every backend, instead of the CPU running it and the GPU refusing
+// it at launch. A scalar Var (one register, alike in every thread) and a plain tile stay allowed.
+TEST_CASE("a tile Var declared before async_tasks is an Error at its line on every backend", "[errors][async]") {
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float> p) {
+    line = __LINE__; Var<float> acc = zeros<float>({128});
+    async_tasks(task("consumer", {.warps = 4}, [&] { store(p + arange(0, 128), acc); }));
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "a tile Var (var f32[128]) is declared before async_tasks");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "declare the Var inside the task that uses it");
+  REQUIRE_WEFT_ERROR(k.ptx(), line, "declare the Var inside the task that uses it");
+  Buffer<float> out = Device::cpu().alloc<float>(128);
+  REQUIRE_WEFT_ERROR(k.launch(Grid(1), out), line, "declare the Var inside the task that uses it");
+
+  // Unused by the tasks, it is refused all the same (the GPU lowering would refuse it).
+  Kernel unused = body_kernel([&](Ptr<float> p) {
+    line = __LINE__; Var<float> v = zeros<float>({16});
+    store(p + arange(0, 16), v);
+    async_tasks(task("idle", {.warps = 4}, [] {}));
+  });
+  REQUIRE_WEFT_ERROR(unused.ir(), line, "is declared before async_tasks");
+}
+
+TEST_CASE("a scalar Var and plain tiles made before async_tasks reach the tasks on every backend", "[async]") {
+  Kernel k("prologue_values", [](Ptr<float> p, Float x) {
+    Var<float> scale = x * 2.0f;
+    Tile<float> base = load(p + arange(0, 128));
+    async_tasks(task("writer", {.warps = 4}, [&] { store(p + arange(0, 128), base * scale); }));
+  });
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> small(-50, 50);  // whole numbers: the products are exact
+  std::vector<float> host(128);
+  for (float& h : host) h = static_cast<float>(small(rng));
+  Device dev = Device::current();
+  Buffer<float> buf = dev.upload(host);
+  const float x = static_cast<float>(small(rng));
+  k.launch(Grid(1), buf, x);
+  std::vector<float> got = buf.download();
+  for (int i = 0; i < 128; ++i) CHECK(got[i] == host[i] * (2.0f * x));
+  CHECK_THAT(k.ptx(), Catch::Matchers::Contains(".entry"));
 }

@@ -151,6 +151,71 @@ TEST_CASE("argmax and argmin return the first index of the extreme", "[ops][redu
   check_near<int32_t>(amin, {4, 0, 2, 0}, {}, "argmin");
 }
 
+// NaN: max and min propagate it (like maximum and minimum), and argmax and argmin give the index of the
+// first NaN of the row, the element max and min return. Rows of random values with NaNs at random
+// places (none, one, several), reduced along each axis, as a whole tile and in rows, on every float type.
+template <class T> void check_nan_reductions(Rng& rng, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  Kernel k("nan_reduce", [=](Ptr<T> x, Ptr<T> mx, Ptr<T> mn, Ptr<int32_t> amax, Ptr<int32_t> amin, Ptr<T> all_max,
+                              Ptr<int32_t> all_argmin) {
+    Tile<T> t = load(x + arange(0, n)).reshape({rows, cols});
+    store(mx + arange(0, rows), max(t, 1));
+    store(mn + arange(0, rows), min(t, 1));
+    store(amax + arange(0, rows), argmax(t, 1));
+    store(amin + arange(0, rows), argmin(t, 1));
+    Tile<T> flat = t.reshape({n});
+    store(all_max, max(flat, 0));
+    store(all_argmin, argmin(flat, 0));
+  });
+  std::vector<host_t<T>> x = generate<T>(rng, n, uniform_real<T>(-10, 10));
+  const host_t<T> nan = host_t<T>(std::nanf(""));
+  std::uniform_int_distribution<int64_t> col(0, cols - 1);
+  for (int64_t r = 0; r < rows; ++r)  // row r gets r % 3 NaNs (0, 1 or 2; maybe twice at one place)
+    for (int64_t j = 0; j < r % 3; ++j) x[r * cols + col(rng)] = nan;
+  Output<T> mx(rows), mn(rows), all_max(1);
+  Output<int32_t> amax(rows), amin(rows), all_argmin(1);
+  launch(k, Grid(1), Input<T>(x), mx, mn, amax, amin, all_max, all_argmin);
+  auto is_nan = [](host_t<T> v) { return std::isnan(static_cast<double>(to_ref<T>(v))); };
+  std::vector<int32_t> want_amax(rows), want_amin(rows);
+  int64_t first_nan = -1, first_min = 0;
+  std::vector<host_t<T>> got_max = mx.read(), got_min = mn.read();
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t nan_at = -1, hi = 0, lo = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      host_t<T> v = x[r * cols + c];
+      if (is_nan(v) && nan_at < 0) nan_at = c;
+      if (!is_nan(v) && (is_nan(x[r * cols + hi]) || to_ref<T>(v) > to_ref<T>(x[r * cols + hi]))) hi = c;
+      if (!is_nan(v) && (is_nan(x[r * cols + lo]) || to_ref<T>(v) < to_ref<T>(x[r * cols + lo]))) lo = c;
+    }
+    want_amax[r] = int32_t(nan_at >= 0 ? nan_at : hi);
+    want_amin[r] = int32_t(nan_at >= 0 ? nan_at : lo);
+    INFO(type_name<T>() << " row " << r << " of " << rows << "x" << cols << ", first NaN at " << nan_at);
+    if (nan_at >= 0) {
+      CHECK(is_nan(got_max[r]));
+      CHECK(is_nan(got_min[r]));
+    } else {
+      CHECK(to_ref<T>(got_max[r]) == to_ref<T>(x[r * cols + hi]));
+      CHECK(to_ref<T>(got_min[r]) == to_ref<T>(x[r * cols + lo]));
+    }
+    if (nan_at >= 0 && first_nan < 0) first_nan = r * cols + nan_at;
+    if (first_nan < 0 && to_ref<T>(x[r * cols + lo]) < to_ref<T>(x[first_min])) first_min = r * cols + lo;
+  }
+  check_near<int32_t>(amax, want_amax, {}, type_name<T>() + " argmax");
+  check_near<int32_t>(amin, want_amin, {}, type_name<T>() + " argmin");
+  CHECK(is_nan(all_max.read()[0]) == (first_nan >= 0));
+  CHECK(all_argmin.read()[0] == (first_nan >= 0 ? first_nan : first_min));
+}
+
+TEST_CASE("max and min propagate NaN, argmax and argmin give the first NaN index", "[ops][reduce]") {
+  WEFT_SEEDED_RNG(rng);
+  for_each_type<FloatTypes>([&](auto t) {
+    using T = typename decltype(t)::type;
+    check_nan_reductions<T>(rng, 8, 16);
+    check_nan_reductions<T>(rng, 4, 256);  // long rows: several threads per row on the GPU
+    check_nan_reductions<T>(rng, 64, 2);
+  });
+}
+
 // On the GPU a whole-tile reduction ends without a barrier (its warp partials alternate between two
 // buffers): one per loop iteration, one in a branch, then a staged reduction and an exchange that reuse
 // the same shared memory must all still see their own values.

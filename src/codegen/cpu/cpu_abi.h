@@ -30,7 +30,36 @@ struct ProgramCtx {
   int32_t fiber = 0;      // the fiber's index in its block
   int32_t cluster_rank = 0;  // the block's rank in its thread-block cluster (0 without clusters)
   void* block = nullptr;  // the block's runtime state (driver/cpu/block_runtime.cpp)
+  const struct LaunchChecks* checks = nullptr;  // kernels compiled with bounds checks only
 };
+
+// ---- bounds checks (WEFT_DEBUG=1, WEFT_CHECK_BOUNDS=1, KernelOptions::debug) -------------------------
+//
+// A kernel compiled with checks tests, before every load, store and async_load, each element's address
+// (masked-off elements excepted) against the allocation of the pointer argument it derives from:
+// extents[2 * slot] <= address and address + element bytes <= extents[2 * slot + 1]. A pointer whose
+// argument cannot be told statically (it went through where() or a Var) may lie in any pointer
+// argument's allocation. The first element outside calls kOutOfBounds and the program instance returns
+// at once: nothing is read or written out of bounds.
+struct LaunchChecks {
+  const uint64_t* extents = nullptr;  // two per argument slot; a pointer of unknown extent: 0, UINT64_MAX
+  void* report = nullptr;             // where the runtime records the first violation (driver/cpu)
+};
+
+// One checked access of the kernel, for the report.
+struct AccessSite {
+  SourceLoc loc;
+  std::string op;             // "load", "store", "async_load"
+  std::string element;        // its element type, "f32"
+  int64_t elements = 0;       // elements of the access (its pointer tile)
+  int64_t element_bytes = 0;
+  std::vector<int32_t> slots;  // the argument slots its pointers may derive from
+};
+
+// void (const ProgramCtx*, i32 site, i64 element, i64 address): element `element` of access `site` is
+// outside its allocation. Records the report and returns (the kernel then returns); in a fiber, abandons
+// the block as the block runtime's errors do.
+inline constexpr const char* kOutOfBoundsFn = "weft_cpu_out_of_bounds";
 
 using KernelFn = void (*)(const uint64_t* args, const ProgramCtx* ctx, char* frame);
 

@@ -9,6 +9,7 @@
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
@@ -22,6 +23,7 @@
 #include "codegen/cpu/cpu_abi.h"
 #include "codegen/element_ops.h"
 #include "codegen/llvm_builders.h"
+#include "passes/pointer_roots.h"
 #include "passes/shared_layouts.h"
 #include "passes/shared_memory_plan.h"
 #include "passes/task_plan.h"
@@ -95,8 +97,11 @@ std::shared_ptr<BlockPlan> make_block_plan(const ir::Function& f, int default_wa
 
 class Lowering {
  public:
-  Lowering(const ir::Function& f, llvm::LLVMContext& c, const std::string& symbol, int default_warps)
-      : f_(f), c_(c), b_(c), ops_(b_, MathTarget::Host) {
+  Lowering(const ir::Function& f, llvm::LLVMContext& c, const std::string& symbol, int default_warps,
+           bool check_bounds)
+      : f_(f), c_(c), b_(c), ops_(b_, MathTarget::Host), checked_(check_bounds) {
+    for (const NodeRef& p : f.params)
+      if (p->type.is_value() && p->type.dtype.pointer) pointer_slots_.push_back(static_cast<int32_t>(p->attrs.ints.at(0)));
     if (uses_block_ops(f.body)) {
       block_ = make_block_plan(f, default_warps, alloc_index_);
       layouts_ = passes::assign_shared_layouts(f);
@@ -130,6 +135,7 @@ class Lowering {
     out.module = std::move(mod_);
     out.frame_bytes = std::max<int64_t>(frame_bytes_, kFrameAlign);
     out.block = block_;
+    if (checked_) out.access_sites = std::make_shared<const std::vector<AccessSite>>(std::move(access_sites_));
     return out;
   }
 
@@ -342,6 +348,7 @@ class Lowering {
         });
       }
       case Op::Load:
+        check_access(n, "load", ops[0], ops.size() > 1 ? &ops[1] : nullptr);
         return define_tile(n, [&](Value* i) {
           Value* p = elem(ops[0], i);
           if (ops.size() < 2) return load_elem(d, p, i64c(0));
@@ -351,6 +358,7 @@ class Lowering {
           return b_.CreateSelect(m, v, other);
         });
       case Op::Store: {
+        check_access(n, "store", ops[0], ops.size() == 3 ? &ops[2] : nullptr);
         DType elem_type = ops[1]->type.dtype;
         loop(numel(ops[0]->type.shape), [&](Value* i) {
           Value* p = elem(ops[0], i);
@@ -491,8 +499,8 @@ class Lowering {
           case Op::ReduceSum: b_.CreateStore(ops_.binary(Op::Add, d, a, v), acc); break;
           case Op::ReduceMax: b_.CreateStore(ops_.binary(Op::Max, d, a, v), acc); break;
           case Op::ReduceMin: b_.CreateStore(ops_.binary(Op::Min, d, a, v), acc); break;
-          default: {  // first index of the extreme value: replace only on a strict improvement
-            Value* better = ops_.compare(n->op == Op::ArgMax ? Op::Gt : Op::Lt, d, v, a);
+          default: {  // first index of the extreme value (a NaN's first): replace only on a strict improvement
+            Value* better = ops_.arg_better(n->op, d, v, a);
             b_.CreateStore(b_.CreateSelect(better, v, a), acc);
             b_.CreateStore(b_.CreateSelect(better, b_.CreateTrunc(k, i32_), b_.CreateLoad(i32_, best)), best);
           }
@@ -525,6 +533,67 @@ class Lowering {
       });
     });
     vals_[n.get()] = {Val::Kind::Memory, c};
+  }
+
+  // ---- bounds checks (cpu_abi.h, LaunchChecks) ---------------------------------------------------------
+
+  // The launch's extents array, loaded once at the function's entry.
+  Value* extents() {
+    if (!extents_) {
+      llvm::IRBuilder<> eb(entry_, entry_->begin());
+      Value* checks = eb.CreateLoad(ptr_, eb.CreateConstInBoundsGEP1_64(i8_, ctx_, offsetof(ProgramCtx, checks)));
+      extents_ = eb.CreateLoad(ptr_, eb.CreateConstInBoundsGEP1_64(i8_, checks, offsetof(LaunchChecks, extents)));
+    }
+    return extents_;
+  }
+
+  // Before an access through the pointer tile `ptrs`: the first element (not masked off) whose bytes are
+  // not all inside the allocation of a pointer argument it may derive from is reported, and the program
+  // instance returns. The scan has no early exit, so LLVM vectorizes it like the access itself.
+  void check_access(const NodeRef& n, const char* op, const NodeRef& ptrs, const NodeRef* mask) {
+    if (!checked_) return;
+    DType pointee{ptrs->type.dtype.scalar, false};
+    const int64_t count = numel(ptrs->type.shape), bytes = pointee.bytes();
+    std::vector<int32_t> slots = passes::pointer_roots(*ptrs);
+    if (slots.empty()) slots = pointer_slots_;
+    const int32_t site = static_cast<int32_t>(access_sites_.size());
+    access_sites_.push_back({n->loc, op, pointee.str(), count, bytes, slots});
+    std::vector<std::pair<Value*, Value*>> bounds;
+    for (int32_t s : slots)
+      bounds.push_back({b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, extents(), 2 * s)),
+                        b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, extents(), 2 * s + 1))});
+    auto outside = [&](Value* i) {  // element i is checked and outside every allocation it may come from
+      Value* at = b_.CreatePtrToInt(elem(ptrs, i), i64_);
+      Value* end = b_.CreateAdd(at, i64c(bytes));
+      Value* inside = b_.getFalse();
+      for (auto [lo, hi] : bounds)
+        inside = b_.CreateOr(inside, b_.CreateAnd(b_.CreateAnd(b_.CreateICmpUGE(at, lo), b_.CreateICmpULE(end, hi)),
+                                                  b_.CreateICmpUGT(end, at)));
+      Value* bad = b_.CreateNot(inside);
+      return mask ? b_.CreateAnd(bad, elem(*mask, i)) : bad;
+    };
+    // Whether any element is outside: an OR over the tile, which LLVM vectorizes like the access itself.
+    Value* any = entry_alloca(i8_);
+    b_.CreateStore(b_.getInt8(0), any);
+    loop(count, [&](Value* i) {
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(i8_, any), b_.CreateZExt(outside(i), i8_)), any);
+    });
+    auto* fail = llvm::BasicBlock::Create(c_, "out_of_bounds", fn_);
+    auto* ok = llvm::BasicBlock::Create(c_, "in_bounds", fn_);
+    b_.CreateCondBr(b_.CreateICmpNE(b_.CreateLoad(i8_, any), b_.getInt8(0)), fail, ok,
+                    llvm::MDBuilder(c_).createBranchWeights(1, 1u << 20));
+    b_.SetInsertPoint(fail);  // which element was first: only when there is one
+    Value* first = entry_alloca(i64_);
+    b_.CreateStore(i64c(count), first);
+    loop(count, [&](Value* i) {
+      Value* so_far = b_.CreateLoad(i64_, first);
+      b_.CreateStore(b_.CreateSelect(outside(i), b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, so_far, i), so_far), first);
+    });
+    Value* element = b_.CreateLoad(i64_, first);
+    runtime_call(kOutOfBoundsFn, b_.getVoidTy(),
+                 {ctx_, b_.getInt32(static_cast<uint32_t>(site)), element, b_.CreatePtrToInt(elem(ptrs, element), i64_)});
+    b_.CreateRetVoid();
+    b_.SetInsertPoint(ok);
   }
 
   // ---- block ops: calls into the block runtime (driver/cpu/block_runtime.cpp) -------------------------
@@ -618,6 +687,7 @@ class Lowering {
   // (where the view's layout stores it), its source pointer, mask and fill value.
   void async_load(const NodeRef& n) {
     const auto& o = n->operands;
+    check_access(n, "async_load", o[0], o.size() > 2 ? &o[2] : nullptr);
     DType d = o[1]->type.dtype;
     int64_t count = numel(o[0]->type.shape);
     Value* dst = frame_slot(count * 8);
@@ -716,6 +786,10 @@ class Lowering {
   llvm::PointerType* ptr_ = nullptr;
   llvm::IntegerType *i8_ = nullptr, *i32_ = nullptr, *i64_ = nullptr;
   Value *args_ = nullptr, *ctx_ = nullptr, *frame_ = nullptr, *scratch_ = nullptr;
+  bool checked_ = false;                  // bounds checks
+  std::vector<int32_t> pointer_slots_;    // the argument slots of the pointer parameters
+  std::vector<AccessSite> access_sites_;  // of the checks, by site index
+  Value* extents_ = nullptr;
   int64_t frame_bytes_ = 0;
   std::unordered_map<const ir::Node*, Val> vals_;
   std::unordered_map<const ir::Node*, Value*> vars_;
@@ -727,8 +801,8 @@ class Lowering {
 }  // namespace
 
 CpuModule lower_to_cpu(const ir::Function& f, llvm::LLVMContext& context, const std::string& symbol,
-                       int default_warps) {
-  return Lowering(f, context, symbol, default_warps).run();
+                       int default_warps, bool check_bounds) {
+  return Lowering(f, context, symbol, default_warps, check_bounds).run();
 }
 
 }  // namespace weft::codegen::cpu

@@ -107,7 +107,7 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
   llvm::Module& m = *lowered.module;
   m.setTargetTriple(llvm::Triple(kTriple));
   m.setDataLayout(tm->createDataLayout());
-  support::dump("llvm", f.name, "nvptx.ll", print_module(m));
+  if (support::knobs().dumps("llvm")) support::dump("llvm", f.name, "nvptx.ll", print_module(m));
   optimize_module(m, tm.get(), llvm::OptimizationLevel::O3);
 
   llvm::SmallString<0> ptx;

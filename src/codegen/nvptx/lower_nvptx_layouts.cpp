@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "ir/walk.h"
+
 namespace weft::codegen::nvptx::detail {
 
 // Flat element index of register r of this thread, in a tile of n elements.
@@ -151,27 +153,37 @@ bool Lowering::uniform_node(const ir::Node& n) {
 // adapt to whatever layout uses them: they are recomputed from each register's coordinates instead of
 // being moved.
 
-// Whether `n` is a tile computed from aranges, constants and scalars alone.
+// Whether `n` is a tile computed from aranges, constants and scalars alone. Like the other analyses below
+// (lazy, layout_or_unknown, element_at), it visits operands in post-order on an explicit stack (ir/walk.h),
+// never by recursion: a chain of ops may be a million deep.
 bool Lowering::index_tile(const ir::Node& n) {
-  if (n.type.kind != ir::Type::Kind::Value || n.type.numel() <= 1) return false;
+  auto tile = [](const ir::Node& x) { return x.type.kind == ir::Type::Kind::Value && x.type.numel() > 1; };
+  if (!tile(n)) return false;
   auto it = index_memo_.find(&n);
   if (it != index_memo_.end()) return it->second;
-  bool result = false;
+  auto deps = [&](const ir::Node& x) {
+    std::vector<const ir::Node*> d;
+    if (x.op == Op::Broadcast || x.op == Op::Reshape || elementwise_op(x.op) || x.op == Op::PtrAdd)
+      for (const NodeRef& o : x.operands)
+        if (tile(*o) && !index_memo_.count(o.get())) d.push_back(o.get());
+    return d;
+  };
+  for (const ir::Node* m : ir::post_order(n, deps)) index_memo_[m] = index_tile_of(*m);
+  return index_memo_.at(&n);
+}
+
+// index_tile of `n` once its operands' are known.
+bool Lowering::index_tile_of(const ir::Node& n) {
   auto scalar_or_index = [&](const NodeRef& o) { return o->type.numel() == 1 || uniform_node(*o) || index_tile(*o); };
-  if (n.op == Op::Arange) {
-    result = true;
-  } else if (n.op == Op::Broadcast || n.op == Op::Reshape) {
-    result = index_tile(*n.operands[0]);
-  } else if (elementwise_op(n.op) || n.op == Op::PtrAdd) {
-    bool any = false, all = true;
-    for (const NodeRef& o : n.operands) {
-      any = any || index_tile(*o);
-      all = all && scalar_or_index(o);
-    }
-    result = any && all;
+  if (n.op == Op::Arange) return true;
+  if (n.op == Op::Broadcast || n.op == Op::Reshape) return index_tile(*n.operands[0]);
+  if (!elementwise_op(n.op) && n.op != Op::PtrAdd) return false;
+  bool any = false, all = true;
+  for (const NodeRef& o : n.operands) {
+    any = any || index_tile(*o);
+    all = all && scalar_or_index(o);
   }
-  index_memo_[&n] = result;
-  return result;
+  return any && all;
 }
 
 // Index tiles that are never computed in the blocked layout on their own, only where they are used: a
@@ -180,73 +192,117 @@ bool Lowering::lazy(const ir::Node& n) {
   if (!index_tile(n)) return false;
   auto it = lazy_memo_.find(&n);
   if (it != lazy_memo_.end()) return it->second;
-  bool result = n.op == Op::Broadcast;
-  for (const NodeRef& o : n.operands) result = result || lazy(*o);
-  lazy_memo_[&n] = result;
-  return result;
+  auto deps = [&](const ir::Node& x) {
+    std::vector<const ir::Node*> d;
+    for (const NodeRef& o : x.operands)
+      if (index_tile(*o) && !lazy_memo_.count(o.get())) d.push_back(o.get());
+    return d;
+  };
+  for (const ir::Node* m : ir::post_order(n, deps)) {
+    bool result = m->op == Op::Broadcast;
+    for (const NodeRef& o : m->operands) result = result || (index_tile(*o) && lazy_memo_.at(o.get()));
+    lazy_memo_[m] = result;
+  }
+  return lazy_memo_.at(&n);
 }
 
-// Element `coords` of index tile (or scalar) x, computed afresh.
+// Element `coords` of index tile (or scalar) x, computed afresh. A node used several times at the same
+// coordinates is computed once (no blow-up on shared subtrees). Each request (a node at some coordinates)
+// first asks for the operand elements it reads, on an explicit stack, and is computed once they are known.
 Value* Lowering::element_at(const NodeRef& x, const std::vector<Value*>& coords) {
-  const ir::Node& n = *x;
-  if (n.type.numel() == 1) return regs_.at(&n).v[0];
-  // A node used several times at the same coordinates is computed once (no blow-up on shared subtrees).
-  auto key = std::make_pair(&n, coords);
-  auto memo = element_memo_.find(key);
-  if (memo != element_memo_.end()) return memo->second;
-  Value* v = compute_element(x, coords);
-  element_memo_.emplace(std::move(key), v);
-  return v;
+  auto known = [&](const ElementRequest& r) -> Value* {
+    if (r.first->type.numel() == 1) return regs_.at(r.first).v[0];
+    auto memo = element_memo_.find(r);
+    return memo == element_memo_.end() ? nullptr : memo->second;
+  };
+  struct Frame {
+    ElementRequest request;
+    std::vector<ElementRequest> reads;
+    bool expanded = false;
+  };
+  std::vector<Frame> stack;
+  stack.push_back({{x.get(), coords}, {}, false});
+  while (!stack.empty()) {
+    Frame& top = stack.back();
+    if (known(top.request)) {  // (asked for twice: computed for the first asker)
+      stack.pop_back();
+      continue;
+    }
+    if (!top.expanded) {
+      top.expanded = true;
+      top.reads = element_reads(*top.request.first, top.request.second);
+      std::vector<ElementRequest> missing;
+      for (const ElementRequest& r : top.reads)  // the last operand on top, computed first (as before)
+        if (!known(r)) missing.push_back(r);
+      for (ElementRequest& r : missing) stack.push_back({std::move(r), {}, false});  // (top is not used past here)
+      continue;
+    }
+    std::vector<Value*> args;
+    for (const ElementRequest& r : top.reads) args.push_back(known(r));
+    Value* v = compute_element(*top.request.first, top.request.second, args);
+    element_memo_.emplace(std::move(top.request), v);
+    stack.pop_back();
+  }
+  return known({x.get(), coords});
 }
 
-Value* Lowering::compute_element(const NodeRef& x, const std::vector<Value*>& coords) {
-  const ir::Node& n = *x;
+// The operand elements compute_element reads for element `coords` of n: elementwise ops read their
+// operands at the same coordinates; broadcasts and reshapes their source at coordinates computed here.
+std::vector<Lowering::ElementRequest> Lowering::element_reads(const ir::Node& n, const std::vector<Value*>& coords) {
+  std::vector<ElementRequest> reads;
+  if (n.op == Op::Broadcast) {  // dimensions of size 1 (and missing leading ones) read coordinate 0
+    const ir::Node* src = n.operands[0].get();
+    const ir::Shape& from = src->type.shape;
+    size_t offset = n.type.shape.size() - from.size();
+    std::vector<Value*> c;
+    for (size_t k = 0; k < from.size(); ++k) c.push_back(from[k] == 1 ? i32c(0) : coords[k + offset]);
+    reads.push_back({src, std::move(c)});
+  } else if (n.op == Op::Reshape) {
+    const ir::Node* src = n.operands[0].get();
+    const ir::Shape& from = src->type.shape;
+    const ir::Shape& to = n.type.shape;
+    std::vector<size_t> from_dims, to_dims;  // the dimensions that are not 1
+    for (size_t k = 0; k < from.size(); ++k)
+      if (from[k] != 1) from_dims.push_back(k);
+    for (size_t k = 0; k < to.size(); ++k)
+      if (to[k] != 1) to_dims.push_back(k);
+    std::vector<Value*> c(from.size(), i32c(0));
+    bool same = from_dims.size() == to_dims.size();
+    for (size_t k = 0; same && k < from_dims.size(); ++k) same = from[from_dims[k]] == to[to_dims[k]];
+    if (same) {  // expand_dims and the like: the coordinates carry over
+      for (size_t k = 0; k < from_dims.size(); ++k) c[from_dims[k]] = coords[to_dims[k]];
+    } else {
+      std::vector<int64_t> to_st = strides(to), from_st = strides(from);
+      Value* flat = i32c(0);
+      for (size_t k = 0; k < to.size(); ++k) flat = b_.CreateAdd(flat, b_.CreateMul(coords[k], i32c(to_st[k])));
+      for (size_t k = 0; k < from.size(); ++k) c[k] = b_.CreateURem(b_.CreateUDiv(flat, i32c(from_st[k])), i32c(from[k]));
+    }
+    reads.push_back({src, std::move(c)});
+  } else if (elementwise_op(n.op) || n.op == Op::PtrAdd) {  // same shape: same coordinates
+    for (const NodeRef& o : n.operands) reads.push_back({o.get(), coords});
+  }
+  return reads;
+}
+
+// Element `coords` of n from the elements element_reads asked for (`args`, in that order).
+Value* Lowering::compute_element(const ir::Node& n, const std::vector<Value*>& coords, const std::vector<Value*>& args) {
   DType d = n.type.dtype;
-  auto arg = [&](size_t i) { return element_at(n.operands[i], coords); };  // elementwise: same shape
   switch (ir::op_category(n.op)) {
-    case ir::OpCategory::Unary: return ops_.round(d, ops_.unary(n.op, d, arg(0), approximate(n)));
-    case ir::OpCategory::Binary: return ops_.round(d, ops_.binary(n.op, d, arg(0), arg(1)));
-    case ir::OpCategory::Compare: return ops_.compare(n.op, n.operands[0]->type.dtype, arg(0), arg(1));
+    case ir::OpCategory::Unary: return ops_.round(d, ops_.unary(n.op, d, args[0], approximate(n)));
+    case ir::OpCategory::Binary: return ops_.round(d, ops_.binary(n.op, d, args[0], args[1]));
+    case ir::OpCategory::Compare: return ops_.compare(n.op, n.operands[0]->type.dtype, args[0], args[1]);
     default: break;
   }
   switch (n.op) {
     case Op::Constant: return ops_.constant(d, n.attrs.number);
     case Op::Arange: return b_.CreateAdd(coords[0], i32c(n.attrs.ints[0]));
-    case Op::Fma: return ops_.round(d, ops_.fma(arg(0), arg(1), arg(2)));
-    case Op::Select: return ops_.round(d, b_.CreateSelect(arg(0), arg(1), arg(2)));
-    case Op::Cast: return ops_.round(d, ops_.cast(n.operands[0]->type.dtype, d, arg(0)));
+    case Op::Fma: return ops_.round(d, ops_.fma(args[0], args[1], args[2]));
+    case Op::Select: return ops_.round(d, b_.CreateSelect(args[0], args[1], args[2]));
+    case Op::Cast: return ops_.round(d, ops_.cast(n.operands[0]->type.dtype, d, args[0]));
     case Op::PtrAdd:
-      return b_.CreateGEP(ops_.memory_type(DType{d.scalar, false}), arg(0), b_.CreateSExt(arg(1), b_.getInt64Ty()));
-    case Op::Broadcast: {  // dimensions of size 1 (and missing leading ones) read coordinate 0
-      const NodeRef& src = n.operands[0];
-      const ir::Shape& from = src->type.shape;
-      size_t offset = n.type.shape.size() - from.size();
-      std::vector<Value*> c;
-      for (size_t k = 0; k < from.size(); ++k) c.push_back(from[k] == 1 ? i32c(0) : coords[k + offset]);
-      return element_at(src, c);
-    }
-    case Op::Reshape: {
-      const NodeRef& src = n.operands[0];
-      const ir::Shape& from = src->type.shape;
-      const ir::Shape& to = n.type.shape;
-      std::vector<size_t> from_dims, to_dims;  // the dimensions that are not 1
-      for (size_t k = 0; k < from.size(); ++k)
-        if (from[k] != 1) from_dims.push_back(k);
-      for (size_t k = 0; k < to.size(); ++k)
-        if (to[k] != 1) to_dims.push_back(k);
-      std::vector<Value*> c(from.size(), i32c(0));
-      bool same = from_dims.size() == to_dims.size();
-      for (size_t k = 0; same && k < from_dims.size(); ++k) same = from[from_dims[k]] == to[to_dims[k]];
-      if (same) {  // expand_dims and the like: the coordinates carry over
-        for (size_t k = 0; k < from_dims.size(); ++k) c[from_dims[k]] = coords[to_dims[k]];
-        return element_at(src, c);
-      }
-      std::vector<int64_t> to_st = strides(to), from_st = strides(from);
-      Value* flat = i32c(0);
-      for (size_t k = 0; k < to.size(); ++k) flat = b_.CreateAdd(flat, b_.CreateMul(coords[k], i32c(to_st[k])));
-      for (size_t k = 0; k < from.size(); ++k) c[k] = b_.CreateURem(b_.CreateUDiv(flat, i32c(from_st[k])), i32c(from[k]));
-      return element_at(src, c);
-    }
+      return b_.CreateGEP(ops_.memory_type(DType{d.scalar, false}), args[0], b_.CreateSExt(args[1], b_.getInt64Ty()));
+    case Op::Broadcast:
+    case Op::Reshape: return args[0];
     default: break;
   }
   throw InternalError(fmt::format("NVPTX lowering: '{}' is not an index tile", ir::op_name(n.op)));
@@ -273,12 +329,35 @@ Layout Lowering::layout_of(const ir::Node& n) { return layout_or_unknown(n).valu
 // layout of what it is combined with. Once decided, a Var keeps its layout; one never assigned anything
 // but the blocked layout (or only itself) is Blocked.
 std::optional<Layout> Lowering::layout_or_unknown(const ir::Node& n) {
-  if (n.type.kind != ir::Type::Kind::Value || n.type.numel() <= 1 || index_tile(n)) return Layout::Blocked;
+  auto needs_layout = [&](const ir::Node& x) {
+    return x.type.kind == ir::Type::Kind::Value && x.type.numel() > 1 && !index_tile(x);
+  };
+  if (!needs_layout(n)) return Layout::Blocked;
   auto it = layout_memo_.find(&n);
   if (it != layout_memo_.end()) return it->second;
-  std::optional<Layout> l = infer_layout(n);
-  layout_memo_[&n] = l;
-  return l;
+  // The operands infer_layout asks about, in post-order (ir/walk.h), so that it finds them known.
+  auto deps = [&](const ir::Node& x) {
+    std::vector<const ir::Node*> d;
+    auto need = [&](const ir::Node* o) {
+      if (needs_layout(*o) && !layout_memo_.count(o)) d.push_back(o);
+    };
+    switch (x.op) {
+      case Op::Slice:
+      case Op::ReduceSum:
+      case Op::ReduceMax:
+      case Op::ReduceMin:
+      case Op::Reshape:
+      case Op::Broadcast: need(x.operands[0].get()); break;
+      default:
+        if (elementwise_op(x.op))
+          for (const NodeRef& o : x.operands)
+            if (!uniform_node(*o)) need(o.get());
+        break;
+    }
+    return d;
+  };
+  for (const ir::Node* m : ir::post_order(n, deps)) layout_memo_[m] = infer_layout(*m);
+  return layout_memo_.at(&n);
 }
 
 std::optional<Layout> Lowering::infer_layout(const ir::Node& n) {

@@ -9,9 +9,9 @@ Lowering::Partial Lowering::combine(Op op, DType d, Partial a, Partial b) {
     case Op::ReduceSum: return {ops_.binary(Op::Add, d, a.value, b.value), nullptr};
     case Op::ReduceMax: return {ops_.binary(Op::Max, d, a.value, b.value), nullptr};
     case Op::ReduceMin: return {ops_.binary(Op::Min, d, a.value, b.value), nullptr};
-    default: {  // the extreme value, the first index on ties
-      Value* strictly = ops_.compare(op == Op::ArgMax ? Op::Gt : Op::Lt, d, b.value, a.value);
-      Value* tie = b_.CreateAnd(ops_.compare(Op::Eq, d, b.value, a.value), b_.CreateICmpSLT(b.index, a.index));
+    default: {  // the extreme value (NaN above all), the first index on ties (element_ops.h)
+      Value* strictly = ops_.arg_better(op, d, b.value, a.value);
+      Value* tie = b_.CreateAnd(ops_.arg_same(d, b.value, a.value), b_.CreateICmpSLT(b.index, a.index));
       Value* take_b = b_.CreateOr(strictly, tie);
       return {b_.CreateSelect(take_b, b.value, a.value), b_.CreateSelect(take_b, b.index, a.index)};
     }

@@ -149,9 +149,12 @@ class Lowering {
   static bool elementwise_op(Op op);
   static bool uniform_node(const ir::Node& n);
   bool index_tile(const ir::Node& n);
+  bool index_tile_of(const ir::Node& n);
   bool lazy(const ir::Node& n);
+  using ElementRequest = std::pair<const ir::Node*, std::vector<Value*>>;  // a node's element at coordinates
   Value* element_at(const NodeRef& x, const std::vector<Value*>& coords);
-  Value* compute_element(const NodeRef& x, const std::vector<Value*>& coords);
+  std::vector<ElementRequest> element_reads(const ir::Node& n, const std::vector<Value*>& coords);
+  Value* compute_element(const ir::Node& n, const std::vector<Value*>& coords, const std::vector<Value*>& args);
   Regs materialize(const NodeRef& x, Layout layout);
   Layout layout_of(const ir::Node& n);
   std::optional<Layout> layout_or_unknown(const ir::Node& n);

@@ -796,8 +796,18 @@ ClusterRunner::ClusterRunner(const BlockPlan& plan, KernelFn entry, int64_t fram
 
 ClusterRunner::~ClusterRunner() = default;
 
+void abandon_block(const ProgramCtx* ctx, const std::string& message, SourceLoc loc) noexcept {
+  ClusterState& c = state_of(ctx).cluster;
+  if (!c.failed) {
+    c.failed = true;
+    c.error = message + " (" + c.fiber_name(ctx->fiber) + ")";
+    c.error_loc = loc;
+  }
+  c.abandon();
+}
+
 void ClusterRunner::run(const uint64_t* args, const int32_t first_block[3], const int32_t num_programs[3],
-                        std::optional<uint64_t> seed) {
+                        std::optional<uint64_t> seed, const codegen::cpu::LaunchChecks* checks) {
   ClusterState& c = *state_;
   c.reset();
   c.args = args;
@@ -805,11 +815,13 @@ void ClusterRunner::run(const uint64_t* args, const int32_t first_block[3], cons
     const int32_t offset[3] = {b->rank % c.dims.x, (b->rank / c.dims.x) % c.dims.y, b->rank / (c.dims.x * c.dims.y)};
     for (int d = 0; d < 3; ++d) b->program_id[d] = first_block[d] + offset[d];
   }
-  for (FiberState& f : c.fibers)
+  for (FiberState& f : c.fibers) {
+    f.ctx.checks = checks;
     for (int d = 0; d < 3; ++d) {
       f.ctx.program_id[d] = c.block_of(f.ctx.fiber).program_id[d];
       f.ctx.num_programs[d] = num_programs[d];
     }
+  }
   const int n = static_cast<int>(c.fibers.size());
   c.pool.start(n, &run_fiber, &c);
   std::vector<int> order(n);

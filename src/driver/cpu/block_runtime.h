@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "codegen/cpu/cpu_abi.h"
@@ -39,6 +40,10 @@ struct RuntimeSymbol {
 const std::vector<RuntimeSymbol>& block_runtime_symbols();
 
 struct ClusterState;
+
+// From a function generated code calls inside a fiber: ends the fiber's cluster with `message` (the
+// fiber's task and replica appended), thrown by ClusterRunner::run as a weft::Error at `loc`. Never returns.
+[[noreturn]] void abandon_block(const codegen::cpu::ProgramCtx* ctx, const std::string& message, SourceLoc loc) noexcept;
 
 // Runs the blocks of one kernel, one cluster at a time (a block at a time without clusters), on the
 // calling thread; one per host worker thread. Holds the fibers' stacks and frames and each block's
@@ -56,8 +61,9 @@ class ClusterRunner {
   // dims) in a grid of `num_programs` to completion: every task replica of every block of the cluster,
   // under one scheduler. `seed`: shuffle the order in which fibers are resumed (none: round-robin, block by
   // block in rank order, in task order). Throws weft::Error for a deadlock or an error in one of the fibers.
+  // `checks`: the launch's bounds checks (kernels compiled with them), given to every fiber.
   void run(const uint64_t* args, const int32_t first_block[3], const int32_t num_programs[3],
-           std::optional<uint64_t> seed);
+           std::optional<uint64_t> seed, const codegen::cpu::LaunchChecks* checks = nullptr);
 
  private:
   std::unique_ptr<ClusterState> state_;

@@ -15,6 +15,7 @@
 #include "codegen/nvptx/compile_ptx.h"
 #include "driver/backend.h"
 #include "driver/cpu/block_runtime.h"
+#include "driver/cpu/bounds_checks.h"
 #include "driver/cpu/cpu_jit.h"
 #include "support/env.h"
 
@@ -69,9 +70,15 @@ class CpuBackend final : public Backend {
   void* allocate(size_t bytes) override {
     void* p = std::aligned_alloc(kFrameAlign, Frame::round_up(static_cast<int64_t>(bytes)));
     if (!p) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
+    registry_.add(p, bytes);
     return p;
   }
-  void release(void* address) override { std::free(address); }
+  void release(void* address) override {
+    registry_.remove(address);
+    std::free(address);
+  }
+  void note_borrowed(void* address, size_t bytes) override { registry_.add(address, bytes); }
+  void forget_borrowed(void* address) override { registry_.remove(address); }
   void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
 
@@ -83,14 +90,17 @@ class CpuBackend final : public Backend {
     codegen::nvptx::plan_for_target(f, options, {target.starts_with("sm_") ? target : "sm_90a", "+ptx85"});
     auto k = std::make_shared<CpuKernel>();
     k->name = f.name;
-    k->code = driver::cpu::jit_compile(f, options.num_warps);
+    k->code = driver::cpu::jit_compile(f, options.num_warps, checks_bounds(options));
     k->cluster = options.cluster;
     return k;
   }
 
-  void launch(const CompiledKernel& compiled, const LaunchDims& grid, const uint64_t* args, size_t,
+  void launch(const CompiledKernel& compiled, const LaunchDims& grid, const uint64_t* args, size_t count,
               void*) override {
     const auto& k = static_cast<const CpuKernel&>(compiled);
+    std::optional<driver::cpu::LaunchBounds> bounds;  // compiled with bounds checks
+    if (k.code.access_sites) bounds.emplace(k.name, *k.code.access_sites, args, count, registry_);
+    const codegen::cpu::LaunchChecks* checks = bounds ? bounds->checks() : nullptr;
     int64_t total = grid.x * grid.y * grid.z;
     int64_t threads = support::knobs().cpu_threads > 0 ? support::knobs().cpu_threads
                                                        : std::max<int64_t>(1, std::thread::hardware_concurrency());
@@ -118,7 +128,7 @@ class CpuBackend final : public Backend {
         const int32_t first[3] = {static_cast<int32_t>(p % clusters_x * c.x),
                                   static_cast<int32_t>((p / clusters_x) % clusters_y * c.y),
                                   static_cast<int32_t>(p / (clusters_x * clusters_y) * c.z)};
-        runners[t]->run(args, first, num_programs, seed);
+        runners[t]->run(args, first, num_programs, seed, checks);
       });
       return;
     }
@@ -129,14 +139,25 @@ class CpuBackend final : public Backend {
       ProgramCtx ctx;
     };
     std::vector<ThreadCtx> contexts(threads);
-    for (ThreadCtx& c : contexts) std::copy(num_programs, num_programs + 3, c.ctx.num_programs);
+    for (ThreadCtx& c : contexts) {
+      std::copy(num_programs, num_programs + 3, c.ctx.num_programs);
+      c.ctx.checks = checks;
+    }
     run_grid(total, threads, [&](int64_t t, int64_t p) {
       program_id(p, contexts[t].ctx.program_id);
       k.code.entry(args, &contexts[t].ctx, frames[t]->data);
+      if (bounds && bounds->failed()) bounds->throw_report();  // the program returned at the violation
     });
   }
 
   void synchronize(void*) override {}
+
+ private:
+  static bool checks_bounds(const KernelOptions& options) {
+    return options.debug || support::knobs().check_bounds;
+  }
+
+  driver::cpu::AllocationRegistry registry_;  // what bounds checks compare pointer arguments with
 };
 
 }  // namespace

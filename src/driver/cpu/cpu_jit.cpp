@@ -17,6 +17,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <map>
@@ -28,6 +29,7 @@
 #include "driver/cpu/block_runtime.h"
 #include "ir/printer.h"
 #include "support/build_id.h"
+#include "driver/cpu/bounds_checks.h"
 #include "support/env.h"
 
 namespace weft::driver::cpu {
@@ -98,6 +100,23 @@ class CodeBytesPlugin final : public llvm::orc::ObjectLinkingLayer::Plugin {
 // A cache entry: "weft cpu object\n<frame bytes>\n" and the object file.
 constexpr std::string_view kEntryMagic = "weft cpu object\n";
 
+// Blocks of more instructions than this make a kernel compile without optimization (see HostJit::compile).
+constexpr size_t kHugeBlock = 20000;
+
+// Marks every function of `m` optnone when one of its basic blocks is huge; returns whether it did.
+bool without_optimization_if_huge(llvm::Module& m) {
+  size_t biggest = 0;
+  for (llvm::Function& fn : m)
+    for (llvm::BasicBlock& bb : fn) biggest = std::max(biggest, bb.size());
+  if (biggest <= kHugeBlock) return false;
+  for (llvm::Function& fn : m) {
+    if (fn.isDeclaration()) continue;
+    fn.addFnAttr(llvm::Attribute::OptimizeNone);
+    fn.addFnAttr(llvm::Attribute::NoInline);
+  }
+  return true;
+}
+
 class HostJit {
  public:
   HostJit() : code_bytes_(std::make_shared<CodeBytesPlugin>()) {
@@ -132,7 +151,9 @@ class HostJit {
     jit_->getMainJITDylib().addGenerator(std::move(*process));
     // The block runtime's functions, by address: libweft's symbols are hidden from the process search.
     llvm::orc::SymbolMap runtime;
-    for (const RuntimeSymbol& s : block_runtime_symbols())
+    std::vector<RuntimeSymbol> symbols = block_runtime_symbols();
+    symbols.push_back({codegen::cpu::kOutOfBoundsFn, reinterpret_cast<void*>(&out_of_bounds)});
+    for (const RuntimeSymbol& s : symbols)
       runtime[jit_->mangleAndIntern(s.name)] =
           llvm::orc::ExecutorSymbolDef(llvm::orc::ExecutorAddr::fromPtr(s.address),
                                        llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
@@ -140,12 +161,12 @@ class HostJit {
       throw InternalError("CPU JIT: cannot define the block runtime's symbols: " + to_string(std::move(err)));
   }
 
-  JitKernel compile(const ir::Function& f, int default_warps) {
+  JitKernel compile(const ir::Function& f, int default_warps, bool check_bounds) {
     // Each kernel links into a JITDylib of its own, so one symbol name serves every kernel, and an object
     // compiled by another process links here unchanged.
     const std::string symbol = fmt::format("weft_{}", f.name);
     auto context = std::make_unique<llvm::LLVMContext>();
-    codegen::cpu::CpuModule lowered = codegen::cpu::lower_to_cpu(f, *context, symbol, default_warps);
+    codegen::cpu::CpuModule lowered = codegen::cpu::lower_to_cpu(f, *context, symbol, default_warps, check_bounds);
     llvm::Module& m = *lowered.module;
     m.setDataLayout(jit_->getDataLayout());
     m.setTargetTriple(target_machine_->getTargetTriple());
@@ -153,7 +174,7 @@ class HostJit {
 
     const support::Knobs& knobs = support::knobs();
     const bool dumping = knobs.dumps("llvm") || knobs.dumps("llvm-opt");
-    const std::string key = cache_key(f, default_warps, symbol);
+    const std::string key = cache_key(f, default_warps, symbol, check_bounds);
     if (!dumping)
       if (std::optional<std::string> entry = cache::load(key))
         if (std::optional<JitKernel> k = link(f, symbol, object_of(*entry, lowered.frame_bytes), lowered)) {
@@ -176,11 +197,12 @@ class HostJit {
   // Everything that decides the object: the IR (with the divisibility the specialization assumes), the
   // warps of the implicit task, the symbol, the host CPU and its features, the optimization level, LLVM
   // and weft itself (whose lowering and block runtime ABI change with its build).
-  std::string cache_key(const ir::Function& f, int default_warps, const std::string& symbol) const {
+  std::string cache_key(const ir::Function& f, int default_warps, const std::string& symbol, bool check_bounds) const {
     return cache::KeyBuilder()
         .add("cpu object 1")
         .add(ir::print(f))
         .add(default_warps)
+        .add(check_bounds ? "bounds checked" : "unchecked")
         .add(symbol)
         .add(target_machine_->getTargetTriple().str())
         .add(std::string(target_machine_->getTargetCPU()))
@@ -201,8 +223,16 @@ class HostJit {
     // A target machine of its own (a TargetMachine is not thread-safe), so that threads compile in parallel.
     auto tm = machine_builder_.createTargetMachine();
     if (!tm) throw InternalError("CPU JIT: no target machine for the host: " + to_string(tm.takeError()));
-    codegen::optimize_module(m, tm->get(), llvm::OptimizationLevel::O2);
-    support::dump("llvm-opt", name, "opt.ll", print_module(m));
+    // LLVM's machine scheduler takes time quadratic in the length of a basic block (a value used all
+    // along it: ScheduleDAGMILive::collectVRegUses; memory chains: SUnit::addPred), so a kernel with a
+    // block that long (thousands of straight-line ops) is compiled without optimization (optnone):
+    // linear, and seconds instead of minutes. Checked before the IR optimizer (straight-line code as
+    // traced) and after it (loops it unrolled).
+    if (!without_optimization_if_huge(m)) {
+      codegen::optimize_module(m, tm->get(), llvm::OptimizationLevel::O2);
+      without_optimization_if_huge(m);
+    }
+    if (support::knobs().dumps("llvm-opt")) support::dump("llvm-opt", name, "opt.ll", print_module(m));
     auto object = llvm::orc::SimpleCompiler(**tm)(m);
     if (!object)
       throw InternalError(fmt::format("CPU JIT: compiling kernel '{}' failed: {}", name, to_string(object.takeError())));
@@ -230,7 +260,8 @@ class HostJit {
       llvm::consumeError(address.takeError());
       return std::nullopt;
     }
-    return JitKernel{address->toPtr<codegen::cpu::KernelFn>(), lowered.frame_bytes, lowered.block, std::move(code)};
+    return JitKernel{address->toPtr<codegen::cpu::KernelFn>(), lowered.frame_bytes, lowered.block, lowered.access_sites,
+                     std::move(code)};
   }
 
   // Frees a kernel's code and symbols. Runs from destructors, so it reports instead of throwing.
@@ -255,7 +286,9 @@ HostJit& host_jit() {
 
 }  // namespace
 
-JitKernel jit_compile(const ir::Function& f, int default_warps) { return host_jit().compile(f, default_warps); }
+JitKernel jit_compile(const ir::Function& f, int default_warps, bool check_bounds) {
+  return host_jit().compile(f, default_warps, check_bounds);
+}
 
 JitStats jit_stats() { return host_jit().stats(); }
 

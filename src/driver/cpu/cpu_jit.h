@@ -15,14 +15,16 @@ struct JitKernel {
   codegen::cpu::KernelFn entry = nullptr;
   int64_t frame_bytes = 0;
   std::shared_ptr<const codegen::cpu::BlockPlan> block;  // set when the kernel runs as blocks of fibers
+  std::shared_ptr<const std::vector<codegen::cpu::AccessSite>> access_sites;  // set when compiled with bounds checks
   std::shared_ptr<void> code;  // owns the JIT code behind `entry`: freed with the last copy
 };
 
 // Compiles `f` for the host; thread-safe. `default_warps`: the warps of a kernel without async_tasks (what
-// its named barriers count). The object code goes through the compile cache (src/cache), keyed on the IR,
-// `default_warps`, the host CPU and its features, LLVM's version and weft's build; WEFT_DUMP=llvm or
-// llvm-opt compiles afresh so that there is something to dump.
-JitKernel jit_compile(const ir::Function& f, int default_warps);
+// its named barriers count); `check_bounds`: every load and store checked against its allocation
+// (codegen/cpu/cpu_abi.h, LaunchChecks). The object code goes through the compile cache (src/cache), keyed
+// on the IR, `default_warps`, the bounds checks, the host CPU and its features, LLVM's version and weft's
+// build; WEFT_DUMP=llvm or llvm-opt compiles afresh so that there is something to dump.
+JitKernel jit_compile(const ir::Function& f, int default_warps, bool check_bounds);
 
 // What the JIT has done in this process: kernels compiled by LLVM, kernels whose object came from the
 // compile cache, kernels whose code is still loaded, and the bytes of code and data the JIT holds for them.
