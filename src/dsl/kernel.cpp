@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "codegen/nvptx/compile_ptx.h"
@@ -17,6 +18,7 @@
 #include "dsl/reproducer.h"
 #include "dsl/trace.h"
 #include "ir/printer.h"
+#include "support/compile_timing.h"
 #include "support/env.h"
 #include "support/float_rounding.h"
 
@@ -63,12 +65,19 @@ class KernelImpl {
   Specialization& specialization(const std::vector<KernelArg>& consts, uint64_t divisible);
   // The specialization compiled for `backend` (compiled now if it was not yet). Call with `mutex` held.
   std::shared_ptr<CompiledKernel> compiled(const std::vector<KernelArg>& consts, uint64_t divisible, Backend& backend) {
+    std::optional<support::CompileRecording> recording;  // WEFT_TIME_PASSES: only compiles are recorded
+    if (!compiled_already(consts, divisible, backend)) recording.emplace(name, backend.name());
     Specialization& s = specialization(consts, divisible);
     std::shared_ptr<CompiledKernel>& slot = s.compiled[&backend];
     if (!slot)
       slot = reproducing(*s.function, options, backend.name(), [&] { return backend.compile(*s.function, options); });
     return slot;
   }
+  bool compiled_already(const std::vector<KernelArg>& consts, uint64_t divisible, Backend& backend) const {
+    auto it = specializations.find(specialization_key(consts, divisible));
+    return it != specializations.end() && it->second.compiled.count(&backend);
+  }
+  static std::string specialization_key(const std::vector<KernelArg>& consts, uint64_t divisible);
 };
 
 namespace {
@@ -278,14 +287,19 @@ void check_cluster(const ClusterDims& c, const std::string& name, SourceLoc loc)
 
 }  // namespace
 
+std::string KernelImpl::specialization_key(const std::vector<KernelArg>& consts, uint64_t divisible) {
+  return const_key(consts) + fmt::format("d{}", divisible);
+}
+
 KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelArg>& consts, uint64_t divisible) {
-  std::string key = const_key(consts) + fmt::format("d{}", divisible);
+  std::string key = specialization_key(consts, divisible);
   auto it = specializations.find(key);
   if (it != specializations.end()) return it->second;
   Specialization s;
   s.function = dsl::trace_kernel(name, params, tracer, consts, divisible, loc);
   support::dump("ir", name, "ir", ir::print(*s.function, {.locations = true}));
-  // WEFT_CHECK_PTX: the PTX must pass ptxas too
+  // WEFT_CHECK_PTX: the PTX must pass ptxas too (not part of the kernel's compile time)
+  support::RecordingPause not_this_kernels_compile;
   reproducing(*s.function, options, "WEFT_CHECK_PTX", [&] { check_ptx_if_asked(*s.function, options); });
   return specializations.emplace(key, std::move(s)).first->second;
 }
@@ -457,6 +471,7 @@ std::string kernel_ptx(KernelImpl& k, const std::vector<KernelArg>& const_args, 
   refuse_inside_kernel_body(k, "ptx", k.loc);
   std::vector<KernelArg> consts = consts_by_position(k, const_args, "ptx");
   std::lock_guard<std::mutex> lock(k.mutex);
+  support::CompileRecording recording(k.name, arch + " (Kernel::ptx)");
   const ir::Function& f = *k.specialization(consts, 0).function;
   return reproducing(f, k.options, "PTX for " + arch, [&] {
     return codegen::nvptx::compile_to_ptx(f, k.options, codegen::nvptx::PtxTarget{arch, "+ptx85"}).ptx;

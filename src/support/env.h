@@ -39,6 +39,7 @@ struct Knobs {
   bool debug = false;
   int64_t debug_timeout_ms = 5000;
   std::string check_ptx;  // an architecture, e.g. sm_90a; empty: no check
+  bool time_passes = false;
 
   bool dumps(std::string_view stage) const;
 };

@@ -13,9 +13,11 @@
 #include <llvm/TargetParser/Triple.h>
 
 #include <mutex>
+#include <optional>
 
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/lower_nvptx.h"
+#include "support/compile_timing.h"
 #include "support/env.h"
 
 extern "C" void LLVMInitializeNVPTXTargetInfo();
@@ -84,23 +86,32 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
                 f.loc);
   if (std::string why = unknown_arch_reason(target.arch); !why.empty())
     throw Error(fmt::format("kernel '{}' compiled for {}", f.name, why), f.loc);
-  auto tm = make_target_machine(target);
+  using support::CompileStage;
+  std::unique_ptr<llvm::TargetMachine> tm;
+  {
+    support::StageTimer timer(CompileStage::codegen);
+    tm = make_target_machine(target);
+  }
   llvm::LLVMContext context;
   bool debug = debug_mode(options);
   passes::WaitSites waits = debug ? passes::plan_wait_sites(f, options.num_warps) : passes::WaitSites{};
+  std::optional<support::StageTimer> stage(std::in_place, CompileStage::llvm_ir);
   LoweredKernel lowered = lower_to_nvptx(f, context, options.num_warps, options.cluster, f.name, debug ? &waits : nullptr);
   llvm::Module& m = *lowered.module;
   m.setTargetTriple(llvm::Triple(kTriple));
   m.setDataLayout(tm->createDataLayout());
   support::dump("llvm", f.name, "nvptx.ll", print_module(m));
+  stage.emplace(CompileStage::llvm_opt);
   optimize_module(m, tm.get(), llvm::OptimizationLevel::O3);
 
+  stage.emplace(CompileStage::codegen);
   llvm::SmallString<0> ptx;
   llvm::raw_svector_ostream os(ptx);
   llvm::legacy::PassManager pm;
   if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile))
     throw InternalError("NVPTX: the target machine cannot emit PTX");
   pm.run(m);
+  stage.reset();
   PtxKernel out;
   out.ptx = std::string(ptx.str());
   out.entry = lowered.symbol;

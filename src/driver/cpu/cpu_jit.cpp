@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "cache/disk_cache.h"
 #include "codegen/cpu/lower_cpu.h"
@@ -28,6 +29,7 @@
 #include "driver/cpu/block_runtime.h"
 #include "ir/printer.h"
 #include "support/build_id.h"
+#include "support/compile_timing.h"
 #include "support/env.h"
 
 namespace weft::driver::cpu {
@@ -145,11 +147,13 @@ class HostJit {
     // compiled by another process links here unchanged.
     const std::string symbol = fmt::format("weft_{}", f.name);
     auto context = std::make_unique<llvm::LLVMContext>();
+    std::optional<support::StageTimer> stage(std::in_place, support::CompileStage::llvm_ir);
     codegen::cpu::CpuModule lowered = codegen::cpu::lower_to_cpu(f, *context, symbol, default_warps);
     llvm::Module& m = *lowered.module;
     m.setDataLayout(jit_->getDataLayout());
     m.setTargetTriple(target_machine_->getTargetTriple());
     support::dump("llvm", f.name, "ll", print_module(m));
+    stage.reset();
 
     const support::Knobs& knobs = support::knobs();
     const bool dumping = knobs.dumps("llvm") || knobs.dumps("llvm-opt");
@@ -199,10 +203,13 @@ class HostJit {
 
   std::string compile_object(llvm::Module& m, const std::string& name) {
     // A target machine of its own (a TargetMachine is not thread-safe), so that threads compile in parallel.
+    std::optional<support::StageTimer> stage(std::in_place, support::CompileStage::codegen);
     auto tm = machine_builder_.createTargetMachine();
     if (!tm) throw InternalError("CPU JIT: no target machine for the host: " + to_string(tm.takeError()));
+    stage.emplace(support::CompileStage::llvm_opt);
     codegen::optimize_module(m, tm->get(), llvm::OptimizationLevel::O2);
     support::dump("llvm-opt", name, "opt.ll", print_module(m));
+    stage.emplace(support::CompileStage::codegen);
     auto object = llvm::orc::SimpleCompiler(**tm)(m);
     if (!object)
       throw InternalError(fmt::format("CPU JIT: compiling kernel '{}' failed: {}", name, to_string(object.takeError())));
@@ -213,6 +220,7 @@ class HostJit {
   std::optional<JitKernel> link(const ir::Function& f, const std::string& symbol, const std::string& object,
                                 const codegen::cpu::CpuModule& lowered) {
     if (object.empty()) return std::nullopt;
+    support::StageTimer timer(support::CompileStage::link);
     auto dylib = jit_->createJITDylib(fmt::format("weft_kernel_{}", dylib_counter_++));
     if (!dylib)
       throw InternalError(fmt::format("CPU JIT: no JITDylib for kernel '{}': {}", f.name, to_string(dylib.takeError())));
