@@ -87,6 +87,7 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
                               v));
     k.time_passes = v == "1";
   }
+  k.nvptx_passes = get("WEFT_NVPTX_PASSES");
   return k;
 }
 

@@ -17,6 +17,7 @@
 
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/lower_nvptx.h"
+#include "codegen/nvptx/nvptx_pipeline.h"
 #include "support/compile_timing.h"
 #include "support/env.h"
 
@@ -64,7 +65,7 @@ std::string print_module(const llvm::Module& m) {
 
 }  // namespace
 
-std::string code_generator_version() { return "LLVM " LLVM_VERSION_STRING; }
+std::string code_generator_version() { return "LLVM " LLVM_VERSION_STRING "; passes " + nvptx_pipeline(); }
 
 bool debug_mode(const KernelOptions& options) { return options.debug || support::knobs().debug; }
 
@@ -100,9 +101,9 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
   llvm::Module& m = *lowered.module;
   m.setTargetTriple(llvm::Triple(kTriple));
   m.setDataLayout(tm->createDataLayout());
-  support::dump("llvm", f.name, "nvptx.ll", print_module(m));
+  if (support::knobs().dumps("llvm")) support::dump("llvm", f.name, "nvptx.ll", print_module(m));
   stage.emplace(CompileStage::llvm_opt);
-  optimize_module(m, tm.get(), llvm::OptimizationLevel::O3);
+  optimize_for_nvptx(m, tm.get());
 
   stage.emplace(CompileStage::codegen);
   llvm::SmallString<0> ptx;

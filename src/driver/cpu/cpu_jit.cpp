@@ -152,7 +152,7 @@ class HostJit {
     llvm::Module& m = *lowered.module;
     m.setDataLayout(jit_->getDataLayout());
     m.setTargetTriple(target_machine_->getTargetTriple());
-    support::dump("llvm", f.name, "ll", print_module(m));
+    if (support::knobs().dumps("llvm")) support::dump("llvm", f.name, "ll", print_module(m));
     stage.reset();
 
     const support::Knobs& knobs = support::knobs();
@@ -208,7 +208,7 @@ class HostJit {
     if (!tm) throw InternalError("CPU JIT: no target machine for the host: " + to_string(tm.takeError()));
     stage.emplace(support::CompileStage::llvm_opt);
     codegen::optimize_module(m, tm->get(), llvm::OptimizationLevel::O2);
-    support::dump("llvm-opt", name, "opt.ll", print_module(m));
+    if (support::knobs().dumps("llvm-opt")) support::dump("llvm-opt", name, "opt.ll", print_module(m));
     stage.emplace(support::CompileStage::codegen);
     auto object = llvm::orc::SimpleCompiler(**tm)(m);
     if (!object)
