@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdio>
 
 #include "support/env.h"
@@ -23,6 +24,7 @@ struct ThreadState {
 };
 thread_local ThreadState state;
 thread_local std::optional<CompileTimes> last;
+std::atomic<int> open_recordings{0}, peak_recordings{0};
 
 }  // namespace
 
@@ -50,11 +52,15 @@ CompileRecording::CompileRecording(std::string kernel, std::string target)
   if (outer_ && outer_stage_ >= 0) outer_->times_.ms[outer_stage_] += ms_between(state.since, start_);
   state.recording = this;
   state.stage = -1;
+  const int open = ++open_recordings;
+  for (int peak = peak_recordings.load(); open > peak && !peak_recordings.compare_exchange_weak(peak, open);) {
+  }
 }
 
 CompileRecording::~CompileRecording() {
   const Clock::time_point now = Clock::now();
   times_.total_ms = ms_between(start_, now);
+  --open_recordings;
   state.recording = outer_;
   state.stage = outer_stage_;
   state.since = now;
@@ -98,5 +104,7 @@ RecordingPause::~RecordingPause() {
 }
 
 std::optional<CompileTimes> last_compile_times() { return last; }
+
+int take_peak_concurrent_compiles() { return peak_recordings.exchange(open_recordings.load()); }
 
 }  // namespace weft::support

@@ -91,4 +91,8 @@ class RecordingPause {
 // The times of the last recording that ended on this thread.
 std::optional<CompileTimes> last_compile_times();
 
+// The most recordings open at once, over all threads, since the last call (which resets it to those open
+// now): how many compiles ran side by side (Kernel::compile_async's test).
+int take_peak_concurrent_compiles();
+
 }  // namespace weft::support
