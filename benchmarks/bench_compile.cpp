@@ -13,6 +13,8 @@
 // every stage up to the PTX (link and load are 0).
 //
 //   bench_compile [--runs N] [--warm N] [--json] [--only NAME]
+//   bench_compile --parallel [--runs N] [--json]   every kernel one after the other, then all at once with
+//                                                  Kernel::compile_async (in one process, after a warm-up)
 //   bench_compile --once NAME [--warm N]    (internal) one process's compiles, one line of numbers each
 #include <algorithm>
 #include <chrono>
@@ -20,6 +22,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <future>
+#include <memory>
+#include <thread>
+#include <tuple>
 #include <map>
 #include <optional>
 #include <string>
@@ -50,18 +56,41 @@ Kernel make_softmax() {
   });
 }
 
-// A kernel to compile: `compile(dev)` makes a new Kernel and compiles its specialization on `dev`.
+// A compile under way: the future, and the Kernel and Tmas it reads (alive until it is ready).
+struct Pending {
+  std::shared_ptr<void> keep;
+  std::future<std::shared_ptr<const detail::CompiledKernel>> done;
+};
+
+// Compiles k's specialization for `args` on `dev`: now (Kernel::compile), or with Kernel::compile_async.
+template <class... A> Pending start(Device& dev, bool async, Kernel k, A... args) {
+  auto keep = std::make_shared<std::tuple<Kernel, A...>>(std::move(k), std::move(args)...);
+  Pending p;
+  p.keep = keep;
+  p.done = std::apply(
+      [&](Kernel& kernel, A&... a) {
+        if (async) return kernel.compile_async(dev, a...);
+        std::promise<std::shared_ptr<const detail::CompiledKernel>> ready;
+        ready.set_value(kernel.compile(dev, a...));
+        return ready.get_future();
+      },
+      *keep);
+  return p;
+}
+
+// A kernel to compile: `start(dev, async)` makes a new Kernel and compiles its specialization on `dev`.
 struct Case {
   const char* name;
-  std::function<void(Device&)> compile;
+  std::function<Pending(Device&, bool)> start;
+  void compile(Device& dev) const { start(dev, false).done.get(); }
 };
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  out.push_back({"softmax", [](Device& dev) { make_softmax().compile(dev, 1024); }});
-  out.push_back({"layernorm", [](Device& dev) { make_layernorm().compile(dev, 2048); }});
+  out.push_back({"softmax", [](Device& dev, bool async) { return start(dev, async, make_softmax(), 1024); }});
+  out.push_back({"layernorm", [](Device& dev, bool async) { return start(dev, async, make_layernorm(), 2048); }});
   for (bool nk : {true, false}) {
-    out.push_back({nk ? "gemm_ws_nk" : "gemm_ws_kn", [nk](Device& dev) {
+    out.push_back({nk ? "gemm_ws_nk" : "gemm_ws_kn", [nk](Device& dev, bool async) {
                      const int M = 4096, N = 4096, K = 4096;
                      GemmConfig cfg;
                      static std::vector<Buffer<bf16>> b;  // allocated once per process (one device)
@@ -70,11 +99,11 @@ std::vector<Case> cases() {
                      auto a_desc = tma(b[0], {M, K}, {cfg.BM, cfg.BK});
                      auto b_desc = nk ? tma(b[1], {N, K}, {cfg.BN, cfg.BK}) : tma(b[1], {K, N}, {cfg.BK, 64});
                      auto c_desc = tma(b[2], {M, N}, {cfg.BM / 2, cfg.epilogue_n});
-                     make_gemm_hopper_ws(cfg, nk).compile(dev, a_desc, b_desc, c_desc);
+                     return start(dev, async, make_gemm_hopper_ws(cfg, nk), a_desc, b_desc, c_desc);
                    }});
   }
   for (bool causal : {false, true}) {
-    out.push_back({causal ? "attention_d128_causal" : "attention_d128", [causal](Device& dev) {
+    out.push_back({causal ? "attention_d128_causal" : "attention_d128", [causal](Device& dev, bool async) {
                      const int B = 1, H = 16, S = 4096, D = 128;
                      AttentionConfig cfg = attention_config(D);
                      static std::vector<Buffer<bf16>> b;
@@ -83,7 +112,7 @@ std::vector<Case> cases() {
                      const int64_t bh = B * H, half = cfg.BM / 2;
                      auto q = tma(b[0], {bh, S, D}, {1, half, 64}), o = tma(b[3], {bh, S, D}, {1, half, 64});
                      auto k = tma(b[1], {bh, S, D}, {1, cfg.BN, 64}), v = tma(b[2], {bh, S, D}, {1, cfg.BN, 64});
-                     make_attention_fwd<bf16>(cfg, D, causal).compile(dev, q, k, v, o);
+                     return start(dev, async, make_attention_fwd<bf16>(cfg, D, causal), q, k, v, o);
                    }});
   }
   return out;
@@ -116,6 +145,34 @@ int run_once(const std::string& name, int warm) {
   return 2;
 }
 
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Every kernel compiled one after the other, then all at once with compile_async (new Kernels each time,
+// after one warm-up compile): prints "serial_ms parallel_ms longest_single_ms threads".
+int run_parallel_once() {
+  Device dev = Device::current();
+  Buffer<float> context = dev.alloc<float>(1);
+  std::vector<Case> all = cases();
+  all[0].compile(dev);  // LLVM's and the driver's start-up
+  double longest = 0;
+  auto t = std::chrono::steady_clock::now();
+  for (const Case& c : all) {
+    auto one = std::chrono::steady_clock::now();
+    c.compile(dev);
+    longest = std::max(longest, ms_since(one));
+  }
+  double serial = ms_since(t);
+  t = std::chrono::steady_clock::now();
+  std::vector<Pending> pending;
+  for (const Case& c : all) pending.push_back(c.start(dev, true));
+  for (Pending& p : pending) p.done.get();
+  double parallel = ms_since(t);
+  std::printf("%.3f %.3f %.3f %u\n", serial, parallel, longest, std::thread::hardware_concurrency());
+  return 0;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return -1;
   std::sort(v.begin(), v.end());
@@ -146,7 +203,7 @@ std::vector<Row> run_child(const char* self, const std::string& name, int warm) 
 
 int main(int argc, char** argv) try {
   int runs = 5, warm = 3;
-  bool json = false;
+  bool json = false, parallel = false;
   std::string only, once;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -155,12 +212,36 @@ int main(int argc, char** argv) try {
     else if (a == "--warm" && i + 1 < argc) warm = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--once" && i + 1 < argc) once = argv[++i];
+    else if (a == "--parallel") parallel = true;
     else {
       std::fprintf(stderr, "usage: bench_compile [--runs N] [--warm N] [--json] [--only NAME]\n");
       return 2;
     }
   }
-  if (!once.empty()) return run_once(once, warm);
+  if (!once.empty()) return once == "parallel" ? run_parallel_once() : run_once(once, warm);
+  if (parallel) {  // median over `runs` fresh processes
+    std::vector<double> serial, together, longest;
+    unsigned threads = 0;
+    for (int r = 0; r < runs; ++r) {
+      std::string command = std::string("WEFT_CACHE=0 CUDA_CACHE_DISABLE=1 ") + argv[0] + " --once parallel";
+      FILE* p = popen(command.c_str(), "r");
+      double s = 0, t = 0, l = 0;
+      if (p && std::fscanf(p, "%lf %lf %lf %u", &s, &t, &l, &threads) == 4) {
+        serial.push_back(s), together.push_back(t), longest.push_back(l);
+      }
+      if (p) pclose(p);
+    }
+    if (serial.empty()) return 1;
+    if (json)
+      std::printf("{\"parallel\": {\"kernels\": %zu, \"threads\": %u, \"serial_ms\": %.3f, \"compile_async_ms\": %.3f, "
+                  "\"longest_single_ms\": %.3f}}\n",
+                  cases().size(), threads, median(serial), median(together), median(longest));
+    else
+      std::printf("all %zu kernels, new Kernels after a warm-up, median of %d processes: one after the other %.1f ms, "
+                  "compile_async on %u compile threads %.1f ms (the longest single compile: %.1f ms)\n",
+                  cases().size(), runs, median(serial), median(together), threads, median(longest));
+    return 0;
+  }
 
   Device dev = Device::current();
   const std::string device = dev.name();
