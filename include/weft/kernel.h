@@ -16,6 +16,7 @@
 #include <array>
 #include <cstddef>
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -147,6 +148,8 @@ std::string kernel_ir(KernelImpl&, const std::vector<KernelArg>& const_args);
 std::string kernel_ptx(KernelImpl&, const std::vector<KernelArg>& const_args, const std::string& arch);
 struct CompiledKernel;
 std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl&, Backend&, const std::vector<KernelArg>& const_args);
+std::future<std::shared_ptr<const CompiledKernel>> compile_kernel_async(std::shared_ptr<KernelImpl>, Backend&,
+                                                                        std::vector<KernelArg> const_args);
 
 }  // namespace detail
 
@@ -186,6 +189,20 @@ class Kernel {
   template <class... C>
   std::shared_ptr<const detail::CompiledKernel> compile(const Device& device, const C&... const_args) const {
     return detail::compile_kernel(*impl_, device.backend(), {detail::kernel_arg(const_args)...});
+  }
+
+  // The same compile on one of weft's compile threads (one per host core), returning at once: start every
+  // specialization an autotuner tries, or every kernel a library warms, then wait for the futures, and the
+  // compiles run side by side (the wait is the longest of them per core, not the sum). The result is the
+  // one compile() and launches then use; errors, also in the arguments, come out of the future's get().
+  // Tma arguments are read during the compile: keep them alive until the future is ready.
+  //   std::vector<std::future<std::shared_ptr<const detail::CompiledKernel>>> pending;
+  //   for (int block : {64, 128, 256}) pending.push_back(k.compile_async(dev, block));
+  //   for (auto& f : pending) f.get();
+  template <class... C>
+  std::future<std::shared_ptr<const detail::CompiledKernel>> compile_async(const Device& device,
+                                                                           const C&... const_args) const {
+    return detail::compile_kernel_async(impl_, device.backend(), {detail::kernel_arg(const_args)...});
   }
 
   // The traced IR, as text, for the given Const arguments (in the order of the Const parameters, with a

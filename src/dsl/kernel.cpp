@@ -7,16 +7,20 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "codegen/nvptx/compile_ptx.h"
 #include "driver/backend.h"
 #include "driver/ptx_check.h"
+#include "dsl/compile_pool.h"
 #include "dsl/reproducer.h"
 #include "dsl/trace.h"
 #include "ir/printer.h"
+#include "support/compile_timing.h"
 #include "support/env.h"
 #include "support/float_rounding.h"
 
@@ -41,9 +45,11 @@ class KernelImpl {
   KernelOptions options;
   SourceLoc loc;
 
+  // A backend's compile of a specialization, ready or under way on some thread (which holds the promise).
+  using CompiledSlot = std::shared_future<std::shared_ptr<CompiledKernel>>;
   struct Specialization {
     std::shared_ptr<const ir::Function> function;
-    std::unordered_map<Backend*, std::shared_ptr<CompiledKernel>> compiled;
+    std::unordered_map<Backend*, CompiledSlot> compiled;
   };
   std::mutex mutex;
   // Keyed on the Const values, the descriptors' specialization bits and `divisible`.
@@ -61,14 +67,43 @@ class KernelImpl {
   // 16 at this launch (0 for Kernel::ir / compile, which see no arguments). Code generators use it to
   // prove 16-byte accesses at compile time; kernels specialize on it as they do on Const values.
   Specialization& specialization(const std::vector<KernelArg>& consts, uint64_t divisible);
-  // The specialization compiled for `backend` (compiled now if it was not yet). Call with `mutex` held.
-  std::shared_ptr<CompiledKernel> compiled(const std::vector<KernelArg>& consts, uint64_t divisible, Backend& backend) {
-    Specialization& s = specialization(consts, divisible);
-    std::shared_ptr<CompiledKernel>& slot = s.compiled[&backend];
-    if (!slot)
-      slot = reproducing(*s.function, options, backend.name(), [&] { return backend.compile(*s.function, options); });
-    return slot;
+  // The specialization compiled for `backend` (compiled now if it was not yet). Call with `lock` (of `mutex`)
+  // held: tracing happens under it, but the backend's compile does not, so that other threads compile other
+  // specializations meanwhile (Kernel::compile_async); a thread that wants a compile under way waits for it.
+  std::shared_ptr<CompiledKernel> compiled(const std::vector<KernelArg>& consts, uint64_t divisible, Backend& backend,
+                                           std::unique_lock<std::mutex>& lock) {
+    std::optional<support::CompileRecording> recording;  // WEFT_TIME_PASSES: only compiles are recorded
+    if (!compiled_already(consts, divisible, backend)) recording.emplace(name, backend.name());
+    Specialization& s = specialization(consts, divisible);  // never erased: stays valid while unlocked
+    if (auto it = s.compiled.find(&backend); it != s.compiled.end()) {
+      CompiledSlot slot = it->second;
+      lock.unlock();
+      slot.wait();
+      lock.lock();
+      return slot.get();
+    }
+    std::promise<std::shared_ptr<CompiledKernel>> promise;
+    s.compiled.emplace(&backend, promise.get_future().share());
+    std::shared_ptr<const ir::Function> function = s.function;
+    lock.unlock();
+    try {
+      std::shared_ptr<CompiledKernel> k =
+          reproducing(*function, options, backend.name(), [&] { return backend.compile(*function, options); });
+      promise.set_value(k);
+      lock.lock();
+      return k;
+    } catch (...) {
+      promise.set_exception(std::current_exception());  // for the threads waiting on it
+      lock.lock();
+      s.compiled.erase(&backend);  // a later call compiles again
+      throw;
+    }
   }
+  bool compiled_already(const std::vector<KernelArg>& consts, uint64_t divisible, Backend& backend) const {
+    auto it = specializations.find(specialization_key(consts, divisible));
+    return it != specializations.end() && it->second.compiled.count(&backend);
+  }
+  static std::string specialization_key(const std::vector<KernelArg>& consts, uint64_t divisible);
 };
 
 namespace {
@@ -278,14 +313,19 @@ void check_cluster(const ClusterDims& c, const std::string& name, SourceLoc loc)
 
 }  // namespace
 
+std::string KernelImpl::specialization_key(const std::vector<KernelArg>& consts, uint64_t divisible) {
+  return const_key(consts) + fmt::format("d{}", divisible);
+}
+
 KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelArg>& consts, uint64_t divisible) {
-  std::string key = const_key(consts) + fmt::format("d{}", divisible);
+  std::string key = specialization_key(consts, divisible);
   auto it = specializations.find(key);
   if (it != specializations.end()) return it->second;
   Specialization s;
   s.function = dsl::trace_kernel(name, params, tracer, consts, divisible, loc);
   if (support::knobs().dumps("ir")) support::dump("ir", name, "ir", ir::print(*s.function, {.locations = true}));
-  // WEFT_CHECK_PTX: the PTX must pass ptxas too
+  // WEFT_CHECK_PTX: the PTX must pass ptxas too (not part of the kernel's compile time)
+  support::RecordingPause not_this_kernels_compile;
   reproducing(*s.function, options, "WEFT_CHECK_PTX", [&] { check_ptx_if_asked(*s.function, options); });
   return specializations.emplace(key, std::move(s)).first->second;
 }
@@ -393,7 +433,7 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
   // CompiledKernel stays alive after the lock is released: `specializations` owns it for as long as `k`.
   CompiledKernel* compiled;
   {
-    std::lock_guard<std::mutex> lock(k.mutex);
+    std::unique_lock<std::mutex> lock(k.mutex);
     if (k.last_backend == &backend && k.last_consts.size() == num_consts &&
         std::equal(k.last_consts.begin(), k.last_consts.end(), consts.data())) {
       compiled = k.last_compiled;
@@ -404,7 +444,7 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
         if (k.params[i].is_const) by_position[i] = const_value(k, i, args[i], grid.loc);
         if (k.params[i].is_descriptor) by_position[i] = args[i];
       }
-      compiled = k.compiled(by_position, divisible, backend).get();
+      compiled = k.compiled(by_position, divisible, backend, lock).get();
       k.last_backend = &backend;
       k.last_consts.assign(consts.data(), consts.data() + num_consts);
       k.last_compiled = compiled;
@@ -457,6 +497,7 @@ std::string kernel_ptx(KernelImpl& k, const std::vector<KernelArg>& const_args, 
   refuse_inside_kernel_body(k, "ptx", k.loc);
   std::vector<KernelArg> consts = consts_by_position(k, const_args, "ptx");
   std::lock_guard<std::mutex> lock(k.mutex);
+  support::CompileRecording recording(k.name, arch + " (Kernel::ptx)");
   const ir::Function& f = *k.specialization(consts, 0).function;
   return reproducing(f, k.options, "PTX for " + arch, [&] {
     return codegen::nvptx::compile_to_ptx(f, k.options, codegen::nvptx::PtxTarget{arch, "+ptx85"}).ptx;
@@ -467,8 +508,23 @@ std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl& k, Backend& bac
                                                      const std::vector<KernelArg>& const_args) {
   refuse_inside_kernel_body(k, "compile", k.loc);
   std::vector<KernelArg> consts = consts_by_position(k, const_args, "compile");
-  std::lock_guard<std::mutex> lock(k.mutex);
-  return k.compiled(consts, 0, backend);
+  std::unique_lock<std::mutex> lock(k.mutex);
+  return k.compiled(consts, 0, backend, lock);
+}
+
+std::future<std::shared_ptr<const CompiledKernel>> compile_kernel_async(std::shared_ptr<KernelImpl> k, Backend& backend,
+                                                                        std::vector<KernelArg> const_args) {
+  refuse_inside_kernel_body(*k, "compile_async", k->loc);
+  auto promise = std::make_shared<std::promise<std::shared_ptr<const CompiledKernel>>>();
+  std::future<std::shared_ptr<const CompiledKernel>> result = promise->get_future();
+  dsl::run_on_compile_thread([k = std::move(k), &backend, const_args = std::move(const_args), promise] {
+    try {
+      promise->set_value(compile_kernel(*k, backend, const_args));
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  return result;
 }
 
 }  // namespace weft::detail

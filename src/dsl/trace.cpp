@@ -7,6 +7,7 @@
 #include "ir/verifier.h"
 #include "passes/shared_memory_plan.h"
 #include "passes/task_plan.h"
+#include "support/compile_timing.h"
 
 namespace weft {
 namespace {
@@ -255,7 +256,11 @@ std::shared_ptr<const ir::Function> trace_kernel(const std::string& name, const 
     function->params.push_back(p);
     inputs.values[i] = p;
   }
-  tracer(inputs);
+  {
+    support::StageTimer timer(support::CompileStage::trace);
+    tracer(inputs);
+  }
+  support::StageTimer timer(support::CompileStage::passes);
   ir::verify(*function);
   // The plans are made again by each backend; here they report budget and placement errors at trace time.
   passes::plan_tasks(*function, 1);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "support/compile_timing.h"
+
 namespace weft::passes {
 namespace {
 
@@ -40,6 +42,7 @@ AccessPattern clamp(const ir::Node& n, AccessPattern p) {
 }  // namespace
 
 AccessPatterns::AccessPatterns(const ir::Function& f) {
+  support::StageTimer timer(support::CompileStage::passes);
   for (const ir::NodeRef& p : f.params) known_[p.get()] = compute(*p);
   visit(f.body);
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "support/compile_timing.h"
 #include "weft/error.h"
 
 namespace weft::passes {
@@ -116,6 +117,7 @@ struct Assigner {
 }  // namespace
 
 SharedLayouts assign_shared_layouts(const ir::Function& f) {
+  support::StageTimer timer(support::CompileStage::passes);
   Assigner a;
   a.region(f.body);
   a.check_row_views();

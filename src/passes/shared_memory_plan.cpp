@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "passes/shared_layouts.h"
+#include "support/compile_timing.h"
 #include "weft/error.h"
 
 namespace weft::passes {
@@ -21,6 +22,7 @@ std::string SharedMemoryPlan::table() const {
 }
 
 SharedMemoryPlan plan_shared_memory(const ir::Function& f, int64_t limit) {
+  support::StageTimer timer(support::CompileStage::passes);
   SharedLayouts layouts = assign_shared_layouts(f);
   SharedMemoryPlan plan;
   const ir::Node* last = nullptr;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "support/compile_timing.h"
 #include "weft/error.h"
 
 namespace weft::passes {
@@ -51,6 +52,7 @@ void check_named_barrier_ids(const ir::Region& r, int first_reserved) {
 }  // namespace
 
 TaskPlan plan_tasks(const ir::Function& f, int default_warps) {
+  support::StageTimer timer(support::CompileStage::passes);
   TaskPlan plan;
   plan.tasks = find_tasks(f);
   if (!plan.tasks) {

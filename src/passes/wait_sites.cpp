@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "passes/shared_memory_plan.h"
+#include "support/compile_timing.h"
 
 namespace weft::passes {
 namespace {
@@ -48,6 +49,7 @@ std::string WaitSites::describe(const WaitTimeoutRecord& r, int64_t timeout_ms) 
 }
 
 WaitSites plan_wait_sites(const ir::Function& f, int num_warps) {
+  support::StageTimer timer(support::CompileStage::passes);
   WaitSites out;
   out.kernel = f.name;
   number_waits(f.body, out);

@@ -88,6 +88,14 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
     k.debug_timeout_ms = parse_number("WEFT_DEBUG_TIMEOUT_MS", v, 1, int64_t(1) << 40,
                                       "a timeout; give a whole number of milliseconds, at least 1 (default 5000)");
   k.check_ptx = get("WEFT_CHECK_PTX");
+  if (std::string v = get("WEFT_TIME_PASSES"); !v.empty()) {
+    if (v != "0" && v != "1")
+      throw Error(fmt::format("WEFT_TIME_PASSES={} is not a setting; use WEFT_TIME_PASSES=1 to print each kernel's "
+                              "compile time by stage, 0 (or unset it) for none",
+                              v));
+    k.time_passes = v == "1";
+  }
+  k.nvptx_passes = get("WEFT_NVPTX_PASSES");
   return k;
 }
 

@@ -21,6 +21,10 @@
 //                                     architecture and assemble it with ptxas (from PATH, else
 //                                     /usr/local/cuda/bin/ptxas), on any backend: ptxas's refusal, or no
 //                                     ptxas, is an Error (src/driver/ptx_check.h)
+//   WEFT_TIME_PASSES=1                print each kernel's compile time by stage on stderr, one line per
+//                                     compiled kernel (src/support/compile_timing.h)
+//   WEFT_NVPTX_PASSES=pipeline        the LLVM passes run on NVPTX modules instead of weft's own
+//                                     (LLVM's textual syntax; "default<O3>": LLVM's O3), to compare
 #pragma once
 
 #include <cstdint>
@@ -42,6 +46,8 @@ struct Knobs {
   bool check_bounds = false;  // WEFT_CHECK_BOUNDS (default: WEFT_DEBUG)
   int64_t debug_timeout_ms = 5000;
   std::string check_ptx;  // an architecture, e.g. sm_90a; empty: no check
+  bool time_passes = false;
+  std::string nvptx_passes;  // an LLVM pass pipeline; empty: weft's (codegen/nvptx/nvptx_pipeline.h)
 
   bool dumps(std::string_view stage) const;
 };

@@ -56,6 +56,10 @@ TEST_CASE("knobs: numbers that are not numbers, or out of range, and unknown wor
   CHECK_THROWS_WITH(parse({{"WEFT_DEBUG_TIMEOUT_MS", "99999999999999999999"}}),
                     Catch::Contains("is not a timeout"));
   CHECK_THROWS_WITH(parse({{"WEFT_DEBUG", "yes"}}), Catch::Contains("WEFT_DEBUG=yes is not a setting; use WEFT_DEBUG=1"));
+  CHECK_THROWS_WITH(parse({{"WEFT_TIME_PASSES", "yes"}}),
+                    Catch::Contains("WEFT_TIME_PASSES=yes is not a setting; use WEFT_TIME_PASSES=1"));
+  CHECK(parse({{"WEFT_TIME_PASSES", "1"}}).time_passes);
+  CHECK(parse({{"WEFT_NVPTX_PASSES", "default<O3>"}}).nvptx_passes == "default<O3>");
   CHECK_THROWS_WITH(parse({{"WEFT_BACKEND", "gpu"}}), Catch::Contains("WEFT_BACKEND=gpu is not a backend; use cpu, cuda or hip"));
   CHECK(parse({{"WEFT_BACKEND", "cuda"}}).backend == "cuda");
 }

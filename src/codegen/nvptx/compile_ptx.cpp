@@ -13,9 +13,12 @@
 #include <llvm/TargetParser/Triple.h>
 
 #include <mutex>
+#include <optional>
 
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/lower_nvptx.h"
+#include "codegen/nvptx/nvptx_pipeline.h"
+#include "support/compile_timing.h"
 #include "support/env.h"
 
 extern "C" void LLVMInitializeNVPTXTargetInfo();
@@ -62,7 +65,7 @@ std::string print_module(const llvm::Module& m) {
 
 }  // namespace
 
-std::string code_generator_version() { return "LLVM " LLVM_VERSION_STRING; }
+std::string code_generator_version() { return "LLVM " LLVM_VERSION_STRING "; passes " + nvptx_pipeline(); }
 
 bool debug_mode(const KernelOptions& options) { return options.debug || support::knobs().debug; }
 
@@ -99,23 +102,32 @@ TargetPlan plan_for_target(const ir::Function& f, const KernelOptions& options, 
 
 PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, const PtxTarget& target) {
   check_options(f, options, target);
-  auto tm = make_target_machine(target);
+  using support::CompileStage;
+  std::unique_ptr<llvm::TargetMachine> tm;
+  {
+    support::StageTimer timer(CompileStage::codegen);
+    tm = make_target_machine(target);
+  }
   llvm::LLVMContext context;
   bool debug = debug_mode(options);
   passes::WaitSites waits = debug ? passes::plan_wait_sites(f, options.num_warps) : passes::WaitSites{};
+  std::optional<support::StageTimer> stage(std::in_place, CompileStage::llvm_ir);
   LoweredKernel lowered = lower_to_nvptx(f, context, options.num_warps, options.cluster, f.name, debug ? &waits : nullptr);
   llvm::Module& m = *lowered.module;
   m.setTargetTriple(llvm::Triple(kTriple));
   m.setDataLayout(tm->createDataLayout());
   if (support::knobs().dumps("llvm")) support::dump("llvm", f.name, "nvptx.ll", print_module(m));
-  optimize_module(m, tm.get(), llvm::OptimizationLevel::O3);
+  stage.emplace(CompileStage::llvm_opt);
+  optimize_for_nvptx(m, tm.get());
 
+  stage.emplace(CompileStage::codegen);
   llvm::SmallString<0> ptx;
   llvm::raw_svector_ostream os(ptx);
   llvm::legacy::PassManager pm;
   if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile))
     throw InternalError("NVPTX: the target machine cannot emit PTX");
   pm.run(m);
+  stage.reset();
   PtxKernel out;
   out.ptx = std::string(ptx.str());
   out.entry = lowered.symbol;

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "cache/disk_cache.h"
 #include "codegen/cpu/lower_cpu.h"
@@ -30,6 +31,7 @@
 #include "ir/printer.h"
 #include "support/build_id.h"
 #include "driver/cpu/bounds_checks.h"
+#include "support/compile_timing.h"
 #include "support/env.h"
 
 namespace weft::driver::cpu {
@@ -166,11 +168,13 @@ class HostJit {
     // compiled by another process links here unchanged.
     const std::string symbol = fmt::format("weft_{}", f.name);
     auto context = std::make_unique<llvm::LLVMContext>();
+    std::optional<support::StageTimer> stage(std::in_place, support::CompileStage::llvm_ir);
     codegen::cpu::CpuModule lowered = codegen::cpu::lower_to_cpu(f, *context, symbol, default_warps, check_bounds);
     llvm::Module& m = *lowered.module;
     m.setDataLayout(jit_->getDataLayout());
     m.setTargetTriple(target_machine_->getTargetTriple());
-    support::dump("llvm", f.name, "ll", print_module(m));
+    if (support::knobs().dumps("llvm")) support::dump("llvm", f.name, "ll", print_module(m));
+    stage.reset();
 
     const support::Knobs& knobs = support::knobs();
     const bool dumping = knobs.dumps("llvm") || knobs.dumps("llvm-opt");
@@ -221,8 +225,10 @@ class HostJit {
 
   std::string compile_object(llvm::Module& m, const std::string& name) {
     // A target machine of its own (a TargetMachine is not thread-safe), so that threads compile in parallel.
+    std::optional<support::StageTimer> stage(std::in_place, support::CompileStage::codegen);
     auto tm = machine_builder_.createTargetMachine();
     if (!tm) throw InternalError("CPU JIT: no target machine for the host: " + to_string(tm.takeError()));
+    stage.emplace(support::CompileStage::llvm_opt);
     // LLVM's machine scheduler takes time quadratic in the length of a basic block (a value used all
     // along it: ScheduleDAGMILive::collectVRegUses; memory chains: SUnit::addPred), so a kernel with a
     // block that long (thousands of straight-line ops) is compiled without optimization (optnone):
@@ -233,6 +239,7 @@ class HostJit {
       without_optimization_if_huge(m);
     }
     if (support::knobs().dumps("llvm-opt")) support::dump("llvm-opt", name, "opt.ll", print_module(m));
+    stage.emplace(support::CompileStage::codegen);
     auto object = llvm::orc::SimpleCompiler(**tm)(m);
     if (!object)
       throw InternalError(fmt::format("CPU JIT: compiling kernel '{}' failed: {}", name, to_string(object.takeError())));
@@ -243,6 +250,7 @@ class HostJit {
   std::optional<JitKernel> link(const ir::Function& f, const std::string& symbol, const std::string& object,
                                 const codegen::cpu::CpuModule& lowered) {
     if (object.empty()) return std::nullopt;
+    support::StageTimer timer(support::CompileStage::link);
     auto dylib = jit_->createJITDylib(fmt::format("weft_kernel_{}", dylib_counter_++));
     if (!dylib)
       throw InternalError(fmt::format("CPU JIT: no JITDylib for kernel '{}': {}", f.name, to_string(dylib.takeError())));

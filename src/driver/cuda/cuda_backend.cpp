@@ -19,6 +19,7 @@
 #include "driver/cuda/cuda_tensor_map.h"
 #include "ir/printer.h"
 #include "support/build_id.h"
+#include "support/compile_timing.h"
 #include "support/env.h"
 
 namespace weft::driver::cuda {
@@ -357,7 +358,12 @@ class CudaBackend final : public Backend {
       if (std::optional<std::string> hit = cache::load(key))
         if (auto k = from_cache_entry(f, *hit)) return k;
     codegen::nvptx::PtxKernel ptx = codegen::nvptx::compile_to_ptx(f, options, target);
-    std::shared_ptr<CudaKernel> k = load_cuda_kernel(f.name, ptx, device_, f.loc);
+    std::shared_ptr<CudaKernel> k;
+    {
+      // cuModuleLoadDataEx compiles the PTX and loads the module in one call: all of it counts as link
+      support::StageTimer timer(support::CompileStage::link);
+      k = load_cuda_kernel(f.name, ptx, device_, f.loc);
+    }
     report_advisories(f.name, k->module->jit_log());
     if (knobs.dumps("sass")) dump_sass(f.name, k->ptx, target.arch);
     cache::store(key, fmt::format("{}\n{}\n{}\n", ptx.entry, k->threads, k->shared_bytes) + k->ptx);
@@ -370,6 +376,7 @@ class CudaBackend final : public Backend {
     if (c == std::string::npos) return nullptr;
     int threads = std::atoi(entry.substr(a + 1, b - a - 1).c_str());
     int64_t shared = std::atoll(entry.substr(b + 1, c - b - 1).c_str());
+    support::StageTimer timer(support::CompileStage::link);
     return load_cuda_kernel(f.name, entry.substr(c + 1), entry.substr(0, a), threads, shared, device_, f.loc);
   }
 
