@@ -9,4 +9,5 @@
 #include "weft/ops.h"
 #include "weft/runtime.h"
 #include "weft/tile.h"
+#include "weft/threads.h"
 #include "weft/tma.h"

@@ -283,7 +283,7 @@ KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelA
   auto it = specializations.find(key);
   if (it != specializations.end()) return it->second;
   Specialization s;
-  s.function = dsl::trace_kernel(name, params, tracer, consts, divisible, loc);
+  s.function = dsl::trace_kernel(name, params, tracer, consts, divisible, loc, options.num_warps);
   support::dump("ir", name, "ir", ir::print(*s.function, {.locations = true}));
   // WEFT_CHECK_PTX: the PTX must pass ptxas too
   reproducing(*s.function, options, "WEFT_CHECK_PTX", [&] { check_ptx_if_asked(*s.function, options); });

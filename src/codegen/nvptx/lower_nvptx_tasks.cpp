@@ -203,6 +203,9 @@ void Lowering::hopper_node(const NodeRef& n) {
       return;
     case Op::AsyncTasks: return async_tasks(n);
     case Op::TaskReplicaId: regs_[n.get()] = {{replica_}}; return;
+    case Op::ThreadIndex:
+    case Op::ReadClock:
+    case Op::Nanosleep: return thread_identity_and_time(n);
     // Thread-block clusters: the ops are a line each; the cluster-wide syncs around the kernel body are in
     // the constructor (the cluster shape), init_barriers and run().
     case Op::ClusterCtaRank: regs_[n.get()] = {{ptx_.cluster_cta_rank()}}; return;
@@ -269,6 +272,27 @@ void Lowering::async_tasks(const NodeRef& n) {
     }, [] {});
     fiber += slot.replicas;
   }
+}
+
+// Thread identity and time (weft/threads.h). A per-thread tile has one element per thread of the group,
+// and in the blocked layout element t is thread t's only register: each thread reads its own clock.
+void Lowering::thread_identity_and_time(const NodeRef& n) {
+  if (n->op == Op::Nanosleep) {
+    for (Value* ns : regs(n->operands[0]).v)
+      ptx_.nanosleep(b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, ns, i32c(0)));  // negative: no sleep
+    return;
+  }
+  int64_t threads = n->type.numel(), kind = n->attrs.ints[1];
+  if (prepare_layouts(n) != Layout::Blocked || threads != threads_)
+    throw InternalError(fmt::format("NVPTX lowering: {} of {} threads in a group of {}, or not in the blocked layout",
+                                    ir::op_name(n->op), threads, threads_));
+  if (n->op == Op::ReadClock)
+    return elementwise(n, [&](size_t) { return kind == 0 ? ptx_.clock64() : ptx_.global_timer(); });
+  elementwise(n, [&](size_t r) {
+    static const int64_t shift[] = {0, 0, 5, 7};
+    Value* t = flat_index(threads, static_cast<int64_t>(r));  // = tid_: one element per thread
+    return kind == 1 ? b_.CreateAnd(t, i32c(31)) : b_.CreateLShr(t, i32c(shift[kind]));
+  });
 }
 
 }  // namespace weft::codegen::nvptx::detail
