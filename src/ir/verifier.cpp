@@ -218,9 +218,18 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       } else {
         require_float(op, x, loc);
       }
-      if (!attrs.ints.empty() && attrs.ints[0] == 1) {  // the fast flavour (weft::fast)
-        if (op != Op::Exp2)
-          fail(loc, fmt::format("fast::{} does not exist; the fast flavours are: exp2", name(op)));
+      bool fast = !attrs.ints.empty() && attrs.ints[0] == 1;
+      bool via_f64 = op == Op::Tanh || op == Op::Sigmoid || op == Op::Erf;  // computed in f64 for f32 results
+      if (via_f64 && !fast && x.dtype.scalar == ScalarType::f64)
+        fail(loc, fmt::format("{} is offered for f32, f16 and bf16 (it computes in f64 to be accurate in f32), not for "
+                              "{}; cast<float> it first",
+                              name(op), x.str()));
+      if (fast) {  // the fast flavour (weft::fast)
+        bool offered = op == Op::Exp2 || op == Op::Exp || op == Op::Log2 || op == Op::Rcp || op == Op::Rsqrt ||
+                       op == Op::Tanh;
+        if (!offered)
+          fail(loc, fmt::format("fast::{} does not exist; the fast flavours are: exp, exp2, log2, rcp, rsqrt, tanh",
+                                name(op)));
         if (x.dtype.scalar == ScalarType::f64)
           fail(loc, fmt::format("fast::{} computes in f32 (the GPU's approximate instruction) but x is {}; cast<float> "
                                 "it first, or use the accurate {}",
@@ -234,6 +243,12 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       require_same(op, a, b, loc);
       if (op == Op::And || op == Op::Or || op == Op::Xor) {
         require_integer_or_bool(op, a, loc);
+      } else if (op == Op::Pow) {
+        require_float(op, a, loc);
+        if (a.dtype.scalar == ScalarType::f64)
+          fail(loc, fmt::format("pow is offered for f32, f16 and bf16 (it computes in f64 to be accurate in f32), not "
+                                "for {}; cast<float> the operands first",
+                                a.str()));
       } else if (op == Op::Shl || op == Op::Shr) {
         if (!a.dtype.is_int() || a.dtype.is_bool()) fail(loc, fmt::format("{} needs integers, got {}", name(op), a.str()));
       } else {
