@@ -70,7 +70,8 @@ TEST_CASE("thread_id, lane_id, warp_id, warp_group_id, clock64, global_timer and
   for (int warps : {4, 8}) check_identity(Device::current(), warps, rng);
 }
 
-TEST_CASE("thread identity inside tasks counts the task replica's threads", "[async][threads]") {
+// Ids inside a task of 8 warps and a task of 4 warps with 2 replicas: each counts its replica's threads.
+static void check_task_identity(Device dev) {
   Kernel k("task_identity", [](Ptr<int32_t> out, Ptr<int64_t> timer) {
     async_tasks(task("wide", {.warps = 8}, [&] {
                   store(out + thread_id(), thread_id() * 1000 + warp_group_id());
@@ -81,7 +82,6 @@ TEST_CASE("thread identity inside tasks counts the task replica's threads", "[as
                   store(out + 256 + task_replica_id() * 128 + thread_id(), lane_id() + 100 * warp_id());
                 }));
   });
-  Device dev = Device::current();
   Buffer<int32_t> out = dev.upload(std::vector<int32_t>(512, -1));
   Buffer<int64_t> timer = dev.upload(std::vector<int64_t>(256, -1));
   k.launch(Grid(1), out, timer);
@@ -93,6 +93,10 @@ TEST_CASE("thread identity inside tasks counts the task replica's threads", "[as
     for (int t = 0; t < 128; ++t) want[256 + r * 128 + t] = t % 32 + 100 * (t / 32);
   CHECK(got == want);
   for (int64_t v : g) CHECK(v > 0);
+}
+
+TEST_CASE("thread identity inside tasks counts the task replica's threads", "[async][threads]") {
+  check_task_identity(Device::current());
 }
 
 TEST_CASE("thread identity and time: the PTX reads %tid.x, %clock64 and %globaltimer and sleeps with nanosleep.u32",
@@ -138,7 +142,7 @@ TEST_CASE("thread identity: misplaced calls are Errors at the caller's line", "[
   }, __FILE__, line, "cast<int32_t>");
 }
 
-TEST_CASE("thread identity on the GPU: warp-specialized ids and per-thread clocks", "[threads][gpu]") {
+TEST_CASE("thread identity on the GPU: ids and per-thread clocks in groups of 1 to 16 warps and in tasks", "[threads][gpu]") {
   Device dev = Device::current();
   if (dev.kind() == BackendKind::cpu) {
     WARN("SKIPPED: no GPU (WEFT_BACKEND / Device::current() is the CPU backend)");
@@ -146,4 +150,5 @@ TEST_CASE("thread identity on the GPU: warp-specialized ids and per-thread clock
   }
   WEFT_SEEDED_RNG(rng);
   for (int warps : {1, 2, 4, 8, 16}) check_identity(dev, warps, rng);
+  check_task_identity(dev);
 }
