@@ -86,6 +86,7 @@ std::shared_ptr<BlockPlan> make_block_plan(const ir::Function& f, int default_wa
       alloc_index[&n] = static_cast<int32_t>(plan->barriers.size());
       plan->barriers.push_back({a.name, a.offset, static_cast<int32_t>(n.attrs.ints.at(0)),
                                 static_cast<int32_t>(n.attrs.ints.at(1)), n.loc});
+      plan->barriers.back().per_thread = n.attrs.ints.size() > 2 && n.attrs.ints[2] == 1;
     }
   }
   for (const passes::TaskSlot& s : passes::plan_tasks(f, default_warps).slots)

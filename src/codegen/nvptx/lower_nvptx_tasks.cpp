@@ -25,6 +25,11 @@ static const ir::Node* barrier_array(const NodeRef& bar) {
   return bar->op == Op::BarrierAt ? bar->operands[0].get() : bar.get();
 }
 
+// Barriers from alloc_warp_barriers, whose arrive count counts threads.
+static bool per_thread_barriers(const ir::Node& array) {
+  return array.attrs.ints.size() > 2 && array.attrs.ints[2] == 1;
+}
+
 // mbarriers that only ever see plain local arrivals (barrier_arrive; no expected bytes, no TMA, no remote
 // arrivals), all from groups of one size: each warp arrives for itself (bar.warp.sync, then lane 0), so a
 // replica's release costs no group-wide bar.sync. Their count is then arrivals x warps per group. What
@@ -36,7 +41,7 @@ void Lowering::plan_warp_arrivals() {
       switch (n->op) {
         case Op::BarrierArrive: {
           auto [it, added] = warps.emplace(barrier_array(n->operands[0]), group_warps);
-          if (!added && it->second != group_warps) it->second = 0;
+          if ((!added && it->second != group_warps) || per_thread_barriers(*it->first)) it->second = 0;
           break;
         }
         case Op::BarrierExpectBytes:
@@ -176,6 +181,8 @@ void Lowering::hopper_node(const NodeRef& n) {
       return;
     case Op::BarrierArrive: {
       Value* bar = shared_address(regs(o[0]).v[0]);
+      // alloc_warp_barriers: each thread arrives for itself, its own accesses released by its arrival.
+      if (per_thread_barriers(*barrier_array(o[0]))) return ptx_.mbarrier_arrive(bar);
       if (!warp_arrivals_.count(barrier_array(o[0]))) return once_per_group([&] { ptx_.mbarrier_arrive(bar); });
       ptx_.warp_sync();  // the warp's earlier accesses, ordered before its one arrival
       guarded(b_.CreateICmpEQ(b_.CreateAnd(tid_, i32c(31)), i32c(0)), [&]() -> Value* {
