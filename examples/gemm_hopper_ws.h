@@ -90,14 +90,17 @@ inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg, bool b_is_nk) {
 
 // C (M x N) = A (M x K) @ B, bf16 row-major, f32 accumulation; B is K x N (b_is_nk false) or N x K (true).
 // N and K must be multiples of 8 (TMA's 16-byte row strides). Launches on the default stream of the
-// buffers' device and returns without waiting.
+// buffers' device and returns without waiting. `loc` is the caller's line: every Error of the call —
+// buffer sizes here, a TMA rule in tma(), a launch argument in Kernel::launch — names it, not this header.
 inline void gemm_hopper_ws(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
-                           const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk) {
+                           const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk,
+                           weft::SourceLoc loc = weft::SourceLoc::current()) {
   using namespace weft;
-  auto expect = [](const char* name, size_t have, size_t want) {
+  auto expect = [&](const char* name, size_t have, size_t want) {
     if (have != want)
       throw Error(std::string("gemm_hopper_ws: ") + name + " holds " + std::to_string(have) +
-                  " elements, the shapes need " + std::to_string(want));
+                      " elements, the shapes need " + std::to_string(want),
+                  loc);
   };
   expect("A", a.size(), size_t(M) * K);
   expect("B", b.size(), size_t(K) * N);
@@ -106,10 +109,10 @@ inline void gemm_hopper_ws(const weft::Buffer<weft::bf16>& a, const weft::Buffer
   static const Kernel nk = make_gemm_hopper_ws(cfg, true), kn = make_gemm_hopper_ws(cfg, false);
   Device dev = Device::from_backend(*a.backend());
   int tiles = ((M + cfg.BM - 1) / cfg.BM) * ((N + cfg.BN - 1) / cfg.BN);
-  Grid grid(std::min(tiles, dev.multiprocessors()));
-  auto c_desc = tma(c, {M, N}, {cfg.BM / 2, cfg.epilogue_n});
+  Grid grid(std::min(tiles, dev.multiprocessors()), 1, 1, loc);  // launch errors name the Grid's line
+  auto c_desc = tma(c, {M, N}, {cfg.BM / 2, cfg.epilogue_n}, {}, loc);
   if (b_is_nk)
-    nk.launch(grid, tma(a, {M, K}, {cfg.BM, cfg.BK}), tma(b, {N, K}, {cfg.BN, cfg.BK}), c_desc, M, N, K);
+    nk.launch(grid, tma(a, {M, K}, {cfg.BM, cfg.BK}, {}, loc), tma(b, {N, K}, {cfg.BN, cfg.BK}, {}, loc), c_desc, M, N, K);
   else
-    kn.launch(grid, tma(a, {M, K}, {cfg.BM, cfg.BK}), tma(b, {K, N}, {cfg.BK, 64}), c_desc, M, N, K);
+    kn.launch(grid, tma(a, {M, K}, {cfg.BM, cfg.BK}, {}, loc), tma(b, {K, N}, {cfg.BK, 64}, {}, loc), c_desc, M, N, K);
 }

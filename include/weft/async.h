@@ -270,6 +270,20 @@ inline Barriers alloc_barriers(int count, int arrive_count = 1, std::string name
   return Barriers(detail::emit(detail::Op::AllocBarriers, {}, std::move(a), loc));
 }
 
+// `count` mbarriers whose phases complete after `arrive_threads` arrivals of single threads (TLX:
+// alloc_warp_barrier): barrier_arrive on one of them is an arrival of every thread of the calling task
+// replica, each on its own (mbarrier.arrive.shared::cta.b64 by every thread, no bar.sync before it: each
+// thread's arrival releases its own earlier accesses), so a replica of 4 warps gives 128 arrivals.
+// barrier_expect_bytes, TMA loads and remote arrivals still count one arrival each. The CPU backend counts
+// a fiber's threads (warps * 32) at once; more threads than the phase still misses is an Error.
+inline Barriers alloc_warp_barriers(int count, int arrive_threads, std::string name = "warp_bar",
+                                    SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {count, arrive_threads, 1};
+  a.names = {std::move(name)};
+  return Barriers(detail::emit(detail::Op::AllocBarriers, {}, std::move(a), loc));
+}
+
 // Arrives once and adds `bytes` to the bytes the current phase waits for (mbarrier.arrive.expect_tx): the
 // phase completes when its arrivals are in and asynchronous copies signalling this barrier have
 // delivered that many bytes.

@@ -129,20 +129,39 @@ WEFT_UNARY_MATH(sin, Sin)
 WEFT_UNARY_MATH(cos, Cos)
 WEFT_UNARY_MATH(floor, Floor)
 WEFT_UNARY_MATH(ceil, Ceil)
+// Computed in f64 and rounded once (f32, f16, bf16; f64 is an Error): within 1 ulp.
+WEFT_UNARY_MATH(tanh, Tanh)
+WEFT_UNARY_MATH(sigmoid, Sigmoid)  // 1 / (1 + e^-x)
+WEFT_UNARY_MATH(erf, Erf)
+WEFT_UNARY_MATH(rcp, Rcp)          // 1 / x, correctly rounded (rcp.rn.f32)
 #undef WEFT_UNARY_MATH
 
 // The fast flavours of math functions: the GPU's approximate instructions, for inner loops where their
 // documented error is enough (a softmax's exponentials). They compute in f32 (f16/bf16 round afterwards;
-// f64 is an Error). The CPU backend computes the same functions to within the same bound, so results
-// compare across backends.
-//   fast::exp2   ex2.approx.ftz.f32: within 2 ulp of 2^x (PTX ISA); subnormal inputs and results are
-//                flushed to zero (so 2^x < 2^-126 gives +0); exp2(-inf) = 0, exp2(NaN) = NaN.
+// f64 is an Error) and flush subnormal inputs and results to zero (.ftz; tanh keeps them). The CPU backend
+// computes the same functions to within the same bound (exactly, with the same flushing), so results
+// compare across backends. Errors, measured against a double-precision reference by test "fast and
+// accurate math: ..." (README, "Math accuracy"):
+//   fast::exp2   ex2.approx.ftz.f32                      relative error below 2^-21
+//   fast::exp    mul.f32 by log2(e), then ex2.approx.ftz  below 2^-21 + |x| 2^-23 (the rounded argument)
+//   fast::log2   lg2.approx.ftz.f32                      absolute error below 2^-21 + 2^-22 |log2 x|
+//   fast::rcp    rcp.approx.ftz.f32                      within 1 ulp
+//   fast::rsqrt  rsqrt.approx.ftz.f32                    relative error below 2^-22
+//   fast::tanh   tanh.approx.f32                         relative error below 2^-10.5 (about 2^12 ulp)
 namespace fast {
-template <detail::TileLike X> detail::tile_of<X> exp2(const X& x, SourceLoc loc = SourceLoc::current()) {
-  detail::Attrs a;
-  a.ints = {1};  // the fast flavour
-  return detail::tile_of<X>(detail::emit(detail::Op::Exp2, {detail::node_of(x, loc)}, std::move(a), loc));
-}
+#define WEFT_FAST_MATH(fn, op)                                                                    \
+  template <detail::TileLike X> detail::tile_of<X> fn(const X& x, SourceLoc loc = SourceLoc::current()) { \
+    detail::Attrs a;                                                                              \
+    a.ints = {1}; /* the fast flavour */                                                          \
+    return detail::tile_of<X>(detail::emit(detail::Op::op, {detail::node_of(x, loc)}, std::move(a), loc)); \
+  }
+WEFT_FAST_MATH(exp2, Exp2)
+WEFT_FAST_MATH(exp, Exp)
+WEFT_FAST_MATH(log2, Log2)
+WEFT_FAST_MATH(rcp, Rcp)
+WEFT_FAST_MATH(rsqrt, Rsqrt)
+WEFT_FAST_MATH(tanh, Tanh)
+#undef WEFT_FAST_MATH
 }  // namespace fast
 
 #define WEFT_BINARY_MATH(fn, op)                                                                  \
@@ -156,6 +175,7 @@ template <detail::TileLike X> detail::tile_of<X> exp2(const X& x, SourceLoc loc 
   }
 WEFT_BINARY_MATH(maximum, Max)
 WEFT_BINARY_MATH(minimum, Min)
+WEFT_BINARY_MATH(pow, Pow)  // x^y, C's powf (special cases included); computed in f64, within 1 ulp; f64 is an Error
 #undef WEFT_BINARY_MATH
 
 // a * b + c, elementwise, rounded once.

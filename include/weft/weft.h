@@ -10,4 +10,5 @@
 #include "weft/ops.h"
 #include "weft/runtime.h"
 #include "weft/tile.h"
+#include "weft/threads.h"
 #include "weft/tma.h"

@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/PatternMatch.h>
+
+#include <numbers>
 
 #include "codegen/portable_math.h"
 #include "support/float_rounding.h"
@@ -177,19 +180,43 @@ Value* ElementOps::gpu_fmod(Value* a, Value* b) {
   return b_.CreateFPTrunc(r, a->getType());
 }
 
-// The fast flavours (f32; f16/bf16 compute in f32). exp2: ex2.approx.ftz.f32 on the GPU, whose error the
-// PTX ISA bounds by 2 ulp over the full range, with subnormal inputs and results flushed to zero; the host
-// computes the exact function and flushes the same way, so both agree within that bound.
+// The fast flavours (f32; f16/bf16 compute in f32): one approximate instruction each on the GPU (exp: an
+// f32 multiply by log2(e) first). The host computes the same function exactly (exp: 2^fl(x log2 e), the
+// GPU's rounded argument) with the GPU's flushing of subnormal inputs and results to zero (.ftz), so both
+// agree within the GPU's documented error (README, "Math accuracy"). tanh.approx.f32 has no .ftz form and
+// no LLVM intrinsic: inline PTX.
 Value* ElementOps::approximate_math(Op op, Value* x) {
-  if (op != Op::Exp2 || !x->getType()->isFloatTy())
+  bool offered = op == Op::Exp2 || op == Op::Exp || op == Op::Log2 || op == Op::Rcp || op == Op::Rsqrt || op == Op::Tanh;
+  if (!offered || !x->getType()->isFloatTy())
     throw InternalError(fmt::format("element ops: no fast flavour of '{}' for this type", ir::op_name(op)));
-  if (target_ == MathTarget::Nvptx) return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz, {x->getType()}, {x});
   llvm::Type* f32 = x->getType();
-  auto flush = [&](Value* v) {  // |v| below the smallest normal float: +0 (of either sign: ftz gives +0)
+  if (op == Op::Exp) x = b_.CreateFMul(x, llvm::ConstantFP::get(f32, std::numbers::log2e));
+  if (target_ == MathTarget::Nvptx) {
+    switch (op) {
+      case Op::Exp:
+      case Op::Exp2: return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_ex2_approx_ftz, {f32}, {x});
+      case Op::Log2: return b_.CreateIntrinsic(f32, llvm::Intrinsic::nvvm_lg2_approx_ftz_f, {x});
+      case Op::Rcp: return b_.CreateIntrinsic(f32, llvm::Intrinsic::nvvm_rcp_approx_ftz_f, {x});
+      case Op::Rsqrt: return b_.CreateIntrinsic(f32, llvm::Intrinsic::nvvm_rsqrt_approx_ftz_f, {x});
+      default: {
+        auto* type = llvm::FunctionType::get(f32, {f32}, false);
+        return b_.CreateCall(llvm::InlineAsm::get(type, "tanh.approx.f32 $0, $1;", "=f,f", /*hasSideEffects=*/false), {x});
+      }
+    }
+  }
+  auto flush = [&](Value* v) {  // |v| below the smallest normal float: a zero of v's sign (.ftz)
     Value* tiny = b_.CreateFCmpOLT(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, v), llvm::ConstantFP::get(f32, 0x1p-126));
-    return b_.CreateSelect(tiny, llvm::ConstantFP::get(f32, 0.0), v);
+    return b_.CreateSelect(tiny, b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, llvm::ConstantFP::get(f32, 0.0), v), v);
   };
-  return flush(b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, flush(x)));
+  Value* one = llvm::ConstantFP::get(f32, 1.0);
+  switch (op) {
+    case Op::Exp:
+    case Op::Exp2: return flush(b_.CreateUnaryIntrinsic(llvm::Intrinsic::exp2, flush(x)));
+    case Op::Log2: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log2, flush(x));
+    case Op::Rcp: return flush(b_.CreateFDiv(one, flush(x)));
+    case Op::Rsqrt: return b_.CreateFDiv(one, b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, flush(x)));
+    default: return portable_math::tanh(b_, x);  // tanh.approx keeps subnormals
+  }
 }
 
 Value* ElementOps::unary(Op op, DType d, Value* x, bool approximate) {
@@ -214,12 +241,18 @@ Value* ElementOps::unary(Op op, DType d, Value* x, bool approximate) {
     case Op::Cos: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::cos, x);
     case Op::Floor: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x);
     case Op::Ceil: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x);
+    // The same code on every target (portable_math.h), f32 only (the verifier keeps f64 away).
+    case Op::Tanh: return portable_math::tanh(b_, x);
+    case Op::Sigmoid: return portable_math::sigmoid(b_, x);
+    case Op::Erf: return portable_math::erf(b_, x);
+    case Op::Rcp: return b_.CreateFDiv(llvm::ConstantFP::get(x->getType(), 1.0), x);  // correctly rounded
     default: break;
   }
   throw InternalError(fmt::format("element ops: '{}' is not a unary op", ir::op_name(op)));
 }
 
 Value* ElementOps::binary(Op op, DType d, Value* a, Value* b) {
+  if (op == Op::Pow) return portable_math::pow(b_, a, b);  // floats, f32 only (the verifier keeps f64 away)
   bool f = d.is_float();
   llvm::Type* t = a->getType();
   switch (op) {

@@ -161,6 +161,11 @@ Value* sin_or_cos(llvm::IRBuilder<>& b, Value* x, bool cosine) {
 
 Value* exp(llvm::IRBuilder<>& b, Value* x) {
   bool f64 = format_of(b, x).f64;
+  // Past +-1000 (f64) or +-200 (f32) the result is 0 or inf anyway; clamping keeps the reduced argument
+  // small (a huge finite x would leave r huge and the polynomial at inf or NaN). NaN stays NaN.
+  Value* limit = c(x, f64 ? 1000.0 : 200.0);
+  x = b.CreateSelect(b.CreateFCmpOGT(x, limit), limit, x);
+  x = b.CreateSelect(b.CreateFCmpOLT(x, b.CreateFNeg(limit)), b.CreateFNeg(limit), x);
   // Keep n finite (NaN and infinities would make the integer conversion poison); x itself carries them.
   Value* n = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, b.CreateFMul(x, c(x, std::numbers::log2e)));
   n = b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, n, c(x, 4096)), c(x, -4096));
@@ -199,5 +204,87 @@ Value* log2(llvm::IRBuilder<>& b, Value* x) {
 
 Value* sin(llvm::IRBuilder<>& b, Value* x) { return sin_or_cos(b, x, false); }
 Value* cos(llvm::IRBuilder<>& b, Value* x) { return sin_or_cos(b, x, true); }
+
+// ---- functions of f32 (and narrower) computed in f64 ------------------------------------------------------
+// The f64 steps below are within a few f64 ulp, 2^29 times finer than an f32 ulp, so rounding the f64 result
+// to f32 once gives the f32 result within 1 ulp (the rounding's half ulp plus a sliver).
+
+namespace {
+
+Value* to_f64(llvm::IRBuilder<>& b, Value* x) { return b.CreateFPExt(x, b.getDoubleTy()); }
+
+// (-1)^k 2 / (sqrt(pi) k! (2k + 1)): erf(x) = x * sum_k c_k x^2k (Taylor, all x).
+std::vector<double> erf_taylor(int terms) {
+  std::vector<double> v(terms);
+  double factorial = 1;
+  for (int k = 0; k < terms; ++k) {
+    if (k) factorial *= k;
+    v[k] = (k % 2 ? -2.0 : 2.0) / (std::sqrt(std::numbers::pi) * factorial * (2 * k + 1));
+  }
+  return v;
+}
+
+}  // namespace
+
+Value* tanh(llvm::IRBuilder<>& b, Value* x) {
+  if (x->getType()->isDoubleTy()) return nullptr;  // f32 and narrower only
+  Value* d = to_f64(b, x);
+  Value* a = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, d);
+  // tanh|x| = (1 - t) / (1 + t), t = e^-2|x|: 1 - t is exact for t >= 1/2 (Sterbenz), and t's own error
+  // relative to 1 - t ~ 2|x| stays below 2^-32 for |x| >= 2^-12; below that tanh x = x to within 2^-25.
+  Value* t = exp(b, b.CreateFMul(a, c(a, -2.0)));
+  Value* r = b.CreateFDiv(b.CreateFSub(c(a, 1.0), t), b.CreateFAdd(c(a, 1.0), t));
+  r = b.CreateSelect(b.CreateFCmpOLT(d, c(d, 0.0)), b.CreateFNeg(r), r);
+  r = b.CreateSelect(b.CreateFCmpOLT(a, c(a, 0x1p-12)), d, r);  // also keeps -0
+  return b.CreateFPTrunc(r, x->getType());
+}
+
+Value* sigmoid(llvm::IRBuilder<>& b, Value* x) {
+  if (x->getType()->isDoubleTy()) return nullptr;
+  Value* d = to_f64(b, x);
+  // 1 / (1 + e^-x): e^-x overflows to +inf for x < -709, giving 0, which the f32 result is anyway.
+  return b.CreateFPTrunc(b.CreateFDiv(c(d, 1.0), b.CreateFAdd(c(d, 1.0), exp(b, b.CreateFNeg(d)))), x->getType());
+}
+
+Value* erf(llvm::IRBuilder<>& b, Value* x) {
+  if (x->getType()->isDoubleTy()) return nullptr;
+  Value* d = to_f64(b, x);
+  // Taylor up to |x| = 4 (64 terms: the tail is below 2^-37; the largest term, ~1e5, costs ~2^-30 of
+  // rounding); past 4, erf rounds to +-1 in f32 (1 - erf 4 = 1.5e-8 < 2^-25).
+  Value* a = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, d);
+  Value* clamped = b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, d, c(d, 4.0));
+  clamped = b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, clamped, c(d, -4.0));
+  Value* series = b.CreateFMul(clamped, polynomial(b, b.CreateFMul(clamped, clamped), erf_taylor(64)));
+  Value* one = b.CreateSelect(b.CreateFCmpOLT(d, c(d, 0.0)), c(d, -1.0), c(d, 1.0));
+  Value* r = b.CreateSelect(b.CreateFCmpOGE(a, c(a, 4.0)), one, series);
+  r = b.CreateSelect(b.CreateFCmpUNO(d, d), d, r);
+  return b.CreateFPTrunc(r, x->getType());
+}
+
+Value* pow(llvm::IRBuilder<>& b, Value* x, Value* y) {
+  if (x->getType()->isDoubleTy()) return nullptr;
+  Value* dx = to_f64(b, x);
+  Value* dy = to_f64(b, y);
+  // |x|^y = 2^(y log2|x|): y log2|x| is within 2^-50 relative, so the result within 2^-42 relative while
+  // it is a finite f32 (|y log2|x|| < 150).
+  Value* ax = b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, dx);
+  Value* magnitude = exp2(b, b.CreateFMul(dy, log2(b, ax)));
+  // y's kind: an integer (infinities count as even ones), odd or not.
+  Value* integer = b.CreateFCmpOEQ(b.CreateUnaryIntrinsic(llvm::Intrinsic::floor, dy), dy);
+  Value* half = b.CreateFMul(dy, c(dy, 0.5));
+  Value* odd = b.CreateAnd(integer, b.CreateFCmpONE(b.CreateUnaryIntrinsic(llvm::Intrinsic::floor, half), half));
+  Value* negative_x = b.CreateICmpSLT(b.CreateBitCast(dx, b.getInt64Ty()), b.getInt64(0));  // -0 too
+  Value* r = b.CreateSelect(b.CreateAnd(negative_x, odd), b.CreateFNeg(magnitude), magnitude);
+  // A negative finite x (not -0, not -inf) to a finite non-integer power has no real value.
+  Value* below_zero = b.CreateAnd(b.CreateFCmpOLT(dx, c(dx, 0.0)), b.CreateFCmpOGT(dx, c(dx, -INFINITY)));
+  Value* finite_y = b.CreateFCmpOLT(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, dy), c(dy, INFINITY));
+  r = b.CreateSelect(b.CreateAnd(below_zero, b.CreateAnd(finite_y, b.CreateNot(integer))), c(dx, NAN), r);
+  // C's exact cases: x^0 = 1 and 1^y = 1 whatever the other (NaN too); (-1)^+-inf = 1 (0 * inf above is NaN).
+  Value* unit = b.CreateOr(b.CreateFCmpOEQ(dy, c(dy, 0.0)), b.CreateFCmpOEQ(dx, c(dx, 1.0)));
+  Value* infinite_y = b.CreateFCmpOEQ(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, dy), c(dy, INFINITY));
+  unit = b.CreateOr(unit, b.CreateAnd(b.CreateFCmpOEQ(dx, c(dx, -1.0)), infinite_y));
+  r = b.CreateSelect(unit, c(dx, 1.0), r);
+  return b.CreateFPTrunc(r, x->getType());
+}
 
 }  // namespace weft::codegen::portable_math

@@ -322,7 +322,7 @@ KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelA
   auto it = specializations.find(key);
   if (it != specializations.end()) return it->second;
   Specialization s;
-  s.function = dsl::trace_kernel(name, params, tracer, consts, divisible, loc);
+  s.function = dsl::trace_kernel(name, params, tracer, consts, divisible, loc, options.num_warps);
   if (support::knobs().dumps("ir")) support::dump("ir", name, "ir", ir::print(*s.function, {.locations = true}));
   // WEFT_CHECK_PTX: the PTX must pass ptxas too (not part of the kernel's compile time)
   support::RecordingPause not_this_kernels_compile;

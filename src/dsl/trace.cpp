@@ -24,6 +24,7 @@ struct TraceContext {
   std::unordered_map<const Node*, int> defined_in;  // node -> serial of the region that defines it
   int next_serial = 0;
   uint32_t next_id = 0;
+  int group_threads = 128;  // threads of the group running the code being traced (a task replica's inside a task)
 
   bool visible(const Node* n) const {
     auto it = defined_in.find(n);
@@ -198,12 +199,17 @@ void trace_tasks(const std::vector<TaskSpec>& tasks, SourceLoc loc) {
   for (size_t i = 0; i < tasks.size(); ++i) {
     RegionScope scope(ctx, regions[i]);
     regions[i].loc = tasks[i].loc;
+    int block_threads = ctx.group_threads;
+    ctx.group_threads = tasks[i].warps * 32;
     tasks[i].body();
+    ctx.group_threads = block_threads;
     attrs.ints.insert(attrs.ints.end(), {tasks[i].warps, tasks[i].regs, tasks[i].replicas});
     attrs.names.push_back(tasks[i].name);
   }
   append(ctx, make_node(ctx, Op::AsyncTasks, {}, std::move(attrs), std::move(regions), loc));
 }
+
+int group_threads(SourceLoc loc) { return context(loc).group_threads; }
 
 }  // namespace detail
 
@@ -214,7 +220,7 @@ bool tracing() { return current != nullptr; }
 std::shared_ptr<const ir::Function> trace_kernel(const std::string& name, const std::vector<detail::ParamInfo>& params,
                                                  const std::function<void(const detail::TraceInputs&)>& tracer,
                                                  const std::vector<detail::KernelArg>& consts, uint64_t divisible,
-                                                 SourceLoc loc) {
+                                                 SourceLoc loc, int num_warps) {
   if (current)
     throw Error(fmt::format("kernel '{}' is being traced inside the body of another kernel; trace kernels one at a time",
                             name),
@@ -223,6 +229,7 @@ std::shared_ptr<const ir::Function> trace_kernel(const std::string& name, const 
   function->name = name;
   function->loc = loc;
   TraceContext ctx;
+  ctx.group_threads = num_warps * 32;
   current = &ctx;
   struct Reset {
     ~Reset() { current = nullptr; }

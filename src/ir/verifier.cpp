@@ -139,6 +139,13 @@ void require_i32_scalar(Op op, const std::vector<NodeRef>& operands, size_t i, s
     fail(loc, fmt::format("{}: {} must be i32, got {}; convert it with cast<int32_t>(...)", name(op), what, t.str()));
 }
 
+// The public name of a ThreadIndex or ReadClock node.
+std::string thread_query_name(Op op, const Attrs& attrs) {
+  static const char* const ids[] = {"thread_id", "lane_id", "warp_id", "warp_group_id"};
+  if (op == Op::ThreadIndex) return ids[attrs.ints.at(1) & 3];
+  return attrs.ints.at(1) == 0 ? "clock64" : "global_timer";
+}
+
 Type infer_dot(const std::vector<NodeRef>& operands, SourceLoc loc) {
   const Type& a = value_operand(Op::Dot, operands, 0, loc);
   const Type& b = value_operand(Op::Dot, operands, 1, loc);
@@ -211,9 +218,18 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       } else {
         require_float(op, x, loc);
       }
-      if (!attrs.ints.empty() && attrs.ints[0] == 1) {  // the fast flavour (weft::fast)
-        if (op != Op::Exp2)
-          fail(loc, fmt::format("fast::{} does not exist; the fast flavours are: exp2", name(op)));
+      bool fast = !attrs.ints.empty() && attrs.ints[0] == 1;
+      bool via_f64 = op == Op::Tanh || op == Op::Sigmoid || op == Op::Erf;  // computed in f64 for f32 results
+      if (via_f64 && !fast && x.dtype.scalar == ScalarType::f64)
+        fail(loc, fmt::format("{} is offered for f32, f16 and bf16 (it computes in f64 to be accurate in f32), not for "
+                              "{}; cast<float> it first",
+                              name(op), x.str()));
+      if (fast) {  // the fast flavour (weft::fast)
+        bool offered = op == Op::Exp2 || op == Op::Exp || op == Op::Log2 || op == Op::Rcp || op == Op::Rsqrt ||
+                       op == Op::Tanh;
+        if (!offered)
+          fail(loc, fmt::format("fast::{} does not exist; the fast flavours are: exp, exp2, log2, rcp, rsqrt, tanh",
+                                name(op)));
         if (x.dtype.scalar == ScalarType::f64)
           fail(loc, fmt::format("fast::{} computes in f32 (the GPU's approximate instruction) but x is {}; cast<float> "
                                 "it first, or use the accurate {}",
@@ -227,6 +243,12 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       require_same(op, a, b, loc);
       if (op == Op::And || op == Op::Or || op == Op::Xor) {
         require_integer_or_bool(op, a, loc);
+      } else if (op == Op::Pow) {
+        require_float(op, a, loc);
+        if (a.dtype.scalar == ScalarType::f64)
+          fail(loc, fmt::format("pow is offered for f32, f16 and bf16 (it computes in f64 to be accurate in f32), not "
+                                "for {}; cast<float> the operands first",
+                                a.str()));
       } else if (op == Op::Shl || op == Op::Shr) {
         if (!a.dtype.is_int() || a.dtype.is_bool()) fail(loc, fmt::format("{} needs integers, got {}", name(op), a.str()));
       } else {
@@ -653,6 +675,24 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       return Type::value(i32, {});
     case Op::ClusterSync:
       return Type::none();
+    case Op::ThreadIndex:
+    case Op::ReadClock: {
+      int64_t threads = attrs.ints.at(0);
+      std::string what = thread_query_name(op, attrs);
+      if (!is_pow2(threads))
+        fail(loc, fmt::format("{}() gives one element per thread of its group, here {} threads, but tiles need a "
+                              "power-of-two shape: call it in a task of 1, 2, 4, 8 or 16 warps",
+                              what, threads));
+      return Type::value(op == Op::ThreadIndex ? i32 : DType{ScalarType::i64, false}, {threads});
+    }
+    case Op::Nanosleep: {
+      const Type& t = value_operand(op, operands, 0, loc);
+      if (t.dtype != i32)
+        fail(loc, fmt::format("nanosleep takes a duration in nanoseconds as i32 (a scalar or a tile), got {}; convert it "
+                              "with cast<int32_t>(...)",
+                              t.str()));
+      return Type::none();
+    }
     case Op::BarrierArriveRemote:
       require_one_barrier(op, operands, loc);
       require_i32_scalar(op, operands, 1, "the cluster rank of the block to arrive in", loc);
@@ -676,6 +716,7 @@ struct PlacementChecker {
   bool in_task = false;
   const Node* tasks = nullptr;
   const Node* tile_var = nullptr;  // the first tile Var declared at the top of the body, before any async_tasks
+  const Node* thread_query_outside_tasks = nullptr;  // thread_id() & co. outside every task body
 
   void check(const Node& n) {
     switch (n.op) {
@@ -705,6 +746,10 @@ struct PlacementChecker {
                            "fine: each task recomputes it)",
                            tile_var->type.str(), n.loc.str()));
         tasks = &n;
+        break;
+      case Op::ThreadIndex:
+      case Op::ReadClock:
+        if (!in_task && !thread_query_outside_tasks) thread_query_outside_tasks = &n;
         break;
       case Op::TaskReplicaId:
         if (!in_task)
@@ -773,6 +818,13 @@ void verify(const Function& f) {
   ScopeChecker checker;
   for (const NodeRef& p : f.params) checker.visible.insert(p.get());
   checker.region(f.body);
+  const PlacementChecker& placed = checker.placement;
+  if (placed.tasks && placed.thread_query_outside_tasks)
+    fail(placed.thread_query_outside_tasks->loc,
+         fmt::format("{}() is outside every task body of a kernel with async_tasks (at {}): the block's threads are "
+                     "the tasks' threads, so per-thread values belong inside a task body; call it there",
+                     thread_query_name(placed.thread_query_outside_tasks->op, placed.thread_query_outside_tasks->attrs),
+                     placed.tasks->loc.str()));
 }
 
 }  // namespace weft::ir

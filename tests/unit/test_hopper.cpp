@@ -174,6 +174,17 @@ TEST_CASE("the warp-specialized GEMM of examples/gemm_hopper_ws.h at odd sizes, 
   }
 }
 
+TEST_CASE("gemm_hopper_ws: a bad call through the helper is an Error at the caller's line", "[async][errors]") {
+  Device dev = Device::cpu();
+  auto at_this_line = [](int line) { return Catch::Contains("test_hopper.cpp:" + std::to_string(line)); };
+  Buffer<bf16> a = dev.alloc<bf16>(64 * 12), b = dev.alloc<bf16>(12 * 64), c = dev.alloc<bf16>(64 * 64);
+  int line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 16, true), Catch::Contains("A holds 768 elements") && at_this_line(line));
+  // K = 12: rows of 24 bytes, which TMA cannot stride (tma() inside the helper, through Kernel::launch's grid too).
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 12, false), Catch::Contains("multiple of 16") && at_this_line(line));
+}
+
 TEST_CASE("a buffer can reuse another's shared memory, and must fit in it", "[async]") {
   WEFT_SEEDED_RNG(rng);
   // Phase 1 uses `first` (2 x 64 f32), phase 2 the same bytes as `second` (128 i32); the reads of each

@@ -66,6 +66,10 @@ struct TaskSpec {
 };
 void trace_tasks(const std::vector<TaskSpec>& tasks, SourceLoc loc);
 
+// The number of threads of the group that runs the code being traced: the kernel's num_warps * 32, or
+// inside a task body the task's warps * 32 (one replica).
+int group_threads(SourceLoc loc);
+
 // Fails with a clear message when no kernel is being traced (a DSL call outside a kernel body).
 void require_tracing(SourceLoc loc);
 

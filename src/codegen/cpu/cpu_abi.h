@@ -142,6 +142,7 @@ struct BarrierArrayInfo {
   int32_t count = 0;
   int32_t arrive_count = 0;
   SourceLoc loc;            // the alloc_barriers
+  bool per_thread = false;  // alloc_warp_barriers: barrier_arrive counts each thread of the arriving fiber
 };
 
 struct TaskInfo {

@@ -88,6 +88,7 @@ std::shared_ptr<BlockPlan> make_block_plan(const ir::Function& f, int default_wa
       alloc_index[&n] = static_cast<int32_t>(plan->barriers.size());
       plan->barriers.push_back({a.name, a.offset, static_cast<int32_t>(n.attrs.ints.at(0)),
                                 static_cast<int32_t>(n.attrs.ints.at(1)), n.loc});
+      plan->barriers.back().per_thread = n.attrs.ints.size() > 2 && n.attrs.ints[2] == 1;
     }
   }
   for (const passes::TaskSlot& s : passes::plan_tasks(f, default_warps).slots)
@@ -429,6 +430,9 @@ class Lowering {
       case Op::NamedBarrierWait: return named_barrier(n);
       case Op::AsyncTasks: return async_tasks(n);
       case Op::TaskReplicaId: return task_replica_id(n);
+      case Op::ThreadIndex: return thread_index(n);
+      case Op::ReadClock: return read_clock(n);
+      case Op::Nanosleep: return;  // changes no value; the fibers' order is WEFT_CPU_SCHED_SEED's business
       case Op::LocalTrans: vals_[n.get()] = val(n->operands[0]); return;  // the same bytes, read transposed
       case Op::LocalRows: return local_rows(n);
       case Op::LocalCols: return local_cols(n);
@@ -758,6 +762,32 @@ class Lowering {
     }
     b_.SetInsertPoint(after);
   }
+  // Element t is thread t's: its index, lane (t % 32), warp (t / 32) or warp group (t / 128).
+  void thread_index(const NodeRef& n) {
+    static const int64_t shift[] = {0, 0, 5, 7};
+    int64_t kind = n->attrs.ints[1];
+    define_tile(n, [&](Value* i) {
+      Value* v = kind == 1 ? b_.CreateAnd(i, i64c(31)) : b_.CreateLShr(i, i64c(shift[kind]));
+      return b_.CreateTrunc(v, i32_);
+    });
+  }
+
+  // One reading per element: the time-stamp counter, or CLOCK_REALTIME in nanoseconds (clock_gettime from
+  // the C library in the process, as libm's functions are).
+  void read_clock(const NodeRef& n) {
+    if (n->attrs.ints[1] == 0)
+      return define_tile(n, [&](Value*) -> Value* { return b_.CreateIntrinsic(i64_, llvm::Intrinsic::readcyclecounter, {}); });
+    llvm::FunctionCallee clock_gettime =
+        mod_->getOrInsertFunction("clock_gettime", llvm::FunctionType::get(i32_, {i32_, ptr_}, false));
+    Value* timespec = entry_alloca(llvm::ArrayType::get(i64_, 2));  // {seconds, nanoseconds}
+    define_tile(n, [&](Value*) {
+      b_.CreateCall(clock_gettime, {b_.getInt32(0 /* CLOCK_REALTIME */), timespec});
+      Value* seconds = b_.CreateLoad(i64_, timespec);
+      Value* nanoseconds = b_.CreateLoad(i64_, b_.CreateConstGEP1_64(i64_, timespec, 1));
+      return b_.CreateAdd(b_.CreateMul(seconds, i64c(1000000000)), nanoseconds);
+    });
+  }
+
   void task_replica_id(const NodeRef& n) {
     vals_[n.get()] = {Val::Kind::Scalar, ctx_field(offsetof(ProgramCtx, replica))};
   }

@@ -25,6 +25,11 @@ static const ir::Node* barrier_array(const NodeRef& bar) {
   return bar->op == Op::BarrierAt ? bar->operands[0].get() : bar.get();
 }
 
+// Barriers from alloc_warp_barriers, whose arrive count counts threads.
+static bool per_thread_barriers(const ir::Node& array) {
+  return array.attrs.ints.size() > 2 && array.attrs.ints[2] == 1;
+}
+
 // mbarriers that only ever see plain local arrivals (barrier_arrive; no expected bytes, no TMA, no remote
 // arrivals), all from groups of one size: each warp arrives for itself (bar.warp.sync, then lane 0), so a
 // replica's release costs no group-wide bar.sync. Their count is then arrivals x warps per group. What
@@ -36,7 +41,7 @@ void Lowering::plan_warp_arrivals() {
       switch (n->op) {
         case Op::BarrierArrive: {
           auto [it, added] = warps.emplace(barrier_array(n->operands[0]), group_warps);
-          if (!added && it->second != group_warps) it->second = 0;
+          if ((!added && it->second != group_warps) || per_thread_barriers(*it->first)) it->second = 0;
           break;
         }
         case Op::BarrierExpectBytes:
@@ -176,6 +181,8 @@ void Lowering::hopper_node(const NodeRef& n) {
       return;
     case Op::BarrierArrive: {
       Value* bar = shared_address(regs(o[0]).v[0]);
+      // alloc_warp_barriers: each thread arrives for itself, its own accesses released by its arrival.
+      if (per_thread_barriers(*barrier_array(o[0]))) return ptx_.mbarrier_arrive(bar);
       if (!warp_arrivals_.count(barrier_array(o[0]))) return once_per_group([&] { ptx_.mbarrier_arrive(bar); });
       ptx_.warp_sync();  // the warp's earlier accesses, ordered before its one arrival
       guarded(b_.CreateICmpEQ(b_.CreateAnd(tid_, i32c(31)), i32c(0)), [&]() -> Value* {
@@ -203,6 +210,9 @@ void Lowering::hopper_node(const NodeRef& n) {
       return;
     case Op::AsyncTasks: return async_tasks(n);
     case Op::TaskReplicaId: regs_[n.get()] = {{replica_}}; return;
+    case Op::ThreadIndex:
+    case Op::ReadClock:
+    case Op::Nanosleep: return thread_identity_and_time(n);
     // Thread-block clusters: the ops are a line each; the cluster-wide syncs around the kernel body are in
     // the constructor (the cluster shape), init_barriers and run().
     case Op::ClusterCtaRank: regs_[n.get()] = {{ptx_.cluster_cta_rank()}}; return;
@@ -269,6 +279,27 @@ void Lowering::async_tasks(const NodeRef& n) {
     }, [] {});
     fiber += slot.replicas;
   }
+}
+
+// Thread identity and time (weft/threads.h). A per-thread tile has one element per thread of the group,
+// and in the blocked layout element t is thread t's only register: each thread reads its own clock.
+void Lowering::thread_identity_and_time(const NodeRef& n) {
+  if (n->op == Op::Nanosleep) {
+    for (Value* ns : regs(n->operands[0]).v)
+      ptx_.nanosleep(b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, ns, i32c(0)));  // negative: no sleep
+    return;
+  }
+  int64_t threads = n->type.numel(), kind = n->attrs.ints[1];
+  if (prepare_layouts(n) != Layout::Blocked || threads != threads_)
+    throw InternalError(fmt::format("NVPTX lowering: {} of {} threads in a group of {}, or not in the blocked layout",
+                                    ir::op_name(n->op), threads, threads_));
+  if (n->op == Op::ReadClock)
+    return elementwise(n, [&](size_t) { return kind == 0 ? ptx_.clock64() : ptx_.global_timer(); });
+  elementwise(n, [&](size_t r) {
+    static const int64_t shift[] = {0, 0, 5, 7};
+    Value* t = flat_index(threads, static_cast<int64_t>(r));  // = tid_: one element per thread
+    return kind == 1 ? b_.CreateAnd(t, i32c(31)) : b_.CreateLShr(t, i32c(shift[kind]));
+  });
 }
 
 }  // namespace weft::codegen::nvptx::detail

@@ -240,6 +240,7 @@ class Lowering {
   void init_barriers();
   void once_per_group(const std::function<void()>& body);
   void hopper_node(const NodeRef& n);
+  void thread_identity_and_time(const NodeRef& n);
   void barrier_wait(Value* bar, Value* parity);
   void async_tasks(const NodeRef& n);
 

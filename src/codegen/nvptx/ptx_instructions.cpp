@@ -88,6 +88,14 @@ llvm::Value* PtxInstructions::global_timer() {
   return b_.CreateIntrinsic(b_.getInt64Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_globaltimer, {});
 }
 
+llvm::Value* PtxInstructions::clock64() {
+  return b_.CreateIntrinsic(b_.getInt64Ty(), llvm::Intrinsic::nvvm_read_ptx_sreg_clock64, {});
+}
+
+void PtxInstructions::nanosleep(llvm::Value* ns) {
+  asm_call(b_, b_.getVoidTy(), "nanosleep.u32 $0;", "r,~{memory}", {ns});
+}
+
 void PtxInstructions::fence_system() { asm_call(b_, b_.getVoidTy(), "fence.sc.sys;", "~{memory}", {}); }
 
 void PtxInstructions::trap() { asm_call(b_, b_.getVoidTy(), "trap;", "~{memory}", {}); }

@@ -39,6 +39,10 @@ class PtxInstructions {
   void trap();                  // trap: aborts the whole launch (the CUDA context is then unusable)
   void exit_thread();           // exit: this thread ends here
 
+  // Thread identity and time (weft/threads.h; global_timer above serves them too).
+  llvm::Value* clock64();             // mov.u64 %rd, %clock64: this SM's cycle counter
+  void nanosleep(llvm::Value* ns);    // nanosleep.u32 ns: sleep about ns nanoseconds (0 to 2 ns, at most 1 ms)
+
   // TMA. `desc`: the generic address (i64) of a CUtensorMap; `coords`: i32, innermost first; `smem`,
   // `bar`: 32-bit shared addresses.
   // cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes [smem], [desc, {coords}], [bar]

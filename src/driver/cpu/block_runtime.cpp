@@ -35,6 +35,7 @@ constexpr int64_t kArenaAlign = 1024;  // the plan aligns buffers to 1024 bytes
 struct Mbarrier {
   int32_t array = 0, element = 0;  // which alloc_barriers element this is
   int32_t arrive_count = 1;
+  bool per_thread = false;   // alloc_warp_barriers: barrier_arrive is one arrival per thread of the fiber
   int32_t pending = 1;       // arrivals still missing in the current phase
   int64_t bytes_pending = 0;  // transaction bytes the current phase still expects
   int32_t parity = 0;        // of the current phase
@@ -220,6 +221,7 @@ struct BlockState {
         m.array = static_cast<int32_t>(a);
         m.element = e;
         m.arrive_count = plan.barriers[a].arrive_count;
+        m.per_thread = plan.barriers[a].per_thread;
         mbarriers.push_back(m);
       }
     }
@@ -286,9 +288,20 @@ struct BlockState {
   }
 
   // An arrival by the fiber of `ctx` (of this block or, remotely, of another block of the cluster).
-  void arrive(const ProgramCtx* ctx, int32_t site, int32_t offset, int64_t bytes, const char* op) {
+  // `every_thread`: barrier_arrive, which on a per-thread barrier is an arrival of each of the fiber's threads.
+  void arrive(const ProgramCtx* ctx, int32_t site, int32_t offset, int64_t bytes, const char* op,
+              bool every_thread = false) {
     int32_t slot = slot_of(ctx, site, offset);
     Mbarrier& m = mbarriers[slot];
+    int32_t arrivals = every_thread && m.per_thread ? cluster.fibers[ctx->fiber].threads : 1;
+    if (arrivals > 1 && m.pending < arrivals) {
+      cluster.set_error(ctx, site,
+                        fmt::format("{} on {}: the {} threads of this task replica arrive, but only {} of its {} "
+                                    "arrivals are missing in phase {}; alloc_warp_barriers counts threads: give it the "
+                                    "number of threads that arrive in each phase",
+                                    op, barrier_name(slot), arrivals, m.pending, m.arrive_count, m.parity));
+      cluster.abandon();
+    }
     if (m.pending == 0) {
       // All arrivals are in and the phase waits for bytes only: on the GPU the count would underflow.
       cluster.set_error(ctx, site,
@@ -303,7 +316,7 @@ struct BlockState {
                         fmt::format("{} on {} expects {} bytes; the count cannot be negative", op, barrier_name(slot), bytes));
       cluster.abandon();
     }
-    --m.pending;
+    m.pending -= arrivals;
     m.bytes_pending += bytes;
     m.last_fiber = ctx->fiber;
     m.last_site = site;
@@ -525,7 +538,7 @@ int32_t barrier_at(const ProgramCtx* ctx, int32_t site, int32_t index) noexcept 
 }
 
 void barrier_arrive(const ProgramCtx* ctx, int32_t site, int32_t barrier) noexcept {
-  state_of(ctx).arrive(ctx, site, barrier, 0, "barrier_arrive");
+  state_of(ctx).arrive(ctx, site, barrier, 0, "barrier_arrive", /*every_thread=*/true);
 }
 
 // The barrier at the same offset in the block of cluster rank `rank` (offsets are the same in every block).
