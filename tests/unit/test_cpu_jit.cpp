@@ -112,6 +112,17 @@ TEST_CASE("a destroyed Kernel's JIT code is freed", "[cpu-jit][cpu-only]") {
   CHECK(after.live_code_bytes == before.live_code_bytes);
 }
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WEFT_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(WEFT_TEST_ASAN)
+constexpr bool kUnderAddressSanitizer = true;
+#else
+constexpr bool kUnderAddressSanitizer = false;
+#endif
+
 TEST_CASE("creating and destroying kernels keeps the process flat", "[cpu-jit][cpu-only]") {
   test::ScratchCache scratch;
   // From the cache (what a long-running process mostly does), and compiled by LLVM every time.
@@ -130,7 +141,9 @@ TEST_CASE("creating and destroying kernels keeps the process flat", "[cpu-jit][c
   CHECK(after.loaded_from_cache + after.compiled == before.loaded_from_cache + before.compiled + rounds);
   CHECK(after.compiled == before.compiled + (cached ? 0 : rounds));
   // Leaking even 2 KiB a kernel would grow the process by 160-800 KiB here (measured: 4-64 KiB in all).
-  CHECK(grown < rounds * 2048);
+  // Not under ASan: its quarantine keeps freed memory out of reuse on purpose (the process grows by ~50 MB);
+  // the live kernel and code counts above still hold there.
+  if (!kUnderAddressSanitizer) CHECK(grown < rounds * 2048);
 }
 
 TEST_CASE("threads compile and free kernels at once", "[cpu-jit][cpu-only]") {

@@ -9,6 +9,31 @@
 
 #include "weft/error.h"
 
+// Sanitizer annotations of the fiber switches, compiled in only when the sanitizer is on (clang's
+// __has_feature, g++'s __SANITIZE_*__). Without them ASan sees a stack it does not know after each
+// swapcontext (false reports, or none where there should be) and TSan mixes the fibers' histories.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WEFT_FIBERS_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer)
+#define WEFT_FIBERS_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(WEFT_FIBERS_ASAN)
+#define WEFT_FIBERS_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__) && !defined(WEFT_FIBERS_TSAN)
+#define WEFT_FIBERS_TSAN 1
+#endif
+#ifdef WEFT_FIBERS_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef WEFT_FIBERS_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace weft::driver::cpu {
 namespace {
 
@@ -22,8 +47,12 @@ FiberPool::FiberPool(size_t stack_bytes) : page_bytes_(static_cast<size_t>(sysco
 }
 
 FiberPool::~FiberPool() {
-  for (Fiber& f : fibers_)
+  for (Fiber& f : fibers_) {
     if (f.mapping) munmap(f.mapping, stack_bytes_ + page_bytes_);
+#ifdef WEFT_FIBERS_TSAN
+    if (f.tsan_fiber) __tsan_destroy_fiber(f.tsan_fiber);
+#endif
+  }
 }
 
 void FiberPool::start(int count, Body body, void* arg) {
@@ -43,6 +72,17 @@ void FiberPool::start(int count, Body body, void* arg) {
       // overwriting its neighbour's.
       mprotect(f.mapping, page_bytes_, PROT_NONE);
     }
+#ifdef WEFT_FIBERS_ASAN
+    // An abandoned fiber (an error or a deadlock suspended it for good) leaves its frames' redzones
+    // poisoned on the stack that the fresh fiber reuses.
+    ASAN_UNPOISON_MEMORY_REGION(f.mapping + page_bytes_, stack_bytes_);
+    f.asan_fake_stack = nullptr;
+#endif
+#ifdef WEFT_FIBERS_TSAN
+    // A fresh TSan fiber for each start: an abandoned one's shadow stack is left where it stopped.
+    if (f.tsan_fiber) __tsan_destroy_fiber(f.tsan_fiber);
+    f.tsan_fiber = __tsan_create_fiber(0);
+#endif
     if (getcontext(&f.context) != 0) throw InternalError("CPU backend: getcontext failed");
     f.context.uc_stack.ss_sp = f.mapping + page_bytes_;
     f.context.uc_stack.ss_size = stack_bytes_;
@@ -55,9 +95,10 @@ void FiberPool::start(int count, Body body, void* arg) {
 void FiberPool::trampoline() {
   FiberPool* pool = starting_pool;
   int i = pool->current_;
+  pool->entered_fiber(nullptr);
   pool->body_(pool->arg_, i);
   pool->fibers_[i].finished = true;
-  pool->suspend();  // never resumed again
+  pool->switch_to_scheduler(/*final=*/true);  // never resumed again
 }
 
 bool FiberPool::resume(int i) {
@@ -65,11 +106,47 @@ bool FiberPool::resume(int i) {
   if (f.finished) return true;
   current_ = i;
   starting_pool = this;
-  if (swapcontext(&scheduler_, &f.context) != 0) throw InternalError("CPU backend: swapcontext failed");
+#ifdef WEFT_FIBERS_ASAN
+  void* fake_stack = nullptr;
+  __sanitizer_start_switch_fiber(&fake_stack, f.mapping + page_bytes_, stack_bytes_);
+#endif
+#ifdef WEFT_FIBERS_TSAN
+  scheduler_tsan_fiber_ = __tsan_get_current_fiber();
+  __tsan_switch_to_fiber(f.tsan_fiber, 0);
+#endif
+  const int rc = swapcontext(&scheduler_, &f.context);
+#ifdef WEFT_FIBERS_ASAN
+  __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#endif
+  if (rc != 0) throw InternalError("CPU backend: swapcontext failed");
   current_ = -1;
   return f.finished;
 }
 
-void FiberPool::suspend() { swapcontext(&fibers_[current_].context, &scheduler_); }
+void FiberPool::suspend() {
+  Fiber& f = fibers_[current_];
+  switch_to_scheduler(/*final=*/false);
+  entered_fiber(&f);
+}
+
+void FiberPool::switch_to_scheduler([[maybe_unused]] bool final) {
+  Fiber& f = fibers_[current_];
+#ifdef WEFT_FIBERS_ASAN
+  // A finished fiber's fake stack (detect_stack_use_after_return) is freed: nullptr says so.
+  __sanitizer_start_switch_fiber(final ? nullptr : &f.asan_fake_stack, scheduler_stack_bottom_, scheduler_stack_bytes_);
+#endif
+#ifdef WEFT_FIBERS_TSAN
+  __tsan_switch_to_fiber(scheduler_tsan_fiber_, 0);
+#endif
+  swapcontext(&f.context, &scheduler_);
+}
+
+void FiberPool::entered_fiber([[maybe_unused]] Fiber* resumed) {
+#ifdef WEFT_FIBERS_ASAN
+  // Also learns the scheduler's stack (whichever host thread resumed the fiber) for the way back.
+  __sanitizer_finish_switch_fiber(resumed ? resumed->asan_fake_stack : nullptr, &scheduler_stack_bottom_,
+                                  &scheduler_stack_bytes_);
+#endif
+}
 
 }  // namespace weft::driver::cpu

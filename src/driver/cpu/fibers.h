@@ -35,8 +35,14 @@ class FiberPool {
     char* mapping = nullptr;  // guard page + stack
     ucontext_t context;
     bool finished = false;
+    void* asan_fake_stack = nullptr;  // ASan builds: the fiber's fake stack while it is switched out
+    void* tsan_fiber = nullptr;       // TSan builds: the fiber's TSan context
   };
   static void trampoline();
+  // The switch out of the current fiber (final: it never runs again) and the first thing a fiber does
+  // when it runs again (resumed: nullptr on its first entry); both only tell the sanitizers.
+  void switch_to_scheduler(bool final);
+  void entered_fiber(Fiber* resumed);
 
   size_t stack_bytes_;
   size_t page_bytes_;
@@ -45,6 +51,10 @@ class FiberPool {
   int current_ = -1;
   Body body_ = nullptr;
   void* arg_ = nullptr;
+  // The sanitizers' view of the scheduler's side (unused in other builds).
+  [[maybe_unused]] const void* scheduler_stack_bottom_ = nullptr;
+  [[maybe_unused]] size_t scheduler_stack_bytes_ = 0;
+  [[maybe_unused]] void* scheduler_tsan_fiber_ = nullptr;
 };
 
 }  // namespace weft::driver::cpu
