@@ -48,7 +48,8 @@ void emit_if(llvm::IRBuilder<>& b, llvm::Value* cond, const std::function<void()
   b.SetInsertPoint(merge);
 }
 
-void optimize_module(llvm::Module& m, llvm::TargetMachine* target, llvm::OptimizationLevel level) {
+void run_passes(llvm::Module& m, llvm::TargetMachine* target,
+                const std::function<llvm::ModulePassManager(llvm::PassBuilder&)>& build) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
@@ -59,7 +60,11 @@ void optimize_module(llvm::Module& m, llvm::TargetMachine* target, llvm::Optimiz
   pb.registerFunctionAnalyses(fam);
   pb.registerLoopAnalyses(lam);
   pb.crossRegisterProxies(lam, fam, cgam, mam);
-  pb.buildPerModuleDefaultPipeline(level).run(m, mam);
+  build(pb).run(m, mam);
+}
+
+void optimize_module(llvm::Module& m, llvm::TargetMachine* target, llvm::OptimizationLevel level) {
+  run_passes(m, target, [&](llvm::PassBuilder& pb) { return pb.buildPerModuleDefaultPipeline(level); });
 }
 
 }  // namespace weft::codegen

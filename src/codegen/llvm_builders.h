@@ -4,6 +4,7 @@
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/Passes/OptimizationLevel.h>
+#include <llvm/Passes/PassBuilder.h>
 
 #include <functional>
 
@@ -29,5 +30,9 @@ void emit_if(llvm::IRBuilder<>& b, llvm::Value* cond, const std::function<void()
 
 // LLVM's default module pipeline at `level`, tuned for `target`.
 void optimize_module(llvm::Module& m, llvm::TargetMachine* target, llvm::OptimizationLevel level);
+
+// Runs on `m` the passes `build` makes with a PassBuilder for `target` whose analyses are all registered.
+void run_passes(llvm::Module& m, llvm::TargetMachine* target,
+                const std::function<llvm::ModulePassManager(llvm::PassBuilder&)>& build);
 
 }  // namespace weft::codegen

@@ -45,6 +45,13 @@ void check_dump_stages(const std::string& dump) {
   }
 }
 
+// A 0/1 knob: `fallback` when unset, an Error saying `advice` for anything else.
+bool parse_flag(const char* name, const std::string& value, bool fallback, const char* advice) {
+  if (value.empty()) return fallback;
+  if (value != "0" && value != "1") throw Error(fmt::format("{}={} is not a setting; {}", name, value, advice));
+  return value == "1";
+}
+
 }  // namespace
 
 Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
@@ -69,32 +76,17 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
   if (std::string v = get("WEFT_CUDA_DEVICE"); !v.empty())
     k.cuda_device = static_cast<int>(parse_number("WEFT_CUDA_DEVICE", v, 0, 1023,
                                                   "a device ordinal; give a whole number from 0 (the first GPU)"));
-  if (std::string v = get("WEFT_DEBUG"); !v.empty()) {
-    if (v != "0" && v != "1")
-      throw Error(fmt::format("WEFT_DEBUG={} is not a setting; use WEFT_DEBUG=1 for GPU debug mode, 0 (or unset it) "
-                              "for none",
-                              v));
-    k.debug = v == "1";
-  }
-  k.check_bounds = k.debug;
-  if (std::string v = get("WEFT_CHECK_BOUNDS"); !v.empty()) {
-    if (v != "0" && v != "1")
-      throw Error(fmt::format("WEFT_CHECK_BOUNDS={} is not a setting; use 1 to check every CPU load and store against "
-                              "its allocation, 0 for no checks (unset: as WEFT_DEBUG)",
-                              v));
-    k.check_bounds = v == "1";
-  }
+  k.debug = parse_flag("WEFT_DEBUG", get("WEFT_DEBUG"), false, "use WEFT_DEBUG=1 for GPU debug mode, 0 (or unset it) for none");
+  k.check_bounds = parse_flag("WEFT_CHECK_BOUNDS", get("WEFT_CHECK_BOUNDS"), k.debug,
+                              "use 1 to check every CPU load and store against its allocation, 0 for no checks (unset: "
+                              "as WEFT_DEBUG)");
   if (std::string v = get("WEFT_DEBUG_TIMEOUT_MS"); !v.empty())
     k.debug_timeout_ms = parse_number("WEFT_DEBUG_TIMEOUT_MS", v, 1, int64_t(1) << 40,
                                       "a timeout; give a whole number of milliseconds, at least 1 (default 5000)");
   k.check_ptx = get("WEFT_CHECK_PTX");
-  if (std::string v = get("WEFT_TIME_PASSES"); !v.empty()) {
-    if (v != "0" && v != "1")
-      throw Error(fmt::format("WEFT_TIME_PASSES={} is not a setting; use WEFT_TIME_PASSES=1 to print each kernel's "
-                              "compile time by stage, 0 (or unset it) for none",
-                              v));
-    k.time_passes = v == "1";
-  }
+  k.time_passes = parse_flag("WEFT_TIME_PASSES", get("WEFT_TIME_PASSES"), false,
+                             "use WEFT_TIME_PASSES=1 to print each kernel's compile time by stage, 0 (or unset it) for "
+                             "none");
   k.nvptx_passes = get("WEFT_NVPTX_PASSES");
   return k;
 }

@@ -6,6 +6,7 @@
 #include <llvm/Support/Error.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include "codegen/llvm_builders.h"
 #include "support/env.h"
 #include "weft/error.h"
 
@@ -32,24 +33,16 @@ std::string nvptx_pipeline() {
 }
 
 void optimize_for_nvptx(llvm::Module& m, llvm::TargetMachine* target) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(target);
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  llvm::ModulePassManager mpm;
   const std::string pipeline = nvptx_pipeline();
-  if (llvm::Error e = pb.parsePassPipeline(mpm, pipeline)) {
-    std::string why = llvm::toString(std::move(e));
-    throw Error(fmt::format("WEFT_NVPTX_PASSES={} is not an LLVM pass pipeline: {}; unset it for weft's own",
-                            pipeline, why));
-  }
-  mpm.run(m, mam);
+  run_passes(m, target, [&](llvm::PassBuilder& pb) {
+    llvm::ModulePassManager mpm;
+    if (llvm::Error e = pb.parsePassPipeline(mpm, pipeline)) {
+      std::string why = llvm::toString(std::move(e));
+      throw Error(fmt::format("WEFT_NVPTX_PASSES={} is not an LLVM pass pipeline: {}; unset it for weft's own",
+                              pipeline, why));
+    }
+    return mpm;
+  });
 }
 
 }  // namespace weft::codegen::nvptx
