@@ -83,16 +83,17 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
 
     // Output tiles: (query block of BM rows, batch * Hq + head), M * BH of them, taken in turn by the programs
     // of the grid (program p: tiles p, p + programs, ...; a grid of one program per tile runs each once).
-    // Non-causal: consecutive tiles share a head's K and V in L2. Causal: the last query blocks see the most
-    // keys; every head's last block comes first.
+    // Consecutive tiles share a head's K and V in L2. Causal: the last query blocks see the most keys; each
+    // head's run starts with them. (Every head's last block first instead lost 7-10% on the H200: the
+    // programs running at once then read 132 different heads' K and V.)
     Int M = cdiv(Sq, BM);
     Int shift = Sk - Sq;  // causal: row i sees keys j <= i + shift
     struct OutputTile {
       Int bh, bh_kv, q0, n_blocks;  // batch * Hq + query head, batch * Hkv + key/value head, first row, key blocks
     };
     auto tile_at = [&](Int t) {
-      Int m_block = causal ? M - 1 - t / BH : t % M;
-      Int bh = causal ? t % BH : t / M;
+      Int m_block = causal ? M - 1 - t % M : t % M;
+      Int bh = t / M;
       Int q0 = m_block * BM;
       Int key_end = causal ? minimum(Sk, q0 + BM + shift) : Int(Sk);
       return OutputTile{bh, bh / group, q0, cdiv(maximum(key_end, 0), BN)};

@@ -179,6 +179,11 @@ Value* exp(llvm::IRBuilder<>& b, Value* x) {
 }
 
 Value* exp2(llvm::IRBuilder<>& b, Value* x) {
+  // Past +-1500 (f64) or +-300 (f32) the result is 0 or inf anyway; clamped as in exp(), so that a huge
+  // finite x does not leave x - n huge (exp2(-FLT_MAX) gave -inf). NaN stays NaN.
+  Value* limit = c(x, format_of(b, x).f64 ? 1500.0 : 300.0);
+  x = b.CreateSelect(b.CreateFCmpOGT(x, limit), limit, x);
+  x = b.CreateSelect(b.CreateFCmpOLT(x, b.CreateFNeg(limit)), b.CreateFNeg(limit), x);
   Value* n = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, x);
   n = b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, n, c(x, 4096)), c(x, -4096));
   Value* r = b.CreateFMul(b.CreateFSub(x, n), c(x, std::numbers::ln2));

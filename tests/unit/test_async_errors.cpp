@@ -293,7 +293,7 @@ TEST_CASE("a tile Var declared before async_tasks is an Error at its line on eve
   REQUIRE_WEFT_ERROR(k.ir(), line, "a tile Var (var f32[128]) is declared before async_tasks");
   REQUIRE_WEFT_ERROR(k.ir(), line, "declare the Var inside the task that uses it");
   REQUIRE_WEFT_ERROR(k.ptx(), line, "declare the Var inside the task that uses it");
-  Buffer<float> out = Device::cpu().alloc<float>(128);
+  Buffer<float> out = Device::current().alloc<float>(128);  // the launch's device: no argument error first
   REQUIRE_WEFT_ERROR(k.launch(Grid(1), out), line, "declare the Var inside the task that uses it");
 
   // Unused by the tasks, it is refused all the same (the GPU lowering would refuse it).
