@@ -81,6 +81,18 @@ double ulp(double x, int t) {
 
 enum Kind { kCast, kUnary, kBinary, kBinaryLit, kCompare, kWhere, kReduce, kFma, kKinds };
 enum UnOp { uNeg, uAbs, uNot, uExp, uExp2, uLog, uLog2, uSqrt, uRsqrt, uSin, uCos, uFloor, uCeil, kUnOps };
+// weft's max and min (README, "NaN"): NaN when either operand is NaN, and -0 below +0.
+double weft_max(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return NAN;
+  if (a == b) return std::signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+double weft_min(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return NAN;
+  if (a == b) return std::signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+
 enum BinOp { bAdd, bSub, bMul, bDiv, bRem, bMin, bMax, bAnd, bOr, bXor, bShl, bShr, kBinOps };
 enum CmpOp { cLt, cLe, cGt, cGe, cEq, cNe, kCmpOps };
 enum RedOp { rSum, rMax, rMin, rArgMax, rArgMin, kRedOps };
@@ -514,8 +526,8 @@ Elem binary_elem(const Elem& x, const Elem& y, int op, int t) {
     case bMul: v = a * b; break;
     case bDiv: v = a / b; break;
     case bRem: v = std::fmod(a, b); break;
-    case bMin: v = std::fmin(a, b); break;
-    default: v = std::fmax(a, b); break;
+    case bMin: v = weft_min(a, b); break;
+    default: v = weft_max(a, b); break;
   }
   r.f = round_to(v, t);
   double ea = x.err, eb = y.err;
@@ -591,10 +603,10 @@ RVal reduce_val(const RVal& x, int op, int axis) {
             facc = t == F64 ? facc + v.f : double(float(facc) + float(v.f));
             magnitude += std::fabs(v.f);
             break;
-          case rMax: facc = std::fmax(facc, v.f); break;
-          case rMin: facc = std::fmin(facc, v.f); break;
-          default: {
-            bool better = op == rArgMax ? v.f > facc : v.f < facc;
+          case rMax: facc = weft_max(facc, v.f); break;
+          case rMin: facc = weft_min(facc, v.f); break;
+          default: {  // the first NaN wins, then nothing does
+            bool better = !std::isnan(facc) && (std::isnan(v.f) || (op == rArgMax ? v.f > facc : v.f < facc));
             if (v.err > 0 || acc.err > 0) unknown = true;
             if (better) { facc = v.f; best = k; }
           }
