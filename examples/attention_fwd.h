@@ -60,9 +60,9 @@ inline AttentionConfig attention_config(int D) {
 template <class T>
 weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
   using namespace weft;
-  std::string name = "attention_fwd_d" + std::to_string(D) + (causal ? "_causal" : "") + "_bn" + std::to_string(cfg.BN) +
-                     "_s" + std::to_string(cfg.stages) + (cfg.pingpong ? "_pingpong" : "") + (cfg.overlap ? "_overlap" : "") +
-                     (cfg.persistent ? "_persistent" : "");
+  std::string name = "attention_fwd_d" + std::to_string(D) + (causal ? "_causal" : "") + "_bn" +
+                     std::to_string(cfg.BN) + "_s" + std::to_string(cfg.stages) + (cfg.pingpong ? "_pingpong" : "") +
+                     (cfg.overlap ? "_overlap" : "") + (cfg.persistent ? "_persistent" : "");
   return Kernel(name, [cfg, D, causal](TensorDesc<T, 3> Q, TensorDesc<T, 3> K, TensorDesc<T, 3> V, TensorDesc<T, 3> O,
                                        Ptr<float> LSE, Int Sq, Int Sk, Int BH, Int group, Float scale_log2) {
     const int BM = cfg.BM, BN = cfg.BN, S = cfg.stages, HALF = BM / 2, PANEL = 64, PANELS = D / PANEL;
@@ -102,7 +102,8 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
     // when persistent, else the one tile of the program.
     auto for_each_tile = [&](auto&& body) {
       if (!cfg.persistent) return body(tile_at(program_id(0)), scalar<int32_t>(0));
-      for_range(program_id(0), M * BH, num_programs(0), [&](Int t) { body(tile_at(t), (t - program_id(0)) / num_programs(0)); });
+      for_range(program_id(0), M * BH, num_programs(0),
+                [&](Int t) { body(tile_at(t), (t - program_id(0)) / num_programs(0)); });
     };
 
     async_tasks(
@@ -144,125 +145,125 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           };
           Pipeline kp(S), vp(S);
           for_each_tile([&](const OutputTile& tile, Int i) {
-          Int row0 = tile.q0 + r * HALF;  // this consumer's first query row
-          Int n_blocks = tile.n_blocks;
-          barrier_wait(q_full[0], i % 2);
-          SharedView<T> q = q_s[r];
-          Var<float> m_i = full<float>({HALF}, -INFINITY);  // running row maximum of s * scale * log2(e)
-          Var<float> l_i = zeros<float>({HALF});            // running row sum of 2^(s * scale * log2(e) - m_i)
-          Var<float> acc = zeros<float>({HALF, D});
-          Var<T> p_prev = zeros<T>({HALF, BN});              // P of the block whose P V is still to issue
-          // Blocks 0 .. n_full - 1 need no mask in any of this consumer's rows: every key is before Sk and (causal)
-          // at or before each row's diagonal. The main loops run those without a mask and the rest with one,
-          // so that no step of either loop branches on it.
-          Int n_full = minimum(Int(Sk) / BN, n_blocks);
-          if (causal) n_full = minimum(n_full, maximum(row0 + shift + 1, 0) / BN);
-          enum class Mask { none, always, if_partial };
-          // The online softmax of block j's scores s: updates the row maxima and sums, returns P (f32) and the
-          // factor alpha that rescales acc.
-          auto softmax = [&](Int j, Tile<float> scores, Mask mask) {
-            Var<float> s = scores;
-            // Keys past Sk, and (causal) keys after the row's diagonal.
-            auto apply_mask = [&] {
-              Int cols = expand_dims(arange(0, BN), 0) + j * BN;  // [1, BN]
-              Bool keep = cols < Sk;
-              if (causal) keep = keep && cols <= expand_dims(arange(0, HALF), 1) + (row0 + shift);  // [HALF, BN]
-              s = where(keep, s, -INFINITY);
+            Int row0 = tile.q0 + r * HALF;  // this consumer's first query row
+            Int n_blocks = tile.n_blocks;
+            barrier_wait(q_full[0], i % 2);
+            SharedView<T> q = q_s[r];
+            Var<float> m_i = full<float>({HALF}, -INFINITY);  // running row maximum of s * scale * log2(e)
+            Var<float> l_i = zeros<float>({HALF});            // running row sum of 2^(s * scale * log2(e) - m_i)
+            Var<float> acc = zeros<float>({HALF, D});
+            Var<T> p_prev = zeros<T>({HALF, BN});              // P of the block whose P V is still to issue
+            // Blocks 0 .. n_full - 1 need no mask in any of this consumer's rows: every key is before Sk and (causal)
+            // at or before each row's diagonal. The main loops run those without a mask and the rest with one,
+            // so that no step of either loop branches on it.
+            Int n_full = minimum(Int(Sk) / BN, n_blocks);
+            if (causal) n_full = minimum(n_full, maximum(row0 + shift + 1, 0) / BN);
+            enum class Mask { none, always, if_partial };
+            // The online softmax of block j's scores s: updates the row maxima and sums, returns P (f32) and the
+            // factor alpha that rescales acc.
+            auto softmax = [&](Int j, Tile<float> scores, Mask mask) {
+              Var<float> s = scores;
+              // Keys past Sk, and (causal) keys after the row's diagonal.
+              auto apply_mask = [&] {
+                Int cols = expand_dims(arange(0, BN), 0) + j * BN;  // [1, BN]
+                Bool keep = cols < Sk;
+                if (causal) keep = keep && cols <= expand_dims(arange(0, HALF), 1) + (row0 + shift);  // [HALF, BN]
+                s = where(keep, s, -INFINITY);
+              };
+              if (mask == Mask::always) apply_mask();
+              if (mask == Mask::if_partial) if_(j >= n_full, apply_mask);
+              Tile<float> m_new = maximum(m_i, max(s, 1) * scale_log2);
+              Tile<float> m_use = where(m_new == -INFINITY, 0.f, m_new);  // a row that has seen no key yet
+              Tile<float> p = fast::exp2(fma(s, scale_log2, -expand_dims(m_use, 1)));  // 2^(s * scale * log2 e - m)
+              Tile<float> alpha = fast::exp2(m_i - m_use);
+              l_i = l_i * alpha + sum(p, 1);
+              m_i = m_new;
+              return std::pair{p, alpha};
             };
-            if (mask == Mask::always) apply_mask();
-            if (mask == Mask::if_partial) if_(j >= n_full, apply_mask);
-            Tile<float> m_new = maximum(m_i, max(s, 1) * scale_log2);
-            Tile<float> m_use = where(m_new == -INFINITY, 0.f, m_new);  // a row that has seen no key yet
-            Tile<float> p = fast::exp2(fma(s, scale_log2, -expand_dims(m_use, 1)));  // 2^(s * scale * log2 e - m)
-            Tile<float> alpha = fast::exp2(m_i - m_use);
-            l_i = l_i * alpha + sum(p, 1);
-            m_i = m_new;
-            return std::pair{p, alpha};
-          };
-          auto next_k = [&] {
-            kp.release(k_empty);
-            kp.advance();
-          };
-          auto next_v = [&] {
-            vp.release(v_empty);
-            vp.advance();
-          };
-          // Every QK^T of the tile has completed: with O's own buffer, the producer may bring the next Q.
-          auto release_q = [&] {
-            if (own_o) barrier_arrive(q_empty[0]);
-          };
-          auto issue_scores = [&] { return async_dot(q, local_trans(k_s[kp.index()]), zeros<float>({HALF, BN})); };
-          auto scores_alone = [&] {  // S_j issued on its own and waited for
-            kp.wait(k_full);
-            my_turn();
-            Tile<float> s_j = issue_scores();
-            your_turn();
-            Tile<float> scores = async_dot_wait(0, s_j);
-            next_k();
-            return scores;
-          };
-          if (cfg.pingpong) if_(r == 1 && n_blocks > 0, [&] { named_barrier_arrive(1, 256); });  // consumer 0 first
-          if (!cfg.overlap) {  // each step in turn: S_j, its softmax, then P_j V_j
-            auto step = [&](Int j, Mask mask) {
-              auto [p, alpha] = softmax(j, scores_alone(), mask);
-              vp.wait(v_full);
-              acc = async_dot_wait(0, async_dot(cast<T>(p), v_s[vp.index()], acc * expand_dims(alpha, 1)));
-              next_v();
+            auto next_k = [&] {
+              kp.release(k_empty);
+              kp.advance();
             };
-            for_range(0, n_full, [&](Int j) { step(j, Mask::none); });
-            for_range(n_full, n_blocks, [&](Int j) { step(j, Mask::always); });
-            release_q();
-            if (cfg.pingpong) if_(r == 0 && n_blocks > 0, [&] { named_barrier_wait(1, 256); });
-          } else {
-            if_(n_blocks > 0, [&] {
-              p_prev = cast<T>(softmax(scalar<int32_t>(0), scores_alone(), Mask::if_partial).first);
-            });
-            // Step j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} in flight together; the softmax of S_j runs
-            // while the tensor cores finish P_{j-1} V_{j-1}.
-            auto step = [&](Int j, Mask mask) {
+            auto next_v = [&] {
+              vp.release(v_empty);
+              vp.advance();
+            };
+            // Every QK^T of the tile has completed: with O's own buffer, the producer may bring the next Q.
+            auto release_q = [&] {
+              if (own_o) barrier_arrive(q_empty[0]);
+            };
+            auto issue_scores = [&] { return async_dot(q, local_trans(k_s[kp.index()]), zeros<float>({HALF, BN})); };
+            auto scores_alone = [&] {  // S_j issued on its own and waited for
               kp.wait(k_full);
-              vp.wait(v_full);
               my_turn();
               Tile<float> s_j = issue_scores();
-              acc = async_dot(p_prev, v_s[vp.index()], acc);
               your_turn();
-              Tile<float> scores = async_dot_wait(1, s_j);  // S_j done; P V may still run
+              Tile<float> scores = async_dot_wait(0, s_j);
               next_k();
-              auto [p, alpha] = softmax(j, scores, mask);
-              acc = async_dot_wait(0, acc);
-              next_v();
-              acc = acc * expand_dims(alpha, 1);
-              // P_j packed only now: its registers may be P_{j-1}'s, which the wgmma above read until it ended.
-              p_prev = cast<T>(p);
+              return scores;
             };
-            Int first_masked = maximum(n_full, 1);
-            for_range(1, first_masked, [&](Int j) { step(j, Mask::none); });
-            for_range(first_masked, n_blocks, [&](Int j) { step(j, Mask::always); });
-            release_q();
-            if_(n_blocks > 0, [&] {
-              vp.wait(v_full);
-              acc = async_dot_wait(0, async_dot(p_prev, v_s[vp.index()], acc));
-              next_v();
-              if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); });  // consumer 1's last arrival
-            });
-          }
-          // Epilogue: O = acc / l, through shared memory and TMA stores (which clip rows past Sq).
-          Tile<float> l = l_i;
-          Bool empty_row = l == 0.f;
-          Tile<float> o = acc / expand_dims(where(empty_row, 1.f, l), 1);
-          SharedView<T> o_stage = own_o ? (*o_s)[r] : q;
-          if (own_o) async_store_wait(0);  // the last tile's O has left o_s[r]
-          local_store(o_stage, cast<T>(o));
-          for (int p = 0; p < PANELS; ++p)
-            async_descriptor_store(O, o_stage.cols(p * PANEL, PANEL), {tile.bh, row0, p * PANEL});
-          Tile<float> lse = where(empty_row, INFINITY, (m_i + log2(where(empty_row, 1.f, l))) * float(M_LN2));
-          Int rows = arange(0, HALF) + row0;
-          // 64-bit: B * Hq * Sq may pass 2^31.
-          store(LSE + cast<int64_t>(tile.bh) * cast<int64_t>(Sq) + rows, lse, rows < Sq);
-          if (!own_o) {  // O went out through Q's stage: the next Q may come once the store has read it
-            async_store_wait(0);
-            barrier_arrive(q_empty[0]);
-          }
+            if (cfg.pingpong) if_(r == 1 && n_blocks > 0, [&] { named_barrier_arrive(1, 256); });  // consumer 0 first
+            if (!cfg.overlap) {  // each step in turn: S_j, its softmax, then P_j V_j
+              auto step = [&](Int j, Mask mask) {
+                auto [p, alpha] = softmax(j, scores_alone(), mask);
+                vp.wait(v_full);
+                acc = async_dot_wait(0, async_dot(cast<T>(p), v_s[vp.index()], acc * expand_dims(alpha, 1)));
+                next_v();
+              };
+              for_range(0, n_full, [&](Int j) { step(j, Mask::none); });
+              for_range(n_full, n_blocks, [&](Int j) { step(j, Mask::always); });
+              release_q();
+              if (cfg.pingpong) if_(r == 0 && n_blocks > 0, [&] { named_barrier_wait(1, 256); });
+            } else {
+              if_(n_blocks > 0, [&] {
+                p_prev = cast<T>(softmax(scalar<int32_t>(0), scores_alone(), Mask::if_partial).first);
+              });
+              // Step j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} in flight together; the softmax of S_j runs
+              // while the tensor cores finish P_{j-1} V_{j-1}.
+              auto step = [&](Int j, Mask mask) {
+                kp.wait(k_full);
+                vp.wait(v_full);
+                my_turn();
+                Tile<float> s_j = issue_scores();
+                acc = async_dot(p_prev, v_s[vp.index()], acc);
+                your_turn();
+                Tile<float> scores = async_dot_wait(1, s_j);  // S_j done; P V may still run
+                next_k();
+                auto [p, alpha] = softmax(j, scores, mask);
+                acc = async_dot_wait(0, acc);
+                next_v();
+                acc = acc * expand_dims(alpha, 1);
+                // P_j packed only now: its registers may be P_{j-1}'s, which the wgmma above read until it ended.
+                p_prev = cast<T>(p);
+              };
+              Int first_masked = maximum(n_full, 1);
+              for_range(1, first_masked, [&](Int j) { step(j, Mask::none); });
+              for_range(first_masked, n_blocks, [&](Int j) { step(j, Mask::always); });
+              release_q();
+              if_(n_blocks > 0, [&] {
+                vp.wait(v_full);
+                acc = async_dot_wait(0, async_dot(p_prev, v_s[vp.index()], acc));
+                next_v();
+                if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); });  // consumer 1's last arrival
+              });
+            }
+            // Epilogue: O = acc / l, through shared memory and TMA stores (which clip rows past Sq).
+            Tile<float> l = l_i;
+            Bool empty_row = l == 0.f;
+            Tile<float> o = acc / expand_dims(where(empty_row, 1.f, l), 1);
+            SharedView<T> o_stage = own_o ? (*o_s)[r] : q;
+            if (own_o) async_store_wait(0);  // the last tile's O has left o_s[r]
+            local_store(o_stage, cast<T>(o));
+            for (int p = 0; p < PANELS; ++p)
+              async_descriptor_store(O, o_stage.cols(p * PANEL, PANEL), {tile.bh, row0, p * PANEL});
+            Tile<float> lse = where(empty_row, INFINITY, (m_i + log2(where(empty_row, 1.f, l))) * float(M_LN2));
+            Int rows = arange(0, HALF) + row0;
+            // 64-bit: B * Hq * Sq may pass 2^31.
+            store(LSE + cast<int64_t>(tile.bh) * cast<int64_t>(Sq) + rows, lse, rows < Sq);
+            if (!own_o) {  // O went out through Q's stage: the next Q may come once the store has read it
+              async_store_wait(0);
+              barrier_arrive(q_empty[0]);
+            }
           });
           async_store_wait(0);
         }));
@@ -297,7 +298,8 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
   expect("v", v.size(), bhk * p.Sk * p.D);
   expect("o", o.size(), bhq * p.Sq * p.D);
   expect("lse", lse.size(), bhq * p.Sq);
-  if ((p.Sq + 127) / 128 * bhq > 2147483647u) fail("B * Hq * Sq / 128 must stay below 2^31 (tiles are counted in 32 bits)");
+  if ((p.Sq + 127) / 128 * bhq > 2147483647u)
+    fail("B * Hq * Sq / 128 must stay below 2^31 (tiles are counted in 32 bits)");
 
   AttentionConfig cfg = cfg_or_null ? *cfg_or_null : attention_config(p.D);
   if (cfg.BM != 128 || cfg.BN < 16 || cfg.BN > 256 || cfg.BN % 16 != 0 || cfg.stages < 1)
@@ -320,8 +322,8 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
   auto k_desc = tma(k, {bk, p.Sk, p.D}, {1, cfg.BN, 64}, {}, loc);
   auto v_desc = tma(v, {bk, p.Sk, p.D}, {1, cfg.BN, 64}, {}, loc);
   const int64_t tiles = (p.Sq + cfg.BM - 1) / cfg.BM * bq;
-  const int64_t programs = cfg.persistent ? std::min<int64_t>(tiles, Device::from_backend(stream.backend()).multiprocessors()) : tiles;
-  if (programs > 2147483647) fail("too many tiles for one grid: " + std::to_string(programs));
+  const int64_t sms = Device::from_backend(stream.backend()).multiprocessors();
+  const int64_t programs = cfg.persistent ? std::min<int64_t>(tiles, sms) : tiles;
   kernel->launch(stream, Grid(programs, 1, 1, loc), q_desc, k_desc, v_desc, o_desc, lse, p.Sq, p.Sk, int(bq),
                  p.Hq / p.Hkv, float(scale * M_LOG2E));
 }
