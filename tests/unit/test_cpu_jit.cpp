@@ -130,19 +130,27 @@ TEST_CASE("creating and destroying kernels keeps the process flat", "[cpu-jit][c
   test::ScopedEnv cache_switch("WEFT_CACHE", cached ? "1" : "0");
   const int rounds = cached ? 400 : 80;
   for (int i = 0; i < 20; ++i) run_axpy(make_axpy());  // warm up: the JIT, the allocator, the cache entry
-  const JitStats before = jit_stats();
-  const int64_t rss_before = resident_bytes();
-  for (int i = 0; i < rounds; ++i) run_axpy(make_axpy());
-  const JitStats after = jit_stats();
-  const int64_t grown = resident_bytes() - rss_before;
+  // A leak grows the process in every window of `rounds` kernels; the allocator's own growth (a new arena
+  // page, a lazily built LLVM table) comes once. So the process passes if one of three windows stays flat.
+  // Leaking even 2 KiB a kernel would grow a window by 160-800 KiB (measured: 4-64 KiB, once 184 KiB in
+  // CI's first window of compiled kernels).
+  int64_t grown = 0;
+  for (int window = 0; window < 3; ++window) {
+    const JitStats before = jit_stats();
+    const int64_t rss_before = resident_bytes();
+    for (int i = 0; i < rounds; ++i) run_axpy(make_axpy());
+    const JitStats after = jit_stats();
+    grown = resident_bytes() - rss_before;
+    CAPTURE(cached, window, grown, rounds);
+    REQUIRE(after.live_kernels == before.live_kernels);
+    REQUIRE(after.live_code_bytes == before.live_code_bytes);
+    REQUIRE(after.loaded_from_cache + after.compiled == before.loaded_from_cache + before.compiled + rounds);
+    REQUIRE(after.compiled == before.compiled + (cached ? 0 : rounds));
+    // Not under ASan: its quarantine keeps freed memory out of reuse on purpose (the process grows by
+    // ~50 MB); the live kernel and code counts above still hold there.
+    if (kUnderAddressSanitizer || grown < rounds * 2048) break;
+  }
   CAPTURE(cached, grown, rounds);
-  CHECK(after.live_kernels == before.live_kernels);
-  CHECK(after.live_code_bytes == before.live_code_bytes);
-  CHECK(after.loaded_from_cache + after.compiled == before.loaded_from_cache + before.compiled + rounds);
-  CHECK(after.compiled == before.compiled + (cached ? 0 : rounds));
-  // Leaking even 2 KiB a kernel would grow the process by 160-800 KiB here (measured: 4-64 KiB in all).
-  // Not under ASan: its quarantine keeps freed memory out of reuse on purpose (the process grows by ~50 MB);
-  // the live kernel and code counts above still hold there.
   if (!kUnderAddressSanitizer) CHECK(grown < rounds * 2048);
 }
 
