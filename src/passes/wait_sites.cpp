@@ -11,9 +11,10 @@ namespace {
 // Program order, depth first: the order does not matter as long as lowering and host use this one table.
 void number_waits(const ir::Region& r, WaitSites& out) {
   for (const ir::NodeRef& n : r.body) {
-    if (n->op == ir::Op::BarrierWait) {
+    if (n->op == ir::Op::BarrierWait || n->op == ir::Op::NamedBarrierWait) {
       out.index.emplace(n.get(), static_cast<uint32_t>(out.sites.size()));
       out.sites.push_back(n->loc);
+      out.named_threads.push_back(n->op == ir::Op::NamedBarrierWait ? static_cast<int32_t>(n->attrs.ints.at(1)) : 0);
     }
     for (const ir::Region& inner : n->regions) number_waits(inner, out);
   }
@@ -39,13 +40,19 @@ std::string WaitSites::thread_name(uint32_t thread) const {
 }
 
 std::string WaitSites::describe(const WaitTimeoutRecord& r, int64_t timeout_ms) const {
+  std::string what = fmt::format("waits on {} for phase {}", barrier_name(r.barrier), r.parity);
+  if (r.barrier & kNamedBarrierFlag) {
+    int32_t threads = r.site < named_threads.size() ? named_threads[r.site] : 0;
+    what = fmt::format("waits at named barrier {} of {} threads; {} of them had arrived", r.barrier & ~kNamedBarrierFlag,
+                       threads, r.parity);
+  }
   return fmt::format("barrier wait timed out after {} ms (GPU debug mode) in kernel '{}', block ({}, {}, {}):\n"
-                     "  {} (thread {}) waits on {} for phase {}   {}\n"
+                     "  {} (thread {}) {}   {}\n"
                      "this is a deadlock unless the wait may take longer (WEFT_DEBUG_TIMEOUT_MS raises the limit); "
                      "only the first thread that gave up is reported: the CPU backend (WEFT_BACKEND=cpu) reports "
                      "every task's wait",
-                     timeout_ms, kernel, r.block[0], r.block[1], r.block[2], thread_name(r.thread), r.thread,
-                     barrier_name(r.barrier), r.parity, site_loc(r.site).str());
+                     timeout_ms, kernel, r.block[0], r.block[1], r.block[2], thread_name(r.thread), r.thread, what,
+                     site_loc(r.site).str());
 }
 
 WaitSites plan_wait_sites(const ir::Function& f, int num_warps) {

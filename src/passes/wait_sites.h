@@ -1,7 +1,8 @@
 // Pass: what GPU debug mode (WEFT_DEBUG=1, KernelOptions::debug) needs to explain a barrier wait that timed
 // out.
 //
-// In debug mode every mbarrier wait of the GPU code carries a site number (its index here). A wait that
+// In debug mode every mbarrier wait and every named_barrier_wait of the GPU code carries a site number
+// (its index here). A wait that
 // times out writes a WaitTimeoutRecord to host memory and traps (codegen/nvptx/debug_waits.h); the host
 // puts it into words with this table: the site's source line, the task and replica that the waiting thread
 // runs (from the task plan and the thread index: the code needs no task names), and the barrier array and
@@ -27,8 +28,8 @@ namespace weft::passes {
 struct WaitTimeoutRecord {
   uint32_t complete = 0;
   uint32_t site = 0;      // index into WaitSites::sites
-  uint32_t barrier = 0;   // the mbarrier's byte offset in the block's shared memory
-  uint32_t parity = 0;    // the phase parity it waited for
+  uint32_t barrier = 0;   // the mbarrier's byte offset in the block's shared memory, or kNamedBarrierFlag | id
+  uint32_t parity = 0;    // the phase parity it waited for; at a named barrier: the threads that had arrived
   uint32_t thread = 0;    // %tid.x of the waiting thread
   uint32_t block[3] = {}; // %ctaid.{x,y,z}
 };
@@ -42,6 +43,8 @@ enum WaitTimeoutWord : int {
   kBlockWord = offsetof(WaitTimeoutRecord, block) / 4,  // x; y and z follow
 };
 static_assert(sizeof(WaitTimeoutRecord) == 32);
+// WaitTimeoutRecord::barrier of a named barrier's wait: this bit, or'd with the barrier's id.
+constexpr uint32_t kNamedBarrierFlag = 0x80000000u;
 
 struct BarrierArrayInfo {
   std::string name;
@@ -52,7 +55,8 @@ struct BarrierArrayInfo {
 struct WaitSites {
   std::string kernel;
   std::vector<SourceLoc> sites;                          // the user's line of each barrier_wait
-  std::unordered_map<const ir::Node*, uint32_t> index;  // BarrierWait node -> its site
+  std::vector<int32_t> named_threads;                    // per site: the named barrier's thread count, or 0
+  std::unordered_map<const ir::Node*, uint32_t> index;  // BarrierWait / NamedBarrierWait node -> its site
   std::vector<BarrierArrayInfo> barriers;
   std::vector<TaskSlot> tasks;                           // where each task's replicas run
 
@@ -65,7 +69,7 @@ struct WaitSites {
   SourceLoc site_loc(uint32_t site) const { return site < sites.size() ? sites[site] : SourceLoc{}; }
 };
 
-// Every BarrierWait of `f`, numbered in program order, with the barrier arrays and the task plan
+// Every BarrierWait and NamedBarrierWait of `f`, numbered in program order, with the barrier arrays and the task plan
 // (`num_warps`: the block's warps when `f` has no async_tasks, as for plan_tasks).
 WaitSites plan_wait_sites(const ir::Function& f, int num_warps);
 

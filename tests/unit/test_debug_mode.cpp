@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -237,5 +239,154 @@ TEST_CASE("debug mode: a deadlock on the GPU throws an Error naming who waited w
                                                                            "'stuck_consumer', block (0, 0, 0):\n"));
   CHECK_THAT(message, Contains("  task 'consumer' replica "));
   CHECK_THAT(message, Contains(" waits on 'ready[1]' for phase 0   " + at(lines.consumer_wait) + "\n"));
+  CHECK_THAT(message, Contains("CUDA context unusable: restart the process"));
+}
+
+// ---- named barriers in debug mode ------------------------------------------------------------------------
+
+namespace {
+
+int named_wait_line = 0;
+
+// Consumers (two replicas of 4 warps) wait at named barrier 1 for 288 threads, but only the producer's
+// warp would ever arrive besides them, and it never does: a deadlock on a named barrier.
+void stuck_named_body(Ptr<float> out) {
+  async_tasks(
+      task("producer", {.warps = 1}, [&] { store(out + arange(0, 32), full<float>({32}, 1.0)); }),
+      task("consumer", {.warps = 4, .replicas = 2}, [&] {
+        named_wait_line = __LINE__; named_barrier_wait(1, 288);
+        store(out + arange(0, 32), full<float>({32}, 2.0));
+      }));
+}
+
+}  // namespace
+
+TEST_CASE("debug mode: named barriers become counters in shared memory that time out", "[async][debug]") {
+  std::vector<detail::ParamInfo> params = {{false, dtype_of<Pointer<float>>}};
+  auto f = dsl::trace_kernel(
+      "stuck_named", params, [&](const detail::TraceInputs& in) { stuck_named_body(Ptr<float>(in.values[0])); },
+      std::vector<detail::KernelArg>(1), 0, SourceLoc::current());
+  codegen::nvptx::PtxKernel plain = codegen::nvptx::compile_to_ptx(*f, KernelOptions{.num_warps = 4}, {});
+  codegen::nvptx::PtxKernel debug =
+      codegen::nvptx::compile_to_ptx(*f, KernelOptions{.num_warps = 4, .debug = true}, {});
+  const std::string& ptx = debug.ptx;
+  INFO(ptx);
+  if (!support::knobs().debug) CHECK(count(plain.ptx, "bar.sync \t1, 288;") == 1);
+  // No hardware barrier on id 1: lane 0 of each warp adds 32 to the counter between fences and polls it
+  // with acquire loads and the clock.
+  CHECK(count(ptx, "bar.sync \t1,") + count(ptx, "bar.arrive") == 0);
+  CHECK(count(ptx, "atom.shared.add.u64") == 1);
+  CHECK(count(ptx, "fence.acq_rel.cta;") == 2);
+  CHECK(count(ptx, "ld.acquire.cta.shared.b64") >= 2);
+  CHECK(count(ptx, "%globaltimer") == 2);
+  CHECK(count(ptx, "call.uni weft_debug_wait_timed_out") + count(ptx, "call weft_debug_wait_timed_out") == 1);
+  CHECK(count(ptx, "bar.warp.sync") >= 2);
+  // The site table knows the wait as a named one, and the record becomes this message.
+  passes::WaitSites waits = passes::plan_wait_sites(*f, 4);
+  REQUIRE(waits.sites.size() == 1);
+  CHECK(waits.named_threads == std::vector<int32_t>{288});
+  passes::WaitTimeoutRecord r;
+  r.complete = 1;
+  r.site = 0;
+  r.barrier = passes::kNamedBarrierFlag | 1;
+  r.parity = 256;
+  r.thread = 5 * 32;
+  std::string message = waits.describe(r, 2000);
+  INFO(message);
+  CHECK_THAT(message, Contains("  task 'consumer' replica 1 (thread 160) waits at named barrier 1 of 288 threads; 256 of "
+                               "them had arrived   " + at(named_wait_line) + "\n"));
+
+  std::string ptxas = find_ptxas();
+  if (ptxas.empty()) {
+    WARN("SKIPPED the ptxas check: no ptxas on PATH or at /usr/local/cuda/bin/ptxas");
+    return;
+  }
+  auto file = std::filesystem::temp_directory_path() / "weft-test-debug-named.ptx";
+  std::ofstream(file) << ptx;
+  std::string command = ptxas + " -arch=sm_90a " + file.string() + " -o /dev/null 2>&1";
+  CHECK(std::system(command.c_str()) == 0);
+  std::filesystem::remove(file);
+}
+
+// The counters must compute what bar.sync / bar.arrive do: a writer and a reader hand one shared buffer
+// back and forth through named barriers 1 (written) and 2 (read) for many phases, with random values.
+TEST_CASE("debug mode: named barriers hand a buffer back and forth as without it", "[gpu][debug]") {
+  constexpr int kTile = 256, iters = 9, programs = 3;
+  Kernel k("debug_named_handoff", [](Ptr<float> x, Ptr<float> out, Int iters_arg) {
+    auto slot = local_alloc<float>({kTile}, 1, "slot");
+    Int offs = arange(0, kTile);
+    Int first = program_id(0) * iters_arg;
+    async_tasks(
+        task("writer", {.warps = 2}, [&] {
+          for_range(0, iters_arg, [&](Int i) {
+            local_store(slot[0], load(x + (first + i) * kTile + offs));
+            named_barrier_arrive(1, 192);
+            named_barrier_wait(2, 192);
+          });
+        }),
+        task("reader", {.warps = 4}, [&] {
+          for_range(0, iters_arg, [&](Int i) {
+            named_barrier_wait(1, 192);
+            Tile<float> v = local_load(slot[0]);
+            named_barrier_arrive(2, 192);
+            store(out + (first + i) * kTile + offs, v * 3.0f - 1.0f);
+          });
+        }));
+  }, KernelOptions{.num_warps = 4, .debug = true});
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> uniform(-4.0f, 4.0f);
+  std::vector<float> x(size_t(programs) * iters * kTile), want(x.size());
+  for (float& v : x) v = uniform(rng);
+  for (size_t i = 0; i < x.size(); ++i) want[i] = x[i] * 3.0f - 1.0f;
+  auto run_on = [&](Device device) {
+    Buffer<float> in = device.upload(x);
+    Buffer<float> out = device.upload(std::vector<float>(x.size(), std::nanf("")));
+    k.launch(device.stream(), Grid(programs), in, out, iters);
+    device.stream().synchronize();
+    CHECK(out.download() == want);
+  };
+  run_on(Device::cpu());
+  std::string why_not;
+  if (!driver::cuda::cuda_available(&why_not)) {
+    WARN("SKIPPED on the GPU: " << why_not);
+    return;
+  }
+  detail::Backend* backend = detail::cuda_backend_or_null(&why_not);
+  INFO(why_not);
+  REQUIRE(backend != nullptr);
+  run_on(Device::from_backend(*backend));
+}
+
+// Traps on purpose, like the mbarrier case above (run it alone when running the binary by hand).
+TEST_CASE("debug mode: a deadlock at a named barrier on the GPU throws an Error instead of hanging", "[gpu][debug]") {
+  std::string why_not;
+  if (!driver::cuda::cuda_available(&why_not)) {
+    WARN("SKIPPED: " << why_not);
+    return;
+  }
+  detail::Backend* backend = detail::cuda_backend_or_null(&why_not);
+  INFO(why_not);
+  REQUIRE(backend != nullptr);
+  Device gpu = Device::from_backend(*backend);
+  Kernel k("stuck_named", [&](Ptr<float> out) { stuck_named_body(out); }, KernelOptions{.num_warps = 4, .debug = true});
+  Buffer<float> out = gpu.alloc<float>(32);
+  k.compile(gpu);
+  auto start = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    k.launch(gpu.stream(), Grid(1), out);
+    gpu.stream().synchronize();
+  } catch (const Error& e) {
+    message = e.what();
+    CHECK(e.where().line == static_cast<unsigned>(named_wait_line));
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(message);
+  REQUIRE_FALSE(message.empty());
+  CHECK(seconds < support::knobs().debug_timeout_ms / 1000.0 + 5);
+  CHECK_THAT(message, Contains("  task 'consumer' replica "));
+  // Both replicas' 8 warps arrive (256 threads); the producer's 32 never do.
+  CHECK_THAT(message, Contains(" waits at named barrier 1 of 288 threads; 256 of them had arrived   " +
+                               at(named_wait_line) + "\n"));
   CHECK_THAT(message, Contains("CUDA context unusable: restart the process"));
 }

@@ -16,27 +16,69 @@ DebugWaits::DebugWaits(llvm::IRBuilder<>& b, llvm::Function* kernel)
 }
 
 void DebugWaits::wait(llvm::Value* bar, llvm::Value* offset, llvm::Value* parity, uint32_t site) {
+  PtxInstructions ptx(b_);
+  poll_until([&] { return ptx.mbarrier_try_wait_parity(bar, parity); }, site, offset, [&] { return parity; },
+             "mbarrier");
+}
+
+void DebugWaits::poll_until(const std::function<llvm::Value*()>& done_now, uint32_t site, llvm::Value* barrier,
+                            const std::function<llvm::Value*()>& parity, const char* name) {
   llvm::LLVMContext& c = b_.getContext();
   PtxInstructions ptx(b_);
-  auto* slow = llvm::BasicBlock::Create(c, "mbarrier.slow", kernel_);
-  auto* poll = llvm::BasicBlock::Create(c, "mbarrier.poll", kernel_);
-  auto* check = llvm::BasicBlock::Create(c, "mbarrier.check", kernel_);
-  auto* timed_out = llvm::BasicBlock::Create(c, "mbarrier.timeout", kernel_);
-  auto* done = llvm::BasicBlock::Create(c, "mbarrier.done", kernel_);
+  std::string prefix(name);
+  auto* slow = llvm::BasicBlock::Create(c, prefix + ".slow", kernel_);
+  auto* poll = llvm::BasicBlock::Create(c, prefix + ".poll", kernel_);
+  auto* check = llvm::BasicBlock::Create(c, prefix + ".check", kernel_);
+  auto* timed_out = llvm::BasicBlock::Create(c, prefix + ".timeout", kernel_);
+  auto* done = llvm::BasicBlock::Create(c, prefix + ".done", kernel_);
   // The first try costs what a plain wait costs: the clock is read only once the phase is late.
-  b_.CreateCondBr(ptx.mbarrier_try_wait_parity(bar, parity), done, slow);
+  b_.CreateCondBr(done_now(), done, slow);
   b_.SetInsertPoint(slow);
   llvm::Value* start = ptx.global_timer();
   b_.CreateBr(poll);
   b_.SetInsertPoint(poll);
-  b_.CreateCondBr(ptx.mbarrier_try_wait_parity(bar, parity), done, check);
+  b_.CreateCondBr(done_now(), done, check);
   b_.SetInsertPoint(check);
   llvm::Value* late = b_.CreateICmpUGT(b_.CreateSub(ptx.global_timer(), start), timeout_ns_);
   b_.CreateCondBr(late, timed_out, poll);
   b_.SetInsertPoint(timed_out);
-  b_.CreateCall(report_function(), {record_, claim_, b_.getInt32(site), offset, parity});
+  b_.CreateCall(report_function(), {record_, claim_, b_.getInt32(site), barrier, parity()});
   b_.CreateUnreachable();
   b_.SetInsertPoint(done);
+}
+
+void DebugWaits::named_barrier(llvm::Value* word, int64_t id, int64_t threads, bool wait, uint32_t site) {
+  llvm::LLVMContext& c = b_.getContext();
+  PtxInstructions ptx(b_);
+  llvm::SyncScope::ID block = c.getOrInsertSyncScopeID("block");
+  auto* i64 = b_.getInt64Ty();
+  auto* arrive = llvm::BasicBlock::Create(c, "named_barrier.arrive", kernel_);
+  auto* join = llvm::BasicBlock::Create(c, "named_barrier.join", kernel_);
+  ptx.warp_sync();  // the warp's accesses so far, before its arrival
+  b_.CreateCondBr(b_.CreateICmpEQ(b_.CreateAnd(ptx.thread_index(), b_.getInt32(31)), b_.getInt32(0)), arrive, join);
+  b_.SetInsertPoint(arrive);
+  // Release: the warp's accesses (ordered before lane 0's by bar.warp.sync) before its arrival. The NVPTX
+  // back end drops an atomicrmw's ordering, so the fences are explicit: fence.acq_rel.cta around it.
+  b_.CreateFence(llvm::AtomicOrdering::AcquireRelease, block);
+  llvm::Value* old = b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, word, b_.getInt64(32), llvm::MaybeAlign(8),
+                                        llvm::AtomicOrdering::Monotonic, block);
+  if (wait) {
+    llvm::Value* total = b_.getInt64(static_cast<uint64_t>(threads));
+    llvm::Value* end = b_.CreateMul(b_.CreateAdd(b_.CreateUDiv(old, total), b_.getInt64(1)), total);
+    auto count = [&] {
+      auto* load = b_.CreateAlignedLoad(i64, word, llvm::MaybeAlign(8));
+      load->setAtomic(llvm::AtomicOrdering::Acquire, block);
+      return load;
+    };
+    llvm::Value* barrier = b_.getInt32(passes::kNamedBarrierFlag | static_cast<uint32_t>(id));
+    // The threads of this phase that had arrived when the wait gave up.
+    auto arrived = [&] { return b_.CreateTrunc(b_.CreateSub(count(), b_.CreateSub(end, total)), b_.getInt32Ty()); };
+    poll_until([&] { return b_.CreateICmpUGE(count(), end); }, site, barrier, arrived, "named_barrier");
+    b_.CreateFence(llvm::AtomicOrdering::AcquireRelease, block);  // acquire: the other warps' accesses
+  }
+  b_.CreateBr(join);
+  b_.SetInsertPoint(join);
+  ptx.warp_sync();  // the warp leaves together, after its lane 0 saw the phase complete
 }
 
 // One copy of the reporting code, however many waits the kernel has.

@@ -9,12 +9,20 @@
 // thread and block, fences at system scope, sets `complete`, fences again and traps. The host
 // (driver/cuda) synchronizes after each debug launch and turns the record into a weft::Error.
 //
-// Named barriers (bar.sync) cannot time out: a deadlock on one still hangs in debug mode.
+// Named barriers (bar.sync / bar.arrive) cannot time out, so in debug mode the user's named barriers
+// become counters in shared memory (one 64-bit word per id, zeroed at the kernel's start): lane 0 of each
+// arriving warp adds 32 with an acq_rel atomic at block scope; the arrival that starts at count `old`
+// belongs to the phase that ends when the count reaches (old / threads + 1) * threads, and a waiting warp
+// polls the count (acquire) until then, with the same timeout and report as an mbarrier wait. The
+// record's barrier word is kNamedBarrierFlag | id and its parity word the threads that had arrived. The
+// warp meets (bar.warp.sync) before and after, as bar.sync orders the warp's accesses. weft's own syncs
+// of a block or a task replica stay hardware barriers: all their threads run the same code.
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>
 
 #include <cstdint>
+#include <functional>
 
 namespace weft::codegen::nvptx {
 
@@ -27,7 +35,15 @@ class DebugWaits {
   // memory, what the host names) until the phase of parity `parity` completes, or reports wait `site`.
   void wait(llvm::Value* bar, llvm::Value* offset, llvm::Value* parity, uint32_t site);
 
+  // named_barrier_arrive / named_barrier_wait (`wait`) on named barrier `id` of `threads` threads, whose
+  // counter is the i64 at `word` (a shared-memory pointer); `site`: the wait's site (unused for arrivals).
+  void named_barrier(llvm::Value* word, int64_t id, int64_t threads, bool wait, uint32_t site);
+
  private:
+  // Polls until `done()` (i1) holds; once `timeout_ns_` has passed since the first failed poll, reports
+  // site `site` with the barrier word `barrier` and the parity word `parity()`.
+  void poll_until(const std::function<llvm::Value*()>& done, uint32_t site, llvm::Value* barrier,
+                  const std::function<llvm::Value*()>& parity, const char* name);
   // Made at first use: void(i64 record, i64 claim, i32 site, i32 bar, i32 parity).
   llvm::Function* report_function();
 

@@ -77,6 +77,12 @@ LoweredKernel Lowering::run() {
     total += ts.slot->replicas * stride;
     exchanges += fmt::format(", {} x {} for task '{}'", ts.slot->replicas, stride, ts.slot->name);
   }
+  if (debug_named_base_) {
+    total = round_up(total, 8);
+    debug_named_base_->setInitializer(b_.getInt32(static_cast<uint32_t>(total)));
+    total += kNamedBarrierIds * 8;
+    exchanges += fmt::format(", {} for GPU debug mode's named-barrier counters", kNamedBarrierIds * 8);
+  }
   if (total > kMaxSharedBytes)
     throw Error(fmt::format("kernel '{}' needs {} bytes of shared memory per block but a block has at most {}: the "
                             "allocations take {} and the exchanges between threads {}:{}\nuse fewer stages or "

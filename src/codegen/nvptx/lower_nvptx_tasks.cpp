@@ -66,8 +66,12 @@ void Lowering::init_barriers() {
   bool any = false;
   for (const passes::SharedAllocation& a : allocations_.allocations) any = any || a.node->op == Op::AllocBarriers;
   has_barriers_ = any;
-  if (!any) return;
-  plan_warp_arrivals();
+  bool named = debug_waits_ && uses_named_barriers(f_.body);
+  if (!any && !named) return;
+  if (any) plan_warp_arrivals();
+  if (named)
+    debug_named_base_ = new llvm::GlobalVariable(*mod_, b_.getInt32Ty(), true, llvm::GlobalValue::InternalLinkage,
+                                                 nullptr, "weft_debug_named_barriers");
   guarded(b_.CreateICmpEQ(block_tid_, i32c(0)), [&]() -> Value* {
     for (const passes::SharedAllocation& a : allocations_.allocations) {
       if (a.node->op != Op::AllocBarriers) continue;
@@ -76,13 +80,31 @@ void Lowering::init_barriers() {
       for (int64_t i = 0; i < a.node->type.shape[0]; ++i)
         ptx_.mbarrier_init(shared_address(i32c(a.offset + i * passes::kMbarrierBytes)), static_cast<int>(count));
     }
-    ptx_.fence_mbarrier_init();
+    if (any) ptx_.fence_mbarrier_init();
+    for (int64_t id = 0; named && id < kNamedBarrierIds; ++id)
+      b_.CreateAlignedStore(b_.getInt64(0), debug_named_barrier(id), llvm::MaybeAlign(8));
     return nullptr;
   }, nullptr);
   if (clustered())
     ptx_.cluster_sync();
   else
     ptx_.barrier();
+}
+
+bool Lowering::uses_named_barriers(const ir::Region& r) {
+  for (const NodeRef& n : r.body) {
+    if (n->op == Op::NamedBarrierWait || n->op == Op::NamedBarrierArrive) return true;
+    for (const ir::Region& inner : n->regions)
+      if (uses_named_barriers(inner)) return true;
+  }
+  return false;
+}
+
+// GPU debug mode: the counter of named barrier `id` (an i64 in shared memory, after everything else; its
+// offset is set in run()).
+Value* Lowering::debug_named_barrier(int64_t id) {
+  Value* base = b_.CreateLoad(b_.getInt32Ty(), debug_named_base_);
+  return shared_element(b_.getInt64Ty(), base, i32c(id));
 }
 
 // Runs `body` on one thread of the group after all of the group's threads got here: how a task replica
@@ -203,11 +225,15 @@ void Lowering::hopper_node(const NodeRef& n) {
       return barrier_wait(shared_address(offset), parity);
     }
     case Op::NamedBarrierWait:
-      ptx_.barrier(i32c(n->attrs.ints[0]), i32c(n->attrs.ints[1]));
-      return;
-    case Op::NamedBarrierArrive:
-      ptx_.barrier_arrive(i32c(n->attrs.ints[0]), i32c(n->attrs.ints[1]));
-      return;
+    case Op::NamedBarrierArrive: {
+      int64_t id = n->attrs.ints[0], threads = n->attrs.ints[1];
+      bool wait = n->op == Op::NamedBarrierWait;
+      if (debug_waits_)  // counters in shared memory that can time out (debug_waits.h)
+        return debug_waits_->named_barrier(debug_named_barrier(id), id, threads, wait,
+                                           wait ? wait_sites_->index.at(n.get()) : 0);
+      if (wait) return ptx_.barrier(i32c(id), i32c(threads));
+      return ptx_.barrier_arrive(i32c(id), i32c(threads));
+    }
     case Op::AsyncTasks: return async_tasks(n);
     case Op::TaskReplicaId: regs_[n.get()] = {{replica_}}; return;
     case Op::ThreadIndex:

@@ -59,6 +59,7 @@ constexpr int64_t kMaxSharedBytes = passes::kMaxSharedBytesPerBlock;
 constexpr int64_t kScratchAlign = 16;
 constexpr int64_t kMaxVector = 8;                // consecutive elements per thread in the blocked layout
 constexpr int64_t kMaxAccessBytes = 16;          // the widest global load/store of one thread
+constexpr int64_t kNamedBarrierIds = 16;          // bar.sync ids 0-15
 
 // Which element each register of a value holds.
 enum class Layout : uint8_t {
@@ -238,6 +239,8 @@ class Lowering {
   void sync_group();
   void plan_warp_arrivals();
   void init_barriers();
+  static bool uses_named_barriers(const ir::Region& r);
+  Value* debug_named_barrier(int64_t id);
   void once_per_group(const std::function<void()>& body);
   void hopper_node(const NodeRef& n);
   void thread_identity_and_time(const NodeRef& n);
@@ -255,6 +258,9 @@ class Lowering {
   int64_t threads_;  // of the current group
   const passes::WaitSites* wait_sites_;        // debug mode only
   std::unique_ptr<DebugWaits> debug_waits_;    // debug mode only
+  // Debug mode, when the kernel uses named barriers: i32 constant, the byte offset of their counters in
+  // shared memory (kNamedBarrierIds i64s after everything else; set in run()).
+  llvm::GlobalVariable* debug_named_base_ = nullptr;
   ClusterDims cluster_;  // blocks per cluster (1, 1, 1: no clusters)
   std::unique_ptr<llvm::Module> mod_;
   llvm::Function* fn_ = nullptr;
