@@ -35,6 +35,8 @@ std::shared_ptr<Allocation> allocate(Backend&, size_t count, size_t element_byte
 std::shared_ptr<Allocation> borrow(Backend&, void* address, size_t count, size_t element_bytes, SourceLoc loc);
 void copy_to_device(const Allocation&, size_t offset, const void* src, size_t bytes, SourceLoc loc);
 void copy_to_host(const Allocation&, size_t offset, void* dst, size_t bytes, SourceLoc loc);
+// `bytes` from `src` to `dst`, whichever devices they are on (Buffer::copy_from).
+void copy_between(const Allocation& dst, const Allocation& src, size_t bytes, SourceLoc loc);
 }  // namespace detail
 
 template <class T> class Buffer;
@@ -64,9 +66,18 @@ class Device {
   static Device best();
   // The CPU backend (always available).
   static Device cpu();
+  // CUDA device `index` (0 .. count(BackendKind::cuda) - 1): each has its own context, compiled modules and
+  // TMA encodings; a Kernel compiles once per device it launches on. An Error (naming `loc`) when there is
+  // no usable driver or no such device. Device::cuda(i) == Device::cuda(i) for the whole process.
+  static Device cuda(int index, SourceLoc loc = SourceLoc::current());
+  // How many devices of `kind` this process can use: 1 for the CPU, the GPUs the CUDA driver sees (0
+  // without a usable driver), 0 for a backend this build lacks.
+  static int count(BackendKind kind);
 
   BackendKind kind() const;
   std::string name() const;
+  // Which device of its kind this is: the index Device::cuda takes (0 for the CPU).
+  int index() const;
   // How many blocks run at once: the GPU's multiprocessors (the CPU's cores): the grid of a persistent
   // kernel.
   int multiprocessors() const;
@@ -120,6 +131,20 @@ template <class T> class Buffer {
     } else {
       detail::copy_to_device(a, 0, host.data(), bytes(), loc);
     }
+  }
+  // Copies `src` (exactly size() elements, on this buffer's device or any other: another GPU, the CPU)
+  // into this buffer. Synchronous: it waits for the work queued on both devices' default streams, and a
+  // kernel launched afterwards sees the data. Between two GPUs it goes directly (cuMemcpyPeer, over
+  // NVLink where the devices are peers); between the CPU and a GPU, as upload/download do.
+  void copy_from(const Buffer& src, SourceLoc loc = SourceLoc::current()) {
+    if (src.count_ != count_)
+      throw Error("Buffer::copy_from: the source holds " + std::to_string(src.count_) +
+                      " elements but this buffer holds " + std::to_string(count_) +
+                      "; copy between buffers of one size",
+                  loc);
+    if (count_ == 0) return;
+    detail::copy_between(allocation("Buffer::copy_from", loc), src.allocation("Buffer::copy_from (the source)", loc),
+                         bytes(), loc);
   }
   // The buffer's size() elements; an empty buffer gives an empty vector.
   std::vector<T> download(SourceLoc loc = SourceLoc::current()) const {

@@ -40,6 +40,13 @@ class Backend {
   virtual void forget_borrowed(void*) {}
   virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  // A copy between two allocations of this backend (Buffer::copy_from). By default through host memory.
+  virtual void copy_on_device(void* dst, const void* src, size_t bytes);
+  // A copy into this backend's `dst` from `src` on another backend `from`, done directly (CUDA: from another
+  // GPU with cuMemcpyPeer); false when this backend cannot, and the caller goes through host memory.
+  virtual bool copy_from_peer(void*, const Backend& /*from*/, const void*, size_t) { return false; }
+  // Which device of its kind this is (Device::index): the CUDA ordinal; 0 for the CPU.
+  virtual int ordinal() const { return 0; }
 
   // Compiles a verified kernel. Throws weft::Error for what the target cannot do.
   virtual std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) = 0;
@@ -64,6 +71,11 @@ Backend& cpu_backend();
 // The process-wide CUDA backend (the device WEFT_CUDA_DEVICE names, default 0), or null with the reason in
 // `why_not` when there is no usable driver or device. Created on first call.
 Backend* cuda_backend_or_null(std::string* why_not);
+// The CUDA backend of device `ordinal` (one per device and process, made at first use: its own primary
+// context, compiled modules and TMA encodings), or null with the reason in `why_not`.
+Backend* cuda_backend_for(int ordinal, std::string* why_not);
+// How many CUDA devices the driver sees; 0 when there is no usable driver.
+int cuda_device_count();
 
 // A backend that compiles kernels for the GPU architecture `arch` (e.g. "sm_90a") but cannot run them
 // (WEFT_TARGET on a machine without that GPU); `why_no_device` ends up in the launch error.

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "codegen/nvptx/compile_ptx.h"
 #include "driver/backend.h"
@@ -61,6 +62,26 @@ Device Device::best() {
 
 Device Device::cpu() { return Device(&detail::cpu_backend()); }
 
+Device Device::cuda(int index, SourceLoc loc) {
+  std::string why_not;
+  if (index < 0)
+    throw Error(fmt::format("Device::cuda({}): device indices start at 0 (Device::count(BackendKind::cuda) says how "
+                            "many there are)",
+                            index),
+                loc);
+  if (detail::Backend* b = detail::cuda_backend_for(index, &why_not)) return Device(b);
+  throw Error(fmt::format("Device::cuda({}): {}", index, why_not), loc);
+}
+
+int Device::count(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::cpu: return 1;
+    case BackendKind::cuda: return detail::cuda_device_count();
+    case BackendKind::hip: return 0;
+  }
+  return 0;
+}
+
 Device Device::current() {
   detail::Backend* b = current_backend.load();
   if (!b) {
@@ -78,6 +99,7 @@ void Device::set_current(Device d) { current_backend.store(d.backend_); }
 
 BackendKind Device::kind() const { return backend_->kind(); }
 std::string Device::name() const { return backend_->name(); }
+int Device::index() const { return backend_->ordinal(); }
 int Device::multiprocessors() const { return backend_->multiprocessors(); }
 
 int detail::Backend::multiprocessors() const {
@@ -149,6 +171,23 @@ void copy_to_device(const Allocation& a, size_t offset, const void* src, size_t 
 void copy_to_host(const Allocation& a, size_t offset, void* dst, size_t bytes, SourceLoc loc) {
   check_range(a, offset, bytes, "copy to host", loc);
   if (bytes) a.backend->copy_to_host(dst, static_cast<const char*>(a.address) + offset, bytes);
+}
+
+void copy_between(const Allocation& dst, const Allocation& src, size_t bytes, SourceLoc loc) {
+  check_range(dst, 0, bytes, "Buffer::copy_from", loc);
+  check_range(src, 0, bytes, "Buffer::copy_from (the source)", loc);
+  if (bytes == 0) return;
+  if (dst.backend == src.backend) return dst.backend->copy_on_device(dst.address, src.address, bytes);
+  if (dst.backend->copy_from_peer(dst.address, *src.backend, src.address, bytes)) return;
+  std::vector<char> staged(bytes);  // different kinds of device (or GPUs without a direct copy): via the host
+  src.backend->copy_to_host(staged.data(), src.address, bytes);
+  dst.backend->copy_to_device(dst.address, staged.data(), bytes);
+}
+
+void Backend::copy_on_device(void* dst, const void* src, size_t bytes) {
+  std::vector<char> staged(bytes);
+  copy_to_host(staged.data(), src, bytes);
+  copy_to_device(dst, staged.data(), bytes);
 }
 
 }  // namespace detail

@@ -81,6 +81,7 @@ class CpuBackend final : public Backend {
   void forget_borrowed(void* address) override { registry_.remove(address); }
   void copy_to_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_on_device(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
 
   // The CPU backend accepts exactly the kernels the GPU target accepts: each kernel is first lowered for it
   // (WEFT_TARGET, else sm_90a) and what that lowering rejects -- shared memory including the scratch weft adds

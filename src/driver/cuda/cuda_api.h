@@ -200,6 +200,10 @@ inline constexpr unsigned CU_MEMHOSTALLOC_DEVICEMAP = 0x02;
     (void* dst, CUdeviceptr src, size_t bytes, CUstream stream))                                               \
   X(true, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", nullptr,                                                  \
     (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream))                                         \
+  /* Copies between the memory of two devices (Buffer::copy_from); optional: weft goes through host memory */ \
+  /* without it. */                                                                                          \
+  X(false, cuMemcpyPeer, "cuMemcpyPeer", nullptr,                                                              \
+    (CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src, CUcontext src_context, size_t bytes))            \
   X(true, cuModuleLoadDataEx, "cuModuleLoadDataEx", nullptr,                                                  \
     (CUmodule * module, const void* image, unsigned num_options, CUjit_option* options, void** values))         \
   X(true, cuModuleUnload, "cuModuleUnload", nullptr, (CUmodule module))                                        \

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <new>
 #include <string_view>
@@ -193,6 +194,25 @@ class CudaBackend final : public Backend {
     device_.make_current();
     check(driver().cuMemcpyDtoH(dst, device_address(src), bytes), "cuMemcpyDtoH", name_);
   }
+  // Synchronous like the copies above: after it returns, a launch on any stream sees the data.
+  void copy_on_device(void* dst, const void* src, size_t bytes) override {
+    device_.make_current();
+    check(driver().cuMemcpyDtoD(device_address(dst), device_address(src), bytes), "cuMemcpyDtoD", name_);
+    check(driver().cuStreamSynchronize(nullptr), "cuStreamSynchronize after cuMemcpyDtoD", name_);
+  }
+  // From another GPU: cuMemcpyPeer (over NVLink or PCIe where the devices are peers, else staged by the
+  // driver), ordered after the work on both devices' legacy default streams.
+  bool copy_from_peer(void* dst, const Backend& from, const void* src, size_t bytes) override {
+    const auto* peer = dynamic_cast<const CudaBackend*>(&from);
+    if (!peer || !driver().cuMemcpyPeer) return false;
+    device_.make_current();
+    check(driver().cuMemcpyPeer(device_address(dst), device_.context(), device_address(src), peer->device_.context(),
+                                bytes),
+          "cuMemcpyPeer", fmt::format("{} from {}", name_, peer->name_));
+    check(driver().cuCtxSynchronize(), "cuCtxSynchronize after cuMemcpyPeer", name_);
+    return true;
+  }
+  int ordinal() const override { return device_.ordinal(); }
 
   // Through the compile cache: a hit loads the PTX an earlier process (or thread) generated, skipping LLVM;
   // the driver's own cache then usually skips its compiler too.
@@ -391,13 +411,13 @@ struct Creation {
   std::string why_not;
 };
 
-Creation create_cuda_backend() {
+Creation create_cuda_backend(int ordinal) {
   Creation created;
   if (!cuda_available(&created.why_not)) return created;
   try {
     // Never deleted: Buffers and Kernels in static storage are destroyed after any static backend would
     // be, and must still find the primary context retained when they free their memory and modules.
-    created.backend = new CudaBackend(support::knobs().cuda_device);
+    created.backend = new CudaBackend(ordinal);
   } catch (const Error& e) {
     created.why_not = reason_of(e);
   }
@@ -406,10 +426,26 @@ Creation create_cuda_backend() {
 
 }  // namespace
 
+int cuda_device_count() {
+  if (!cuda_available(nullptr)) return 0;
+  int count = 0;
+  if (cuda_driver().cuDeviceGetCount(&count) != CUDA_SUCCESS) return 0;
+  return count;
+}
+
+// One backend per device, made at its first use and kept (with the reason when it could not be made).
+Backend* cuda_backend_for(int ordinal, std::string* why_not) {
+  static std::mutex mutex;
+  static std::map<int, Creation>* backends = new std::map<int, Creation>;  // never destroyed (see above)
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = backends->find(ordinal);
+  if (it == backends->end()) it = backends->emplace(ordinal, create_cuda_backend(ordinal)).first;
+  if (!it->second.backend && why_not) *why_not = it->second.why_not;
+  return it->second.backend;
+}
+
 Backend* cuda_backend_or_null(std::string* why_not) {
-  static const Creation created = create_cuda_backend();  // once per process, thread-safe
-  if (!created.backend && why_not) *why_not = created.why_not;
-  return created.backend;
+  return cuda_backend_for(support::knobs().cuda_device, why_not);
 }
 
 }  // namespace weft::detail
