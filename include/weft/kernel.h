@@ -150,6 +150,8 @@ struct CompiledKernel;
 std::shared_ptr<const CompiledKernel> compile_kernel(KernelImpl&, Backend&, const std::vector<KernelArg>& const_args);
 std::future<std::shared_ptr<const CompiledKernel>> compile_kernel_async(std::shared_ptr<KernelImpl>, Backend&,
                                                                         std::vector<KernelArg> const_args);
+void prepare_kernel(KernelImpl&, Backend&, const KernelArg* args, size_t count);
+std::future<void> prepare_kernel_async(std::shared_ptr<KernelImpl>, Backend&, std::vector<KernelArg> args);
 
 }  // namespace detail
 
@@ -183,9 +185,11 @@ class Kernel {
     detail::launch_kernel(*impl_, &stream, grid, a.data(), a.size());
   }
 
-  // Compiles the specialization for these Const arguments on `device` now, instead of at its first launch;
-  // the result is what launches then use (its content is backend-specific). A TensorDesc parameter takes
-  // its Tma here too, in parameter order with the Const values.
+  // Compiles the specialization for these Const arguments on `device` now, instead of at its first launch
+  // (its content is backend-specific). A TensorDesc parameter takes its Tma here too, in parameter order with
+  // the Const values. It assumes nothing about the other arguments; a launch whose pointers are 16-byte
+  // aligned or whose integers are multiples of 16 runs code specialized for that, compiled at that launch:
+  // prepare(device, args...) compiles exactly what a launch with those arguments runs.
   template <class... C>
   std::shared_ptr<const detail::CompiledKernel> compile(const Device& device, const C&... const_args) const {
     return detail::compile_kernel(*impl_, device.backend(), {detail::kernel_arg(const_args)...});
@@ -194,7 +198,7 @@ class Kernel {
   // The same compile on one of weft's compile threads (one per host core), returning at once: start every
   // specialization an autotuner tries, or every kernel a library warms, then wait for the futures, and the
   // compiles run side by side (the wait is the longest of them per core, not the sum). The result is the
-  // one compile() and launches then use; errors, also in the arguments, come out of the future's get().
+  // one compile() then returns; errors, also in the arguments, come out of the future's get().
   // Tma arguments are read during the compile: keep them alive until the future is ready.
   //   std::vector<std::future<std::shared_ptr<const detail::CompiledKernel>>> pending;
   //   for (int block : {64, 128, 256}) pending.push_back(k.compile_async(dev, block));
@@ -203,6 +207,21 @@ class Kernel {
   std::future<std::shared_ptr<const detail::CompiledKernel>> compile_async(const Device& device,
                                                                            const C&... const_args) const {
     return detail::compile_kernel_async(impl_, device.backend(), {detail::kernel_arg(const_args)...});
+  }
+
+  // Compiles, on `device`, exactly what a launch with these arguments (all of them, as launch takes them)
+  // would run, and launches nothing. Besides the Const values and Tmas, a specialization depends on what
+  // weft learns from the other arguments (pointers aligned to 16 bytes, integers divisible by 16), which
+  // compile() cannot know: an autotuner or a warm-up that will launch with given buffers and sizes prepares
+  // with them, and the launch then finds its code ready. Errors name the line where the kernel was declared.
+  template <class... A> void prepare(const Device& device, const A&... args) const {
+    const std::array<detail::KernelArg, sizeof...(A)> a{detail::kernel_arg(args)...};
+    detail::prepare_kernel(*impl_, device.backend(), a.data(), a.size());
+  }
+  // The same on one of weft's compile threads, returning at once (as compile_async); errors come out of
+  // get(). The arguments' memory (buffers, Tmas) must stay alive until the future is ready.
+  template <class... A> std::future<void> prepare_async(const Device& device, const A&... args) const {
+    return detail::prepare_kernel_async(impl_, device.backend(), {detail::kernel_arg(args)...});
   }
 
   // The traced IR, as text, for the given Const arguments (in the order of the Const parameters, with a

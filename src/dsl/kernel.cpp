@@ -378,15 +378,22 @@ template <class T, size_t N> class SmallArray {
 
 }  // namespace
 
-void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const KernelArg* args, size_t count) {
-  refuse_inside_kernel_body(k, "launch", grid.loc);
+namespace {
+
+// A launch (`grid` given) or its preparation (`grid` null: Kernel::prepare, which compiles what the launch
+// would run and stops there). One path for both, so that they pick the same specialization. Errors name
+// `loc`.
+CompiledKernel* launch_or_prepare(KernelImpl& k, Backend& backend, const Stream* stream, const Grid* grid,
+                                  const KernelArg* args, size_t count, SourceLoc loc) {
+  refuse_inside_kernel_body(k, grid ? "launch" : "prepare", loc);
   if (count != k.params.size())
-    throw Error(fmt::format("kernel {} takes {} arguments but the launch passes {}", signature(k), k.params.size(),
-                            count),
-                grid.loc);
-  check_grid(grid, k);
-  check_grid_fits_clusters(grid, k);
-  Backend& backend = stream ? stream->backend() : Device::current().backend();
+    throw Error(fmt::format("kernel {} takes {} arguments but the {} passes {}", signature(k), k.params.size(),
+                            grid ? "launch" : "prepare", count),
+                loc);
+  if (grid) {
+    check_grid(*grid, k);
+    check_grid_fits_clusters(*grid, k);
+  }
 
   constexpr size_t kInlineParams = 32;
   SmallArray<uint64_t, kInlineParams> slots(count), consts(count + 1);
@@ -396,32 +403,32 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
     const ParamInfo& p = k.params[i];
     const KernelArg& a = args[i];
     if (p.is_const) {
-      consts[num_consts++] = const_bits(const_value(k, i, a, grid.loc));
+      consts[num_consts++] = const_bits(const_value(k, i, a, loc));
       continue;
     }
     if (p.is_descriptor) {
-      const TmaDescriptor& d = descriptor_value(k, i, a, grid.loc);
+      const TmaDescriptor& d = descriptor_value(k, i, a, loc);
       if (d.backend != &backend)
         throw Error(fmt::format("argument {} of kernel '{}' is a Tma of a buffer on {} but the kernel is launched on "
                                 "{}; make the Tma of a buffer allocated on the launching device",
                                 i, k.name, d.backend->name(), backend.name()),
-                    grid.loc);
+                    loc);
       consts[num_consts++] = d.specialization_bits;  // part of the specialization, like a Const value
       slots[num_slots++] = backend.tensor_desc_slot(d);
       continue;
     }
     if (p.dtype.pointer) {
-      refuse_descriptor(k, i, a, grid.loc);
-      if (a.kind != KernelArg::Kind::Pointer || a.dtype.scalar != p.dtype.scalar) bad_argument(k, i, a, "", grid.loc);
+      refuse_descriptor(k, i, a, loc);
+      if (a.kind != KernelArg::Kind::Pointer || a.dtype.scalar != p.dtype.scalar) bad_argument(k, i, a, "", loc);
       if (a.backend && a.backend != &backend)
         throw Error(fmt::format("argument {} of kernel '{}' is a buffer on {} but the kernel is launched on {}; allocate "
                                 "it on the launching device",
                                 i, k.name, a.backend->name(), backend.name()),
-                    grid.loc);
-      if (a.bits == 0) null_pointer_argument(k, i, a, backend, grid.loc);
+                    loc);
+      if (a.bits == 0) null_pointer_argument(k, i, a, backend, loc);
       slots[num_slots++] = a.bits;
     } else {
-      slots[num_slots++] = number_slot(k, i, a, grid.loc);
+      slots[num_slots++] = number_slot(k, i, a, loc);
     }
     bool integer = p.dtype.pointer || (p.dtype.is_int() && !p.dtype.is_bool());
     bool multiple_of_16 = integer && slots[num_slots - 1] % 16 == 0;
@@ -441,7 +448,7 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
       // The Const values and descriptors by parameter position, as tracing wants them (checked above).
       std::vector<KernelArg> by_position(count);
       for (size_t i = 0; i < count; ++i) {
-        if (k.params[i].is_const) by_position[i] = const_value(k, i, args[i], grid.loc);
+        if (k.params[i].is_const) by_position[i] = const_value(k, i, args[i], loc);
         if (k.params[i].is_descriptor) by_position[i] = args[i];
       }
       compiled = k.compiled(by_position, divisible, backend, lock).get();
@@ -450,9 +457,38 @@ void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const 
       k.last_compiled = compiled;
     }
   }
-  backend.launch(*compiled, LaunchDims{grid.x, grid.y, grid.z}, slots.data(), num_slots,
-                 stream ? stream->native() : backend.default_stream());
+  if (grid)
+    backend.launch(*compiled, LaunchDims{grid->x, grid->y, grid->z}, slots.data(), num_slots,
+                   stream ? stream->native() : backend.default_stream());
+  return compiled;
 }
+
+}  // namespace
+
+void launch_kernel(KernelImpl& k, const Stream* stream, const Grid& grid, const KernelArg* args, size_t count) {
+  Backend& backend = stream ? stream->backend() : Device::current().backend();
+  launch_or_prepare(k, backend, stream, &grid, args, count, grid.loc);
+}
+
+void prepare_kernel(KernelImpl& k, Backend& backend, const KernelArg* args, size_t count) {
+  launch_or_prepare(k, backend, nullptr, nullptr, args, count, k.loc);
+}
+
+std::future<void> prepare_kernel_async(std::shared_ptr<KernelImpl> k, Backend& backend, std::vector<KernelArg> args) {
+  refuse_inside_kernel_body(*k, "prepare_async", k->loc);
+  auto promise = std::make_shared<std::promise<void>>();
+  std::future<void> result = promise->get_future();
+  dsl::run_on_compile_thread([k = std::move(k), &backend, args = std::move(args), promise] {
+    try {
+      prepare_kernel(*k, backend, args.data(), args.size());
+      promise->set_value();
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  return result;
+}
+
 
 namespace {
 

@@ -2,10 +2,12 @@
 // compiling one after the other; errors come out of the future.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <thread>
 #include <vector>
 
+#include "driver/cpu/cpu_jit.h"
 #include "support/compile_timing.h"
 #include "weft/weft.h"
 
@@ -80,4 +82,51 @@ TEST_CASE("compile_async's errors come out of the future", "[compile-async][cpu-
   CHECK_THROWS_AS(f.get(), Error);
   auto wrong_count = bad.compile_async(dev);  // no value for the Const parameter
   CHECK_THROWS_AS(wrong_count.get(), Error);
+}
+
+// Backend compiles so far (from LLVM or from the compile cache): what a launch that finds its code ready
+// does not add to.
+static int64_t backend_compiles() {
+  driver::cpu::JitStats s = driver::cpu::jit_stats();
+  return int64_t(s.compiled + s.loaded_from_cache);
+}
+
+TEST_CASE("prepare compiles exactly what the launch with those arguments runs", "[compile-async][cpu-only]") {
+  Device dev = Device::cpu();
+  const int n = 320, block = 64;  // n and block multiples of 16, buffers 16-byte aligned: specialized on
+  std::vector<float> x(n);
+  for (int i = 0; i < n; ++i) x[i] = 0.5f * float(i) - 3.f;
+  Buffer<float> dx = dev.upload(x);
+  for (bool async : {false, true}) {
+    INFO((async ? "prepare_async" : "prepare"));
+    Kernel k = make_scaled(async ? "prepared_async" : "prepared", 3.f, 0);
+    Buffer<float> dy = dev.upload(std::vector<float>(n, std::nanf("")));
+    const int64_t before = backend_compiles();
+    if (async) {
+      std::future<void> ready = k.prepare_async(dev, dx, dy, n, block);
+      ready.get();
+    } else {
+      k.prepare(dev, dx, dy, n, block);
+    }
+    CHECK(backend_compiles() == before + 1);
+    k.launch(dev.stream(), Grid(n / block), dx, dy, n, block);
+    CHECK(backend_compiles() == before + 1);  // the launch found its code ready
+    std::vector<float> y = dy.download();
+    for (int i = 0; i < n; ++i) CHECK(y[i] == x[i] * 3.f + float(i));
+    // compile() knows only the Const: a launch with 16-divisible sizes and aligned buffers needs another
+    // specialization, which prepare made (no compile here either way).
+    k.compile(dev, block);
+    const int64_t after_compile = backend_compiles();
+    k.launch(dev.stream(), Grid(n / block), dx, dy, n, block);
+    CHECK(backend_compiles() == after_compile);
+  }
+}
+
+TEST_CASE("prepare checks the arguments as a launch does", "[compile-async][cpu-only]") {
+  Device dev = Device::cpu();
+  Kernel k = make_scaled("prepare_errors", 1.f, 0);
+  Buffer<float> dx = dev.alloc<float>(8);
+  CHECK_THROWS_WITH(k.prepare(dev, dx, dx, 8), Catch::Matchers::Contains("takes 4 arguments but the prepare passes 3"));
+  std::future<void> bad = k.prepare_async(dev, dx, 8, 8, 64);
+  CHECK_THROWS_AS(bad.get(), Error);
 }
