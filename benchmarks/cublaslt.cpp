@@ -169,4 +169,87 @@ void Bf16Gemm::run(weft::driver::cuda::CUdeviceptr a, weft::driver::cuda::CUdevi
             "cublasLtMatmul");
 }
 
+// ---- fp8 -----------------------------------------------------------------------------------------------
+
+// As for bf16 above, cuBLASLt computes C^T = B A^T column-major: its first operand is our B (N x K
+// row-major = column-major K x N, op T), its second our A (K x M column-major, op N): "TN", the only
+// layout of fp8 operands on Hopper. Its A scale is therefore our B's, and its B scale our A's.
+Fp8Gemm::Fp8Gemm(const CublasLt& lt, int M, int N, int K, weft::driver::cuda::CUdeviceptr a_scale,
+                 weft::driver::cuda::CUdeviceptr b_scale, bool fast_accum, weft::driver::cuda::CUdeviceptr workspace,
+                 size_t workspace_bytes)
+    : lt_(lt), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  try {
+    plan(M, N, K, a_scale, b_scale, fast_accum);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+void Fp8Gemm::plan(int M, int N, int K, weft::driver::cuda::CUdeviceptr a_scale, weft::driver::cuda::CUdeviceptr b_scale,
+                   bool fast_accum) {
+  const CublasLt& lt = lt_;
+  const Api& api = lt.api();
+  lt.check(api.cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* value, size_t bytes, const char* what) {
+    lt.check(api.cublasLtMatmulDescSetAttribute(desc_, attr, value, bytes), what);
+  };
+  int32_t op_first = CUBLAS_OP_T, op_second = CUBLAS_OP_N;
+  set(CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first), "cublasLtMatmulDescSetAttribute(TRANSA)");
+  set(CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second), "cublasLtMatmulDescSetAttribute(TRANSB)");
+  const void* first_scale = reinterpret_cast<const void*>(static_cast<uintptr_t>(b_scale));
+  const void* second_scale = reinterpret_cast<const void*>(static_cast<uintptr_t>(a_scale));
+  set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &first_scale, sizeof(first_scale), "cublasLtMatmulDescSetAttribute(A_SCALE)");
+  set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &second_scale, sizeof(second_scale),
+      "cublasLtMatmulDescSetAttribute(B_SCALE)");
+  int8_t fast = fast_accum ? 1 : 0;
+  set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast), "cublasLtMatmulDescSetAttribute(FAST_ACCUM)");
+  lt.check(api.cublasLtMatrixLayoutCreate(&b_layout_, CUDA_R_8F_E4M3, K, N, K), "cublasLtMatrixLayoutCreate(B)");
+  lt.check(api.cublasLtMatrixLayoutCreate(&a_layout_, CUDA_R_8F_E4M3, K, M, K), "cublasLtMatrixLayoutCreate(A)");
+  lt.check(api.cublasLtMatrixLayoutCreate(&c_layout_, CUDA_R_16BF, N, M, N), "cublasLtMatrixLayoutCreate(C)");
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  lt.check(api.cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  uint64_t max_workspace = workspace_bytes_;
+  cublasStatus_t s = api.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                              &max_workspace, sizeof(max_workspace));
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = api.cublasLtMatmulAlgoGetHeuristic(lt.handle(), desc_, b_layout_, a_layout_, c_layout_, c_layout_, pref, 1,
+                                           &result, &returned);
+  api.cublasLtMatmulPreferenceDestroy(pref);
+  lt.check(s, "cublasLtMatmulAlgoGetHeuristic");
+  if (returned < 1 || result.state != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("cublasLtMatmulAlgoGetHeuristic found no algorithm for fp8 e4m3 " + std::to_string(M) +
+                             " x " + std::to_string(N) + " x " + std::to_string(K) +
+                             (returned < 1 ? "" : ": " + lt.status_text(result.state)));
+  if (result.workspaceSize > workspace_bytes_)
+    throw std::runtime_error("cuBLASLt's algorithm wants " + std::to_string(result.workspaceSize) +
+                             " bytes of workspace, more than the " + std::to_string(workspace_bytes_) + " offered");
+  algo_ = result.algo;
+  algo_workspace_ = result.workspaceSize;
+}
+
+Fp8Gemm::~Fp8Gemm() { release(); }
+
+void Fp8Gemm::release() {
+  const Api& api = lt_.api();
+  if (c_layout_) api.cublasLtMatrixLayoutDestroy(c_layout_);
+  if (b_layout_) api.cublasLtMatrixLayoutDestroy(b_layout_);
+  if (a_layout_) api.cublasLtMatrixLayoutDestroy(a_layout_);
+  if (desc_) api.cublasLtMatmulDescDestroy(desc_);
+  a_layout_ = b_layout_ = c_layout_ = nullptr;
+  desc_ = nullptr;
+}
+
+void Fp8Gemm::run(weft::driver::cuda::CUdeviceptr a, weft::driver::cuda::CUdeviceptr b,
+                  weft::driver::cuda::CUdeviceptr c, weft::driver::cuda::CUstream stream) const {
+  const float alpha = 1.0f, beta = 0.0f;
+  auto ptr = [](weft::driver::cuda::CUdeviceptr p) { return reinterpret_cast<void*>(static_cast<uintptr_t>(p)); };
+  lt_.check(lt_.api().cublasLtMatmul(lt_.handle(), desc_, &alpha, ptr(b), b_layout_, ptr(a), a_layout_, &beta, ptr(c),
+                                     c_layout_, ptr(c), c_layout_, &algo_, ptr(workspace_), workspace_bytes_, stream),
+            "cublasLtMatmul");
+}
+
 }  // namespace bench::cublaslt

@@ -34,11 +34,14 @@ enum cublasStatus_t : int {
   CUBLAS_STATUS_LICENSE_ERROR = 16,
 };
 enum cublasComputeType_t : int { CUBLAS_COMPUTE_32F = 68 };    // f32 accumulation, no reduced precision
-enum cudaDataType_t : int { CUDA_R_32F = 0, CUDA_R_16BF = 14 };  // library_types.h
+enum cudaDataType_t : int { CUDA_R_32F = 0, CUDA_R_16BF = 14, CUDA_R_8F_E4M3 = 28, CUDA_R_8F_E5M2 = 29 };  // library_types.h
 enum cublasOperation_t : int { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasLtMatmulDescAttributes_t : int {
   CUBLASLT_MATMUL_DESC_TRANSA = 3,  // int32_t (a cublasOperation_t)
   CUBLASLT_MATMUL_DESC_TRANSB = 4,  // int32_t
+  CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,  // const void* (device f32): multiplies the fp8 operand A
+  CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18,  // const void* (device f32)
+  CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25,       // int8_t: 1 keeps fp8 products in the tensor cores' accumulator
 };
 enum cublasLtMatmulPreferenceAttributes_t : int {
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,  // uint64_t
@@ -148,6 +151,40 @@ class Bf16Gemm {
  private:
   void plan(int M, int N, int K, bool b_is_nk);  // descriptors, layouts, the heuristic's algorithm
   void release();                                // destroys what plan() created
+
+  const CublasLt& lt_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_layout_ = nullptr, b_layout_ = nullptr, c_layout_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+  weft::driver::cuda::CUdeviceptr workspace_ = 0;
+  size_t workspace_bytes_ = 0, algo_workspace_ = 0;
+};
+
+// One fp8 GEMM shape, planned once:
+//   C (M x N, row-major bf16) = a_scale * b_scale * A (M x K, row-major e4m3) @ B^T, B N x K row-major
+//   (K contiguous: the "TN" layout cuBLASLt's fp8 kernels require on Hopper); f32 accumulation
+//   (CUBLAS_COMPUTE_32F), the scales f32 in device memory (A_SCALE_POINTER / B_SCALE_POINTER).
+// `fast_accum` false (cuBLASLt's default) has cuBLASLt promote the tensor cores' partial sums to f32
+// periodically, as weft's fp8 GEMM does; true accumulates in the tensor cores only (faster, less exact).
+class Fp8Gemm {
+ public:
+  Fp8Gemm(const CublasLt& lt, int M, int N, int K, weft::driver::cuda::CUdeviceptr a_scale,
+          weft::driver::cuda::CUdeviceptr b_scale, bool fast_accum, weft::driver::cuda::CUdeviceptr workspace,
+          size_t workspace_bytes);
+  ~Fp8Gemm();
+  Fp8Gemm(const Fp8Gemm&) = delete;
+  Fp8Gemm& operator=(const Fp8Gemm&) = delete;
+
+  // Enqueues C = a_scale b_scale A B^T on `stream` (nullptr: the legacy default stream).
+  void run(weft::driver::cuda::CUdeviceptr a, weft::driver::cuda::CUdeviceptr b, weft::driver::cuda::CUdeviceptr c,
+           weft::driver::cuda::CUstream stream) const;
+
+  size_t algo_workspace_bytes() const { return algo_workspace_; }
+
+ private:
+  void plan(int M, int N, int K, weft::driver::cuda::CUdeviceptr a_scale, weft::driver::cuda::CUdeviceptr b_scale,
+            bool fast_accum);
+  void release();
 
   const CublasLt& lt_;
   cublasLtMatmulDesc_t desc_ = nullptr;

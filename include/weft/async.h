@@ -207,10 +207,14 @@ inline void async_wait_group(int pending, SourceLoc loc = SourceLoc::current()) 
 // wgmma.mma_async.sync.aligned.m64nNk16 per 64 rows and 16 of K; wgmma.commit_group). The result is
 // pending: read it only through async_dot_wait, and keep a and b unchanged until then. Runs on a group
 // of exactly 4 warps (one warp group), e.g. a task of 4 warps.
+// fp8 (f8e4m3 / f8e5m2, any mix of the two): m64nNk32.f32.{e4m3,e5m2}.{e4m3,e5m2} per 64 rows and 32 of
+// K; both operands K-major in shared memory (a a stage, b a stage stored [N, K] through local_trans), K
+// a multiple of 32. The tensor cores add fp8 products with less precision than f32 (about 14 bits kept):
+// accumulate a few k-steps, then add the result into an f32 tile of your own (examples/gemm_fp8.h).
 // (acc: a Tile<float> or a Var<float>, read at the call.)
-template <class T, detail::TileLike C>
-  requires std::is_same_v<detail::elem_of<C>, float>
-Tile<float> async_dot(const SharedView<T>& a, const SharedView<T>& b, const C& acc, SourceLoc loc = SourceLoc::current()) {
+template <class TA, class TB, detail::TileLike C>
+  requires(std::is_same_v<TA, TB> || (is_fp8_elem<TA> && is_fp8_elem<TB>)) && std::is_same_v<detail::elem_of<C>, float>
+Tile<float> async_dot(const SharedView<TA>& a, const SharedView<TB>& b, const C& acc, SourceLoc loc = SourceLoc::current()) {
   return Tile<float>(detail::emit(detail::Op::AsyncDot, {a.node(), b.node(), detail::node_of(acc, loc)}, {}, loc));
 }
 // The same with a in registers (wgmma's A operand from registers: a tile made by an earlier async_dot and

@@ -26,6 +26,8 @@ llvm::Type* ElementOps::compute_type(DType d) {
     case ScalarType::i64: return b_.getInt64Ty();
     case ScalarType::f16:
     case ScalarType::bf16:
+    case ScalarType::f8e4m3:
+    case ScalarType::f8e5m2:
     case ScalarType::f32: return b_.getFloatTy();
     case ScalarType::f64: return b_.getDoubleTy();
   }
@@ -38,6 +40,8 @@ llvm::Type* ElementOps::memory_type(DType d) {
     case ScalarType::i1: return b_.getInt8Ty();
     case ScalarType::f16: return b_.getHalfTy();
     case ScalarType::bf16: return b_.getInt16Ty();
+    case ScalarType::f8e4m3:
+    case ScalarType::f8e5m2: return b_.getInt8Ty();
     default: return compute_type(d);
   }
 }
@@ -62,6 +66,8 @@ Value* ElementOps::to_compute(DType d, Value* m) {
     case ScalarType::i1: return b_.CreateICmpNE(m, b_.getInt8(0));
     case ScalarType::f16: return b_.CreateFPExt(m, b_.getFloatTy());
     case ScalarType::bf16: return bf16_bits_to_float(m);
+    case ScalarType::f8e4m3:
+    case ScalarType::f8e5m2: return fp8_bits_to_float(d.scalar, m);
     default: return m;
   }
 }
@@ -106,6 +112,8 @@ Value* ElementOps::to_memory(DType d, Value* v) {
       // The GPU rounds to bf16 in one instruction (cvt.rn.bf16.f32); hosts without it would need a libcall.
       if (target_ == MathTarget::Nvptx) return b_.CreateBitCast(b_.CreateFPTrunc(v, b_.getBFloatTy()), b_.getInt16Ty());
       return float_to_bf16_bits(v);
+    case ScalarType::f8e4m3:
+    case ScalarType::f8e5m2: return float_to_fp8_bits(d.scalar, v, /*keep_infinity=*/true);
     default: return v;
   }
 }
@@ -115,6 +123,8 @@ Value* ElementOps::round(DType d, Value* v) {
   // (fptrunc(fpext(x)) == x) instead of rounding a second time.
   if (!d.pointer && d.scalar == ScalarType::bf16 && target_ == MathTarget::Nvptx)
     return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getBFloatTy()), b_.getFloatTy());
+  // fp8 rounds as cvt.rn.satfinite does: an e5m2 infinity becomes the largest finite value here.
+  if (d.is_fp8()) return to_compute(d, float_to_fp8_bits(d.scalar, v, /*keep_infinity=*/false));
   if (!d.pointer && (d.scalar == ScalarType::f16 || d.scalar == ScalarType::bf16)) return to_compute(d, to_memory(d, v));
   return v;
 }
@@ -125,6 +135,8 @@ Value* ElementOps::constant(DType d, double v) {
   if (d.is_float()) {
     if (d.scalar == ScalarType::f16) v = static_cast<float>(f16(support::f32_round_to_odd(v)));
     if (d.scalar == ScalarType::bf16) v = static_cast<float>(bf16(support::f32_round_to_odd(v)));
+    if (d.scalar == ScalarType::f8e4m3) v = static_cast<float>(f8e4m3(support::f32_round_to_odd(v)));
+    if (d.scalar == ScalarType::f8e5m2) v = static_cast<float>(f8e5m2(support::f32_round_to_odd(v)));
     return llvm::ConstantFP::get(t, v);
   }
   return llvm::ConstantInt::get(t, static_cast<uint64_t>(static_cast<int64_t>(v)), true);
@@ -136,6 +148,8 @@ Value* ElementOps::from_slot(DType d, Value* slot) {
     case ScalarType::i1: return b_.CreateICmpNE(slot, b_.getInt64(0));
     case ScalarType::f16: return to_compute(d, b_.CreateBitCast(b_.CreateTrunc(slot, b_.getInt16Ty()), b_.getHalfTy()));
     case ScalarType::bf16: return bf16_bits_to_float(b_.CreateTrunc(slot, b_.getInt16Ty()));
+    case ScalarType::f8e4m3:
+    case ScalarType::f8e5m2: return to_compute(d, b_.CreateTrunc(slot, b_.getInt8Ty()));
     case ScalarType::f32: return b_.CreateBitCast(b_.CreateTrunc(slot, b_.getInt32Ty()), b_.getFloatTy());
     case ScalarType::f64: return b_.CreateBitCast(slot, b_.getDoubleTy());
     default: return b_.CreateTrunc(slot, compute_type(d));
@@ -351,9 +365,88 @@ Value* ElementOps::f32_round_to_odd(DType from, Value* x) {
   return b_.CreateBitCast(bits, f32);
 }
 
+// ---- OCP FP8 (include/weft/dtype.h has the semantics) ----
+
+// On the GPU, one cvt.rn.f16x2.{e4m3x2,e5m2x2} (the code in the low byte) and cvt.f32.f16; on the host,
+// the value from its fields: exact either way.
+Value* ElementOps::fp8_bits_to_float(ScalarType s, Value* code) {
+  bool e4m3 = s == ScalarType::f8e4m3;
+  if (target_ == MathTarget::Nvptx) {
+    auto id = e4m3 ? llvm::Intrinsic::nvvm_e4m3x2_to_f16x2_rn : llvm::Intrinsic::nvvm_e5m2x2_to_f16x2_rn;
+    Value* pair = b_.CreateIntrinsic(id, {}, {b_.CreateZExt(code, b_.getInt16Ty())});
+    return b_.CreateFPExt(b_.CreateExtractElement(pair, uint64_t(0)), b_.getFloatTy());
+  }
+  llvm::Type* f32 = b_.getFloatTy();
+  int mantissa_bits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  Value* mag = b_.CreateZExt(b_.CreateAnd(code, b_.getInt8(0x7f)), b_.getInt32Ty());
+  Value* negative = b_.CreateICmpNE(b_.CreateAnd(code, b_.getInt8(0x80)), b_.getInt8(0));
+  // Normal codes: the fields moved into f32's and the exponent rebiased; subnormal ones (exponent field 0):
+  // the mantissa times the smallest subnormal.
+  Value* normal = b_.CreateBitCast(
+      b_.CreateAdd(b_.CreateShl(mag, 23 - mantissa_bits), b_.getInt32(uint32_t(127 - bias) << 23)), f32);
+  Value* subnormal =
+      b_.CreateFMul(b_.CreateUIToFP(mag, f32), llvm::ConstantFP::get(f32, std::ldexp(1.0, 1 - bias - mantissa_bits)));
+  Value* v = b_.CreateSelect(b_.CreateICmpULT(mag, b_.getInt32(1u << mantissa_bits)), subnormal, normal);
+  Value* nan = llvm::ConstantFP::getNaN(f32);
+  if (e4m3) {
+    v = b_.CreateSelect(b_.CreateICmpEQ(mag, b_.getInt32(0x7f)), nan, v);
+  } else {
+    Value* top = b_.CreateICmpUGE(mag, b_.getInt32(0x7c));
+    v = b_.CreateSelect(top, b_.CreateSelect(b_.CreateICmpEQ(mag, b_.getInt32(0x7c)), llvm::ConstantFP::getInfinity(f32), nan), v);
+  }
+  return b_.CreateSelect(negative, b_.CreateFNeg(v), v);
+}
+
+// f32 -> fp8 code: round to nearest even, saturate to the largest finite value, NaN -> 0x7F. On the GPU
+// cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 (the other half of the pair is 0); on the host the same in integer
+// arithmetic, bit for bit. `keep_infinity`: an e5m2 infinity keeps its code (0x7C / 0xFC) instead of
+// saturating: storing a value that is already an fp8 value (a loaded infinity) must not change it; every
+// rounding (casts, arithmetic, round()) saturates.
+Value* ElementOps::float_to_fp8_bits(ScalarType s, Value* x, bool keep_infinity) {
+  bool e4m3 = s == ScalarType::f8e4m3;
+  keep_infinity = keep_infinity && !e4m3;
+  auto infinity_kept = [&](Value* code) -> Value* {
+    if (!keep_infinity) return code;
+    Value* inf = b_.CreateFCmpOEQ(b_.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x),
+                                  llvm::ConstantFP::getInfinity(b_.getFloatTy()));
+    Value* sign = b_.CreateTrunc(b_.CreateLShr(b_.CreateBitCast(x, b_.getInt32Ty()), 24), b_.getInt8Ty());
+    return b_.CreateSelect(inf, b_.CreateOr(b_.CreateAnd(sign, b_.getInt8(0x80)), b_.getInt8(0x7c)), code);
+  };
+  if (target_ == MathTarget::Nvptx) {
+    auto id = e4m3 ? llvm::Intrinsic::nvvm_ff_to_e4m3x2_rn : llvm::Intrinsic::nvvm_ff_to_e5m2x2_rn;
+    // The first operand lands in the high byte.
+    Value* pair = b_.CreateIntrinsic(id, {}, {llvm::ConstantFP::get(b_.getFloatTy(), 0.0), x});
+    return infinity_kept(b_.CreateTrunc(pair, b_.getInt8Ty()));
+  }
+  llvm::Type* f32 = b_.getFloatTy();
+  llvm::Type* i32 = b_.getInt32Ty();
+  int mantissa_bits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15, drop = 23 - mantissa_bits;
+  uint32_t max_code = e4m3 ? 0x7e : 0x7b;
+  double max_finite = e4m3 ? 448.0 : 57344.0;
+  Value* u = b_.CreateBitCast(x, i32);
+  Value* sign = b_.CreateAnd(b_.CreateLShr(u, 24), b_.getInt32(0x80));
+  Value* mag = b_.CreateAnd(u, b_.getInt32(0x7fffffff));
+  Value* a = b_.CreateBitCast(mag, f32);
+  // Normal results: round the f32 fields to mantissa_bits (ties to even), rebias the exponent.
+  Value* rounded = b_.CreateAdd(b_.CreateAdd(mag, b_.getInt32((1u << (drop - 1)) - 1)),
+                                b_.CreateAnd(b_.CreateLShr(mag, drop), b_.getInt32(1)));
+  Value* normal = b_.CreateSub(b_.CreateLShr(rounded, drop), b_.getInt32(uint32_t(127 - bias) << mantissa_bits));
+  // Below the smallest normal: the magnitude in units of the smallest subnormal, rounded to an integer by
+  // adding and removing 2^23 (f32 arithmetic rounds to nearest even; the scaling is exact).
+  llvm::Constant* two23 = llvm::ConstantFP::get(f32, 8388608.0);
+  Value* units = b_.CreateFMul(a, llvm::ConstantFP::get(f32, std::ldexp(1.0, bias - 1 + mantissa_bits)));
+  Value* subnormal = b_.CreateFPToUI(b_.CreateFSub(b_.CreateFAdd(units, two23), two23), i32);
+  Value* small = b_.CreateFCmpOLT(a, llvm::ConstantFP::get(f32, std::ldexp(1.0, 1 - bias)));
+  Value* code = b_.CreateSelect(small, subnormal, normal);
+  code = b_.CreateSelect(b_.CreateFCmpOGE(a, llvm::ConstantFP::get(f32, max_finite)), b_.getInt32(max_code), code);
+  code = b_.CreateSelect(b_.CreateFCmpUNO(x, x), b_.getInt32(0x7f), b_.CreateOr(code, sign));
+  return infinity_kept(b_.CreateTrunc(code, b_.getInt8Ty()));
+}
+
 Value* ElementOps::cast(DType from, DType to, Value* x) {
   llvm::Type* t = compute_type(to);
-  bool to_16bit = to.scalar == ScalarType::f16 || to.scalar == ScalarType::bf16;
+  // A conversion to a type narrower than f32 from one wider goes through f32 rounded to odd: one rounding.
+  bool to_16bit = to.scalar == ScalarType::f16 || to.scalar == ScalarType::bf16 || to.is_fp8();
   bool wide_from = from.scalar == ScalarType::f64 || from.scalar == ScalarType::i32 || from.scalar == ScalarType::i64;
   Value* out;
   if (to_16bit && wide_from) {

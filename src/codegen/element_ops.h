@@ -2,7 +2,8 @@
 // that the CPU reference and the GPUs compute the same thing. Only transcendental math differs by target
 // (libm on the host, the GPU's approximate instructions on NVPTX).
 //
-// Element semantics, in short: f16/bf16 compute in f32 and round to their type after every operation;
+// Element semantics, in short: f16/bf16 and the fp8 types compute in f32 and round to their type after every
+// operation (fp8: saturating to the largest finite value, as the GPU's cvt.rn.satfinite does);
 // integer x / 0 == 0 and x % 0 == 0, MIN / -1 wraps; shifts by >= the width give 0 (<<) or the sign (>>);
 // float -> int saturates (NaN -> 0); to bool means != 0; min/max of floats propagate NaN (and order -0
 // below +0), argmax/argmin give the index of the first NaN if there is one; a
@@ -29,7 +30,7 @@ class ElementOps {
       : b_(b), target_(target), global_as_(global_address_space) {}
 
   llvm::Type* compute_type(DType d);  // what arithmetic runs on (f16/bf16: float; i1: i1)
-  llvm::Type* memory_type(DType d);   // what memory holds (i1: i8; f16: half; bf16: i16)
+  llvm::Type* memory_type(DType d);   // what memory holds (i1: i8; f16: half; bf16: i16; fp8: i8)
   llvm::Value* to_compute(DType d, llvm::Value* in_memory);
   llvm::Value* to_memory(DType d, llvm::Value* computed);
   // Two 16-bit elements as memory holds them, packed into a 32-bit word (lo in the low half).
@@ -57,6 +58,8 @@ class ElementOps {
  private:
   llvm::Value* bf16_bits_to_float(llvm::Value* bits16);
   llvm::Value* float_to_bf16_bits(llvm::Value* f);
+  llvm::Value* fp8_bits_to_float(ScalarType s, llvm::Value* code);
+  llvm::Value* float_to_fp8_bits(ScalarType s, llvm::Value* f, bool keep_infinity);
   llvm::Value* f32_round_to_odd(DType from, llvm::Value* x);
   llvm::Value* gpu_math(ir::Op op, llvm::Value* x);
   llvm::Value* approximate_math(ir::Op op, llvm::Value* x);

@@ -201,6 +201,8 @@ uint64_t number_slot(const KernelImpl& k, size_t i, const KernelArg& a, SourceLo
     switch (d.scalar) {
       case ScalarType::f16: return f16(support::f32_round_to_odd(v)).bits;  // one rounding, from any number
       case ScalarType::bf16: return bf16(support::f32_round_to_odd(v)).bits;
+      case ScalarType::f8e4m3: return f8e4m3(support::f32_round_to_odd(v)).bits;
+      case ScalarType::f8e5m2: return f8e5m2(support::f32_round_to_odd(v)).bits;
       case ScalarType::f32: {
         float f = static_cast<float>(v);
         uint32_t u;

@@ -146,6 +146,22 @@ std::string thread_query_name(Op op, const Attrs& attrs) {
   return attrs.ints.at(1) == 0 ? "clock64" : "global_timer";
 }
 
+// wgmma with fp8 operands has no transposed forms (imm-trans-a/b exist for f16/bf16 only) and takes A from
+// registers only in a fragment layout of its own: both operands come from shared memory, K-major.
+void check_fp8_async_dot_operands(const std::vector<NodeRef>& operands, SourceLoc loc) {
+  if (operands[0]->type.kind == Type::Kind::Value)
+    fail(loc, "async_dot with fp8 operands reads a from shared memory: store the tile into a buffer stage "
+              "(local_store) and pass the stage");
+  if (operands[0]->op == Op::LocalTrans)
+    fail(loc, "async_dot with fp8 operands needs a K-major (K contiguous): wgmma cannot transpose fp8 operands; "
+              "store a as [M, K] and pass the stage itself, not local_trans");
+  if (operands[1]->op != Op::LocalTrans)
+    fail(loc, fmt::format("async_dot with fp8 operands needs b K-major, but b is a {} stage read as it is stored "
+                          "(N contiguous): wgmma cannot transpose fp8 operands; store b as [N, K] (K contiguous) "
+                          "and pass local_trans(stage)",
+                          shape_str(operands[1]->type.shape)));
+}
+
 Type infer_dot(const std::vector<NodeRef>& operands, SourceLoc loc) {
   const Type& a = value_operand(Op::Dot, operands, 0, loc);
   const Type& b = value_operand(Op::Dot, operands, 1, loc);
@@ -639,22 +655,26 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       const Type& acc = value_operand(op, operands, 2, loc);
       if (a.rank() != 2 || b.rank() != 2)
         fail(loc, fmt::format("async_dot multiplies 2-D tiles, got a: {} and b: {}", a.str(), b.str()));
-      if (a.dtype != b.dtype || (a.dtype.scalar != ScalarType::bf16 && a.dtype.scalar != ScalarType::f16))
-        fail(loc, fmt::format("async_dot takes bf16 or f16 operands of one type, got a: {} and b: {}", a.dtype.str(),
-                              b.dtype.str()));
+      bool fp8 = a.dtype.is_fp8() && b.dtype.is_fp8();
+      if (!fp8 && (a.dtype != b.dtype || (a.dtype.scalar != ScalarType::bf16 && a.dtype.scalar != ScalarType::f16)))
+        fail(loc, fmt::format("async_dot takes bf16 or f16 operands of one type, or fp8 ones (f8e4m3, f8e5m2, mixed "
+                              "as you like), got a: {} and b: {}",
+                              a.dtype.str(), b.dtype.str()));
+      if (fp8) check_fp8_async_dot_operands(operands, loc);
       int64_t M = a.shape[0], K = a.shape[1], N = b.shape[1];
+      int64_t k_step = fp8 ? 32 : 16;
       if (b.shape[0] != K)
         fail(loc, fmt::format("async_dot: a is {} and b is {}; a's columns must equal b's rows", shape_str(a.shape),
                               shape_str(b.shape)));
       std::vector<std::string> wrong;
       if (M % 64 != 0) wrong.push_back(fmt::format("M = {} is not a multiple of 64", M));
-      if (K % 16 != 0) wrong.push_back(fmt::format("K = {} is not a multiple of 16", K));
+      if (K % k_step != 0) wrong.push_back(fmt::format("K = {} is not a multiple of {}", K, k_step));
       if (N % 8 != 0) wrong.push_back(fmt::format("N = {} is not a multiple of 8", N));
       if (N > 256) wrong.push_back(fmt::format("N = {} is over 256 (split b's columns over several async_dots)", N));
       if (!wrong.empty())
-        fail(loc, fmt::format("async_dot of [{}x{}] by [{}x{}]: {}; wgmma needs M a multiple of 64, K a multiple of 16 "
-                              "and N a multiple of 8 up to 256",
-                              M, K, K, N, fmt::join(wrong, ", ")));
+        fail(loc, fmt::format("async_dot of [{}x{}] by [{}x{}]: {}; wgmma needs M a multiple of 64, K a multiple of {} "
+                              "(for {}) and N a multiple of 8 up to 256",
+                              M, K, K, N, fmt::join(wrong, ", "), k_step, fp8 ? "fp8" : "16-bit operands"));
       Type result = Type::value(DType{ScalarType::f32, false}, {M, N});
       if (!acc.same_value_type(result))
         fail(loc, fmt::format("async_dot: the accumulator is {} but the product is {}", acc.str(), result.str()));

@@ -1,12 +1,16 @@
 #include "weft/dtype.h"
 
+#include <cmath>
+
 namespace weft {
 
 int DType::bits() const {
   if (pointer) return 64;
   switch (scalar) {
     case ScalarType::i1: return 1;
-    case ScalarType::i8: return 8;
+    case ScalarType::i8:
+    case ScalarType::f8e4m3:
+    case ScalarType::f8e5m2: return 8;
     case ScalarType::i16:
     case ScalarType::f16:
     case ScalarType::bf16: return 16;
@@ -31,6 +35,8 @@ static const char* scalar_name(ScalarType s) {
     case ScalarType::bf16: return "bf16";
     case ScalarType::f32: return "f32";
     case ScalarType::f64: return "f64";
+    case ScalarType::f8e4m3: return "f8e4m3";
+    case ScalarType::f8e5m2: return "f8e5m2";
   }
   return "?";
 }
@@ -89,6 +95,63 @@ float f16_bits_to_float(uint16_t h) {
   std::memcpy(&f, &bits, 4);
   return f;
 }
+
+// ---- OCP FP8 -----------------------------------------------------------------------------------------
+
+namespace {
+
+struct Fp8Format {
+  int mantissa_bits;    // 3 (e4m3) or 2 (e5m2)
+  int bias;             // 7 or 15
+  uint8_t max_finite;   // the code of the largest finite magnitude: 0x7E (448) or 0x7B (57344)
+};
+constexpr Fp8Format kE4M3{3, 7, 0x7E}, kE5M2{2, 15, 0x7B};
+
+float fp8_magnitude(uint8_t code, const Fp8Format& f) {  // code without its sign bit, finite
+  int exponent = code >> f.mantissa_bits, mantissa = code & ((1 << f.mantissa_bits) - 1);
+  if (exponent == 0) return std::ldexp(static_cast<float>(mantissa), 1 - f.bias - f.mantissa_bits);
+  return std::ldexp(static_cast<float>(mantissa + (1 << f.mantissa_bits)), exponent - f.bias - f.mantissa_bits);
+}
+
+// Round to nearest even, saturating to the largest finite value; NaN -> 0x7F (cvt.rn.satfinite on sm_89+).
+uint8_t float_to_fp8(float x, const Fp8Format& f) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7f;
+  auto sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  float a = std::fabs(x);
+  if (a >= fp8_magnitude(f.max_finite, f)) return sign | f.max_finite;  // infinities too
+  if (a < std::ldexp(1.0f, 1 - f.bias)) {
+    // Below the smallest normal: the code is the magnitude in units of the smallest subnormal, rounded to
+    // an integer (scaling by a power of two is exact; nearbyint rounds to nearest even). A result of
+    // 2^mantissa_bits is the smallest normal's code, as it should be.
+    float units = std::ldexp(a, f.bias - 1 + f.mantissa_bits);
+    return sign | static_cast<uint8_t>(std::nearbyint(units));
+  }
+  uint32_t mag = u & 0x7fffffffu;
+  int drop = 23 - f.mantissa_bits;
+  uint32_t rounded = mag + ((1u << (drop - 1)) - 1) + ((mag >> drop) & 1u);  // ties to even
+  uint32_t code = (rounded >> drop) - (uint32_t(127 - f.bias) << f.mantissa_bits);
+  return sign | static_cast<uint8_t>(code);
+}
+
+float fp8_to_float(uint8_t code, const Fp8Format& f) {
+  uint8_t mag = code & 0x7f;
+  bool negative = code & 0x80;
+  int exponent = mag >> f.mantissa_bits;
+  if (f.bias == 7 && mag == 0x7f) return std::nanf("");
+  if (f.bias == 15 && exponent == 31)
+    return (mag & 3) ? std::nanf("") : (negative ? -INFINITY : INFINITY);
+  float v = fp8_magnitude(mag, f);
+  return negative ? -v : v;
+}
+
+}  // namespace
+
+uint8_t float_to_f8e4m3_bits(float x) { return float_to_fp8(x, kE4M3); }
+uint8_t float_to_f8e5m2_bits(float x) { return float_to_fp8(x, kE5M2); }
+float f8e4m3_bits_to_float(uint8_t b) { return fp8_to_float(b, kE4M3); }
+float f8e5m2_bits_to_float(uint8_t b) { return fp8_to_float(b, kE5M2); }
 
 }  // namespace detail
 }  // namespace weft

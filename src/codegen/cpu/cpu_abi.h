@@ -86,7 +86,8 @@ inline constexpr const char* kBarrierWait = "weft_cpu_barrier_wait";
 inline constexpr const char* kNamedBarrierArrive = "weft_cpu_named_barrier_arrive";
 inline constexpr const char* kNamedBarrierWait = "weft_cpu_named_barrier_wait";
 // void (const ProgramCtx*, i32 site, const char* a, i32 a_transposed, const char* b, i32 b_transposed,
-//       i32 b_panel, i32 M, i32 N, i32 K, i32 is_f16, const float* acc, float* out); b_panel: the column
+//       i32 b_panel, i32 M, i32 N, i32 K, i32 types, const float* acc, float* out); types: a's ScalarType
+//       | b's << 8 (bf16, f16, f8e4m3, f8e5m2); b_panel: the column
 //       panels of b stored [K, N] (0: none); a_transposed 2: a is a tile in registers, copied at issue: queues acc + a @ b (read from
 // shared memory when the dot retires) and fills `out` with NaNs that name the queued job.
 inline constexpr const char* kAsyncDot = "weft_cpu_async_dot";

@@ -717,7 +717,9 @@ class Lowering {
                  {ctx_, site(n), a, i32c(a_registers ? 2 : o[0]->op == Op::LocalTrans),
                   i32c(a_registers ? 0 : panel_of(o[0])), val(o[1]).v,
                   i32c(o[1]->op == Op::LocalTrans), i32c(panel_of(o[1])), i32c(n->type.shape[0]), i32c(n->type.shape[1]),
-                  i32c(o[0]->type.shape[1]), i32c(o[0]->type.dtype.scalar == ScalarType::f16), tile_address(o[2]), out});
+                  i32c(o[0]->type.shape[1]),
+                  i32c(static_cast<int>(o[0]->type.dtype.scalar) | static_cast<int>(o[1]->type.dtype.scalar) << 8),
+                  tile_address(o[2]), out});
     vals_[n.get()] = {Val::Kind::Memory, out};
   }
   void async_dot_wait(const NodeRef& n) {

@@ -70,7 +70,7 @@ void Lowering::dot_wgmma(const NodeRef& n) {
     for (int64_t k = 0; k < K / 16; ++k) {
       Value* a_desc = wgmma_descriptor_fields(b_.CreateAdd(a_base, i32c(block * 8 * sbo + k * 256)), 128, sbo, 0);
       Value* b_desc = wgmma_descriptor_fields(b_.CreateAdd(b_base, i32c(k * 256)), 128, sbo, 0);
-      acc_block = ptx_.wgmma(d.scalar == ScalarType::bf16, static_cast<int>(N), a_desc, b_desc, acc_block, false);
+      acc_block = ptx_.wgmma({d.scalar, d.scalar}, static_cast<int>(N), a_desc, b_desc, acc_block, false);
     }
     out.v.insert(out.v.end(), acc_block.begin(), acc_block.end());
   }
@@ -181,7 +181,7 @@ Value* Lowering::pack_pair(DType d, Value* lo, Value* hi) {
   return ops_.to_memory_pair(d, lo, hi);
 }
 
-// acc + a @ b with wgmma: per 64 rows of a and 16 of K one m64nNk16 instruction; a from swizzled
+// acc + a @ b with wgmma: per 64 rows of a and 16 of K one m64nNk16 instruction (fp8: 32 of K, m64nNk32); a from swizzled
 // shared memory (K-major) or from registers, b stored [N, K] and seen through local_trans (K-major) or
 // stored [K, N] (N-major).
 void Lowering::async_dot(const NodeRef& n) {
@@ -207,21 +207,22 @@ void Lowering::async_dot(const NodeRef& n) {
   // transposed B), in panels of the swizzle's width when N is wider.
   bool b_n_major = o[1]->op != Op::LocalTrans;
   int64_t elem = o[0]->type.dtype.bytes();
+  WgmmaTypes types{o[0]->type.dtype.scalar, o[1]->type.dtype.scalar};
+  const int64_t KS = types.k();  // K of one instruction: 16 (16-bit types) or 32 (fp8), 32 bytes either way
   // A K-major operand whose K is wider than the 128-byte swizzle is kept in panels of 128-byte rows
-  // (passes/shared_layouts): K-step k (16 elements) is then in panel 16k / P, 16k % P elements in.
+  // (passes/shared_layouts): K-step k (KS elements) is then in panel KS k / P, KS k % P elements in.
   auto panel_of = [&](const passes::SharedAllocation* a) { return a && a->panel && a->panel < K ? a->panel : 0; };
   int64_t a_panel = panel_of(a_alloc), b_panel = b_n_major ? 0 : panel_of(&b_alloc);
   int64_t a_row = a_panel ? a_panel * elem : K * elem;
   int64_t b_row = b_n_major ? std::min<int64_t>(N * elem, 128) : b_panel ? b_panel * elem : K * elem;
   auto k_step_offset = [&](int64_t panel, int64_t rows, int64_t k) {
-    int64_t k0 = 16 * k;
+    int64_t k0 = KS * k;
     return panel ? k0 / panel * rows * panel * elem + k0 % panel * elem : k0 * elem;
   };
   if ((a_alloc && a_alloc->swizzle != a_row) || b_alloc.swizzle != b_row)
     throw InternalError("async_dot: operand buffers without the swizzle of their row width");
   Regs acc = raw(o[2]);
   if (!acc.uniform && acc.layout != Layout::Acc) acc = relayout(acc, o[2]->type.dtype, o[2]->type.shape, Layout::Acc, n->loc);
-  bool bf16 = o[0]->type.dtype.scalar == ScalarType::bf16;
   Value* a_base = a_registers ? nullptr : regs(o[0]).v[0];
   Value* b_base = regs(o[1]).v[0];
   // Every operand register (A's fragments, the descriptors) is made before wgmma.fence, so that the
@@ -233,7 +234,7 @@ void Lowering::async_dot(const NodeRef& n) {
   };
   std::vector<Step> steps;
   for (int64_t block = 0; block < M / 64; ++block)
-    for (int64_t k = 0; k < K / 16; ++k) {
+    for (int64_t k = 0; k < K / KS; ++k) {
       Step st;
       st.b_desc = b_n_major ? wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 16 * b_row)), b_row, K * b_row)
                             : wgmma_descriptor(b_.CreateAdd(b_base, i32c(k_step_offset(b_panel, N, k))), b_row);
@@ -254,11 +255,11 @@ void Lowering::async_dot(const NodeRef& n) {
   Regs out = empty_regs(Layout::Acc, n->type.shape);
   for (int64_t block = 0; block < M / 64; ++block) {
     std::vector<Value*> d(acc.v.begin() + block * N / 2, acc.v.begin() + (block + 1) * N / 2);
-    for (int64_t k = 0; k < K / 16; ++k) {
-      const Step& st = steps[static_cast<size_t>(block * (K / 16) + k)];
+    for (int64_t k = 0; k < K / KS; ++k) {
+      const Step& st = steps[static_cast<size_t>(block * (K / KS) + k)];
       bool accumulate = k > 0 || !from_zero;
-      d = a_registers ? ptx_.wgmma_a_registers(bf16, static_cast<int>(N), st.fragment, st.b_desc, d, b_n_major, accumulate)
-                      : ptx_.wgmma(bf16, static_cast<int>(N), st.a_desc, st.b_desc, d, b_n_major, accumulate);
+      d = a_registers ? ptx_.wgmma_a_registers(types, static_cast<int>(N), st.fragment, st.b_desc, d, b_n_major, accumulate)
+                      : ptx_.wgmma(types, static_cast<int>(N), st.a_desc, st.b_desc, d, b_n_major, accumulate);
     }
     out.v.insert(out.v.end(), d.begin(), d.end());
   }

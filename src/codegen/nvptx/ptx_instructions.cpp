@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "weft/error.h"
+
 namespace weft::codegen::nvptx {
 
 using llvm::Intrinsic::ID;
@@ -219,22 +221,35 @@ static std::string tied_inputs(size_t k) {
   return c;
 }
 
-// One wgmma.mma_async.sync.aligned.m64n{n}k16 with the accumulator's registers tied in and out. `a` is A's
-// shared-memory descriptor (one i64) or its four fragment registers (i32 each).
-std::vector<llvm::Value*> PtxInstructions::wgmma_instruction(bool bf16, int n, const std::vector<llvm::Value*>& a,
+static const char* wgmma_type_name(ScalarType s) {
+  switch (s) {
+    case ScalarType::bf16: return "bf16";
+    case ScalarType::f16: return "f16";
+    case ScalarType::f8e4m3: return "e4m3";
+    case ScalarType::f8e5m2: return "e5m2";
+    default: throw InternalError("wgmma: operand type " + DType{s, false}.str());
+  }
+}
+
+// One wgmma.mma_async.sync.aligned.m64n{n}k{16|32} with the accumulator's registers tied in and out. `a` is
+// A's shared-memory descriptor (one i64) or its four fragment registers (i32 each).
+std::vector<llvm::Value*> PtxInstructions::wgmma_instruction(WgmmaTypes types, int n, const std::vector<llvm::Value*>& a,
                                                              llvm::Value* b_desc, const std::vector<llvm::Value*>& acc,
                                                              bool trans_b, bool accumulate) {
   size_t k = acc.size();  // n / 2 registers
   bool a_registers = a.size() == 4;
+  if (types.fp8() && trans_b) throw InternalError("wgmma: fp8 operands have no transposed form");
   auto arg = [&](size_t i) { return "$" + std::to_string(k + i); };
   std::string outs;
   for (size_t i = 0; i < k; ++i) outs += (i ? ",$" : "$") + std::to_string(i);
   std::string a_text = a_registers ? "{" + arg(0) + ", " + arg(1) + ", " + arg(2) + ", " + arg(3) + "}" : arg(0);
-  const char* type = bf16 ? "bf16" : "f16";
-  // Operands: A, b_desc, then scale-d (1: accumulate) as the predicate p; imm-trans-a only with A in shared memory.
+  // Operands: A, b_desc, then scale-d (1: accumulate) as the predicate p, imm-scale-a, imm-scale-b; for
+  // 16-bit types imm-trans-a (only with A in shared memory) and imm-trans-b.
+  std::string transposes = types.fp8() ? "" : std::string(", ") + (a_registers ? "" : "0, ") + (trans_b ? "1" : "0");
   std::string text = "{ .reg .pred p; setp.ne.b32 p, " + arg(a.size() + 1) + ", 0; wgmma.mma_async.sync.aligned.m64n" +
-                     std::to_string(n) + "k16.f32." + type + "." + type + " {" + outs + "}, " + a_text + ", " +
-                     arg(a.size()) + ", p, 1, 1, " + (a_registers ? "" : "0, ") + (trans_b ? "1" : "0") + "; }";
+                     std::to_string(n) + "k" + std::to_string(types.k()) + ".f32." + wgmma_type_name(types.a) + "." +
+                     wgmma_type_name(types.b) + " {" + outs + "}, " + a_text + ", " + arg(a.size()) + ", p, 1, 1" +
+                     transposes + "; }";
   std::string constraints = float_outputs(k) + (a_registers ? ",r,r,r,r" : ",l") + ",l,r" + tied_inputs(k);
   std::vector<llvm::Value*> args(a);
   args.push_back(b_desc);
@@ -250,15 +265,15 @@ std::vector<llvm::Value*> PtxInstructions::wgmma_instruction(bool bf16, int n, c
   return out;
 }
 
-std::vector<llvm::Value*> PtxInstructions::wgmma(bool bf16, int n, llvm::Value* a_desc, llvm::Value* b_desc,
+std::vector<llvm::Value*> PtxInstructions::wgmma(WgmmaTypes types, int n, llvm::Value* a_desc, llvm::Value* b_desc,
                                                  const std::vector<llvm::Value*>& acc, bool trans_b, bool accumulate) {
-  return wgmma_instruction(bf16, n, {a_desc}, b_desc, acc, trans_b, accumulate);
+  return wgmma_instruction(types, n, {a_desc}, b_desc, acc, trans_b, accumulate);
 }
 
-std::vector<llvm::Value*> PtxInstructions::wgmma_a_registers(bool bf16, int n, const std::array<llvm::Value*, 4>& a,
+std::vector<llvm::Value*> PtxInstructions::wgmma_a_registers(WgmmaTypes types, int n, const std::array<llvm::Value*, 4>& a,
                                                              llvm::Value* b_desc, const std::vector<llvm::Value*>& acc,
                                                              bool trans_b, bool accumulate) {
-  return wgmma_instruction(bf16, n, {a[0], a[1], a[2], a[3]}, b_desc, acc, trans_b, accumulate);
+  return wgmma_instruction(types, n, {a[0], a[1], a[2], a[3]}, b_desc, acc, trans_b, accumulate);
 }
 
 std::vector<llvm::Value*> PtxInstructions::fence_registers(const std::vector<llvm::Value*>& values) {

@@ -6,7 +6,16 @@
 
 #include <array>
 
+#include "weft/dtype.h"
+
 namespace weft::codegen::nvptx {
+
+// The element types of wgmma's A and B: bf16 or f16 (both the same), or f8e4m3 / f8e5m2 (any mix).
+struct WgmmaTypes {
+  ScalarType a = ScalarType::bf16, b = ScalarType::bf16;
+  bool fp8() const { return a == ScalarType::f8e4m3 || a == ScalarType::f8e5m2; }
+  int k() const { return fp8() ? 32 : 16; }  // K of one instruction
+};
 
 class PtxInstructions {
  public:
@@ -86,12 +95,14 @@ class PtxInstructions {
   void wgmma_wait_group(int pending);        // wgmma.wait_group.sync.aligned pending
   // wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16,f16}.{bf16,f16} {acc}, a_desc, b_desc, 1, 1, 1, 0, trans_b:
   // acc (n / 2 f32 registers per thread) += A (64 x 16, from its shared-memory descriptor) * B (16 x n).
+  // fp8 operands (types {f8e4m3|f8e5m2} x {f8e4m3|f8e5m2}): wgmma.mma_async.sync.aligned.m64n{n}k32.f32.
+  // {e4m3,e5m2}.{e4m3,e5m2} {acc}, a_desc, b_desc, 1, 1, 1: 32 of K, no transposes (trans_b must be false).
   // `accumulate` false: scale-d = 0, D = A * B (acc's registers are not read: pass poison).
-  std::vector<llvm::Value*> wgmma(bool bf16, int n, llvm::Value* a_desc, llvm::Value* b_desc,
+  std::vector<llvm::Value*> wgmma(WgmmaTypes types, int n, llvm::Value* a_desc, llvm::Value* b_desc,
                                   const std::vector<llvm::Value*>& acc, bool trans_b, bool accumulate = true);
   // The same with A from registers: four b32 registers of two 16-bit elements each (the A fragment of
   // m64nNk16): wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16,f16}.{bf16,f16} {acc}, {a}, b_desc, 1, 1, 1, trans_b.
-  std::vector<llvm::Value*> wgmma_a_registers(bool bf16, int n, const std::array<llvm::Value*, 4>& a,
+  std::vector<llvm::Value*> wgmma_a_registers(WgmmaTypes types, int n, const std::array<llvm::Value*, 4>& a,
                                               llvm::Value* b_desc, const std::vector<llvm::Value*>& acc, bool trans_b,
                                               bool accumulate = true);
   // Keeps the compiler from moving uses of `values` across a wgmma wait: an empty asm that "writes" them.
@@ -104,7 +115,7 @@ class PtxInstructions {
                                            const std::array<llvm::Value*, 2>& b, const std::array<llvm::Value*, 4>& c);
 
  private:
-  std::vector<llvm::Value*> wgmma_instruction(bool bf16, int n, const std::vector<llvm::Value*>& a, llvm::Value* b_desc,
+  std::vector<llvm::Value*> wgmma_instruction(WgmmaTypes types, int n, const std::vector<llvm::Value*>& a, llvm::Value* b_desc,
                                               const std::vector<llvm::Value*>& acc, bool trans_b, bool accumulate);
   llvm::IRBuilder<>& b_;
 };

@@ -47,7 +47,8 @@ struct Mbarrier {
 struct DotJob {
   int32_t id = 0, fiber = 0;
   const char *a = nullptr, *b = nullptr;
-  bool a_transposed = false, b_transposed = false, f16 = false;
+  bool a_transposed = false, b_transposed = false;
+  ScalarType a_type = ScalarType::bf16, b_type = ScalarType::bf16;  // bf16, f16, f8e4m3 or f8e5m2
   int32_t a_panel = 0, b_panel = 0;  // operands stored in column panels of this width (0: plain)
   std::vector<char> a_registers;  // a from registers: its elements, copied at issue
   int32_t M = 0, N = 0, K = 0;
@@ -376,10 +377,13 @@ struct BlockState {
 
   // ---- async dots ----
 
-  static float element(const char* base, int64_t i, bool f16) {
+  static float element(const char* base, int64_t i, ScalarType type) {
+    if (type == ScalarType::f8e4m3) return weft::f8e4m3::from_bits(static_cast<uint8_t>(base[i]));
+    if (type == ScalarType::f8e5m2) return weft::f8e5m2::from_bits(static_cast<uint8_t>(base[i]));
     uint16_t bits;
     std::memcpy(&bits, base + 2 * i, 2);
-    return f16 ? static_cast<float>(weft::f16::from_bits(bits)) : static_cast<float>(weft::bf16::from_bits(bits));
+    return type == ScalarType::f16 ? static_cast<float>(weft::f16::from_bits(bits))
+                                   : static_cast<float>(weft::bf16::from_bits(bits));
   }
   std::vector<float> compute(const DotJob& j) const {
     std::vector<float> out(j.acc);
@@ -391,15 +395,17 @@ struct BlockState {
     }
     for (int32_t r = 0; r < j.M; ++r)
       for (int32_t c = 0; c < j.N; ++c) {
-        double s = 0;  // exact products of 16-bit floats, summed more precisely than the tensor cores do
+        // Exact products (of 16-bit or 8-bit floats), summed in double: more precisely than the tensor cores
+        // (f32-like for 16-bit types, about 14 bits kept for fp8), rounded to f32 once per async_dot.
+        double s = 0;
         for (int32_t k = 0; k < j.K; ++k) {
           const char* a = j.a_registers.empty() ? j.a : j.a_registers.data();
           int64_t a_at = j.a_transposed ? passes::paneled_index(k, r, j.K, j.M, j.a_panel)
                                         : passes::paneled_index(r, k, j.M, j.K, j.a_panel);
-          float x = element(a, a_at, j.f16);
+          float x = element(a, a_at, j.a_type);
           int64_t b_at = j.b_transposed ? passes::paneled_index(c, k, j.N, j.K, j.b_panel)
                                         : passes::paneled_index(k, c, j.K, j.N, j.b_panel);
-          float y = element(j.b, b_at, j.f16);
+          float y = element(j.b, b_at, j.b_type);
           s += double(x) * double(y);
         }
         out[size_t(r) * j.N + c] = static_cast<float>(double(out[size_t(r) * j.N + c]) + s);
@@ -590,7 +596,7 @@ void cluster_sync(const ProgramCtx* ctx, int32_t site) noexcept {
 }
 
 void async_dot(const ProgramCtx* ctx, int32_t, const char* a, int32_t a_transposed, int32_t a_panel, const char* b,
-               int32_t b_transposed, int32_t b_panel, int32_t M, int32_t N, int32_t K, int32_t is_f16,
+               int32_t b_transposed, int32_t b_panel, int32_t M, int32_t N, int32_t K, int32_t types,
                const float* acc, float* out) noexcept {
   BlockState& s = state_of(ctx);
   DotJob j;
@@ -599,11 +605,12 @@ void async_dot(const ProgramCtx* ctx, int32_t, const char* a, int32_t a_transpos
   j.a = a;
   j.b = b;
   j.a_transposed = a_transposed == 1;
-  if (a_transposed == 2) j.a_registers.assign(a, a + size_t(M) * K * 2);
+  j.a_type = static_cast<ScalarType>(types & 0xff);
+  j.b_type = static_cast<ScalarType>((types >> 8) & 0xff);
+  if (a_transposed == 2) j.a_registers.assign(a, a + size_t(M) * K * DType{j.a_type, false}.bytes());
   j.b_transposed = b_transposed != 0;
   j.a_panel = a_transposed == 2 ? 0 : a_panel;
   j.b_panel = b_panel;
-  j.f16 = is_f16 != 0;
   j.M = M;
   j.N = N;
   j.K = K;

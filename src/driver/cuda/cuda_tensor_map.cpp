@@ -9,7 +9,9 @@ namespace {
 
 CUtensorMapDataType data_type_of(DType d) {
   switch (d.scalar) {
-    case ScalarType::i8: return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    case ScalarType::i8:
+    case ScalarType::f8e4m3:  // TMA copies bytes: 8-bit floats travel as UINT8
+    case ScalarType::f8e5m2: return CU_TENSOR_MAP_DATA_TYPE_UINT8;
     case ScalarType::i16: return CU_TENSOR_MAP_DATA_TYPE_UINT16;
     case ScalarType::i32: return CU_TENSOR_MAP_DATA_TYPE_INT32;
     case ScalarType::i64: return CU_TENSOR_MAP_DATA_TYPE_INT64;

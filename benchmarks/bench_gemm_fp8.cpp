@@ -1,0 +1,309 @@
+// bench_gemm_fp8: weft's fp8 GEMM (examples/gemm_fp8.h, e4m3, per-tensor scales, bf16 out) against
+// cuBLASLt's fp8 GEMM (e4m3, the same scales through A_SCALE/B_SCALE pointers, bf16 out) in the same run.
+//
+//   bench_gemm_fp8 [--json] [--runs N] [--sizes 4096,8192] [--fast-accum]
+//
+// For each size (M = N = K), C = a_scale b_scale A B^T with B stored N x K (the only fp8 layout of
+// Hopper's tensor cores, "TN" in cuBLAS's terms):
+//   1. check: C poisoned with NaN, one cuBLASLt call and one weft call on the same inputs; weft's C against
+//      cuBLAS's by relative Frobenius error (host, double; must be < 1e-2), and both against a host
+//      double-precision reference on the same fp8 values at sampled elements.
+//   2. time: as bench_gemm: events around each call, calls queued back to back, warm-up first, two
+//      interleaved rounds of --runs (default 30) calls per implementation, the median over both rounds,
+//      the difference between the rounds' medians as the noise.
+// Inputs: uniform in [-1, 1] rounded to e4m3 (never zeros), scales 0.75 and 1.25; calls rotate among
+// enough input sets that no set is still in the L2 when it comes round again. TFLOP/s = 2 M N K / time.
+// cuBLASLt runs with its default accumulation (promoting the tensor cores' partial sums to f32, as weft
+// does every 128 of K); --fast-accum times its tensor-core-only accumulation instead.
+//
+// Exit status 1, with the reason on stderr: no CUDA device, no usable cuBLASLt, any error, a failed check.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../examples/gemm_fp8.h"
+#include "cublaslt.h"
+#include "gpu_timing.h"
+
+using namespace weft;
+using weft::driver::cuda::CUdeviceptr;
+
+namespace {
+
+constexpr size_t kL2Bytes = size_t(60) << 20;         // the H200's L2
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLAS's recommended workspace on Hopper
+constexpr double kMaxRelError = 1e-2;                 // bf16 output: rounding alone is ~2e-3
+constexpr int kSamples = 256;
+constexpr float kScaleA = 0.75f, kScaleB = 1.25f;
+
+struct Options {
+  bool json = false, fast_accum = false;
+  int runs = 30;
+  std::vector<int> sizes = {4096, 8192};
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  auto usage = [&](const std::string& why) {
+    std::fprintf(stderr,
+                 "bench_gemm_fp8: %s\nusage: bench_gemm_fp8 [--json] [--runs N>=20] [--sizes 4096,8192] "
+                 "[--fast-accum]\n",
+                 why.c_str());
+    std::exit(2);
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--json") {
+      o.json = true;
+    } else if (arg == "--fast-accum") {
+      o.fast_accum = true;
+    } else if (arg == "--runs" && i + 1 < argc) {
+      o.runs = std::atoi(argv[++i]);
+      if (o.runs < 20) usage("--runs must be at least 20");
+    } else if (arg == "--sizes" && i + 1 < argc) {
+      o.sizes.clear();
+      for (char* p = std::strtok(argv[++i], ","); p; p = std::strtok(nullptr, ",")) {
+        int n = std::atoi(p);
+        if (n <= 0 || n % 16 != 0) usage(std::string("bad size '") + p + "' (a positive multiple of 16)");
+        o.sizes.push_back(n);
+      }
+      if (o.sizes.empty()) usage("--sizes needs at least one size");
+    } else {
+      usage("unknown argument '" + arg + "'");
+    }
+  }
+  return o;
+}
+
+struct Rng {  // splitmix64
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  float uniform_pm1() { return float(next() >> 40) * (2.0f / float(1 << 24)) - 1.0f; }
+};
+
+std::vector<f8e4m3> random_e4m3(size_t n, uint64_t seed) {
+  Rng rng{seed};
+  std::vector<f8e4m3> v(n);
+  for (f8e4m3& x : v) x = f8e4m3(rng.uniform_pm1());
+  return v;
+}
+
+template <class T> CUdeviceptr device_ptr(const Buffer<T>& b) { return reinterpret_cast<CUdeviceptr>(b.data()); }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double rel_frobenius(const std::vector<bf16>& x, const std::vector<bf16>& ref) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    double a = float(x[i]), r = float(ref[i]);
+    if (!std::isfinite(a)) return NAN;
+    diff += (a - r) * (a - r);
+    norm += r * r;
+  }
+  return std::sqrt(diff / norm);
+}
+
+size_t count_not_finite(const std::vector<bf16>& x) {
+  size_t n = 0;
+  for (bf16 v : x) n += !std::isfinite(float(v));
+  return n;
+}
+
+struct Inputs {
+  std::vector<Buffer<f8e4m3>> a, b;  // A [M, K], B [N, K]
+  std::vector<f8e4m3> a0, b0;
+};
+
+Inputs make_inputs(Device& dev, int M, int N, int K) {
+  size_t set_bytes = size_t(M) * K + size_t(N) * K;
+  size_t sets = 1 + (2 * kL2Bytes + set_bytes - 1) / set_bytes;
+  Inputs in;
+  for (size_t s = 0; s < sets; ++s) {
+    std::vector<f8e4m3> a = random_e4m3(size_t(M) * K, 2 * s + 1), b = random_e4m3(size_t(N) * K, 2 * s + 2);
+    in.a.push_back(dev.upload(a));
+    in.b.push_back(dev.upload(b));
+    if (s == 0) {
+      in.a0 = std::move(a);
+      in.b0 = std::move(b);
+    }
+  }
+  return in;
+}
+
+double sampled_error(const Inputs& in, const std::vector<bf16>& c, int M, int N, int K) {
+  Rng rng{12345};
+  double diff = 0, norm = 0;
+  for (int s = 0; s < kSamples; ++s) {
+    size_t i = rng.next() % M, j = rng.next() % N;
+    double ref = 0;
+    for (int k = 0; k < K; ++k) ref += double(float(in.a0[i * K + k])) * double(float(in.b0[j * K + k]));
+    ref *= double(kScaleA) * double(kScaleB);
+    double got = float(c[i * N + j]);
+    if (!std::isfinite(got)) return NAN;
+    diff += (got - ref) * (got - ref);
+    norm += ref * ref;
+  }
+  return std::sqrt(diff / norm);
+}
+
+struct Row {
+  int M, N, K;
+  double cublas_ms, weft_ms, cublas_spread, weft_spread;
+  double rel_error, weft_sample_error, cublas_sample_error, weft_first_call_ms;
+  size_t cublas_algo_workspace;
+  bool pass;
+  double tflops(double ms) const { return 2.0 * M * N * K / (ms * 1e-3) / 1e12; }
+};
+
+Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8_t>& workspace, const Inputs& in,
+            const Buffer<float>& a_scale, const Buffer<float>& b_scale, int M, int N, int K, const Options& opt) {
+  Row row{};
+  row.M = M, row.N = N, row.K = K;
+  bench::cublaslt::Fp8Gemm cublas(lt, M, N, K, device_ptr(a_scale), device_ptr(b_scale), opt.fast_accum,
+                                  device_ptr(workspace), workspace.bytes());
+  row.cublas_algo_workspace = cublas.algo_workspace_bytes();
+  const size_t sets = in.a.size();
+
+  const std::vector<bf16> poison(size_t(M) * N, bf16::from_bits(0x7fc0));
+  Buffer<bf16> c_cublas = dev.upload(poison), c_weft = dev.upload(poison);
+  cublas.run(device_ptr(in.a[0]), device_ptr(in.b[0]), device_ptr(c_cublas), nullptr);
+  dev.synchronize();
+  auto t0 = std::chrono::steady_clock::now();
+  gemm_fp8(in.a[0], in.b[0], c_weft, a_scale, b_scale, M, N, K, Fp8Scaling::per_tensor);
+  dev.synchronize();
+  row.weft_first_call_ms = seconds_since(t0) * 1e3;
+  std::vector<bf16> want = c_cublas.download(), got = c_weft.download();
+  row.rel_error = rel_frobenius(got, want);
+  row.cublas_sample_error = sampled_error(in, want, M, N, K);
+  row.weft_sample_error = sampled_error(in, got, M, N, K);
+  bool cublas_ok = row.cublas_sample_error < kMaxRelError;
+  row.pass = cublas_ok && row.rel_error < kMaxRelError && row.weft_sample_error < kMaxRelError;
+  if (!cublas_ok)
+    std::fprintf(stderr,
+                 "CHECK FAILED: cuBLASLt's C (%d x %d x %d) is off the host reference by %.3e (%zu elements not "
+                 "finite): the cuBLASLt call itself is wrong, so weft cannot be judged against it\n",
+                 M, N, K, row.cublas_sample_error, count_not_finite(want));
+  else if (!row.pass)
+    std::fprintf(stderr,
+                 "CHECK FAILED: weft's C (%d x %d x %d): relative Frobenius error %.3e against cuBLAS (limit %.0e), "
+                 "%.3e against the host reference at %d elements, %zu elements not finite\n",
+                 M, N, K, row.rel_error, kMaxRelError, row.weft_sample_error, kSamples, count_not_finite(got));
+
+  size_t next_cublas = 0, next_weft = 0;
+  auto run_cublas = [&] {
+    size_t s = next_cublas++ % sets;
+    cublas.run(device_ptr(in.a[s]), device_ptr(in.b[s]), device_ptr(c_cublas), nullptr);
+  };
+  auto run_weft = [&] {
+    size_t s = next_weft++ % sets;
+    gemm_fp8(in.a[s], in.b[s], c_weft, a_scale, b_scale, M, N, K, Fp8Scaling::per_tensor);
+  };
+  std::vector<double> cublas_all, weft_all, cublas_round, weft_round;
+  for (int round = 0; round < 2; ++round) {
+    std::vector<double> c = bench::gpu_times_ms_queued(run_cublas, 3, opt.runs);
+    std::vector<double> w = bench::gpu_times_ms_queued(run_weft, 3, opt.runs);
+    cublas_round.push_back(bench::median(c));
+    weft_round.push_back(bench::median(w));
+    cublas_all.insert(cublas_all.end(), c.begin(), c.end());
+    weft_all.insert(weft_all.end(), w.begin(), w.end());
+  }
+  dev.synchronize();
+  row.cublas_ms = bench::median(cublas_all);
+  row.weft_ms = bench::median(weft_all);
+  row.cublas_spread = std::abs(cublas_round[0] - cublas_round[1]) / row.cublas_ms;
+  row.weft_spread = std::abs(weft_round[0] - weft_round[1]) / row.weft_ms;
+  std::fprintf(stderr,
+               "  %5d x %5d x %5d: cuBLAS %.3f ms (rounds %.3f / %.3f), weft %.3f ms (rounds %.3f / %.3f), %zu input "
+               "sets, cuBLAS algorithm workspace %zu bytes, check %s\n",
+               M, N, K, row.cublas_ms, cublas_round[0], cublas_round[1], row.weft_ms, weft_round[0], weft_round[1], sets,
+               row.cublas_algo_workspace, row.pass ? "pass" : "FAIL");
+  return row;
+}
+
+std::string version_string(size_t v) {
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Options opt = parse(argc, argv);
+  Device dev = Device::current();
+  if (dev.kind() != BackendKind::cuda) {
+    std::fprintf(stderr, "bench_gemm_fp8 needs a CUDA device (current device: %s; WEFT_BACKEND=%s)\n",
+                 dev.name().c_str(), std::getenv("WEFT_BACKEND") ? std::getenv("WEFT_BACKEND") : "unset");
+    return 1;
+  }
+  Buffer<uint8_t> workspace = dev.alloc<uint8_t>(kWorkspaceBytes);
+  std::unique_ptr<bench::cublaslt::CublasLt> lt;
+  try {
+    lt = std::make_unique<bench::cublaslt::CublasLt>();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gemm_fp8 needs cuBLASLt: %s\n", e.what());
+    return 1;
+  }
+  Buffer<float> a_scale = dev.upload(std::vector<float>{kScaleA}), b_scale = dev.upload(std::vector<float>{kScaleB});
+  const char* cache = std::getenv("WEFT_CACHE");
+  const bool cache_on = !(cache && std::strcmp(cache, "0") == 0);
+  std::fprintf(stderr, "bench_gemm_fp8 on %s; cuBLASLt %s from %s (%s accumulation); weft compile cache %s\n",
+               dev.name().c_str(), version_string(lt->version()).c_str(), lt->path().c_str(),
+               opt.fast_accum ? "fast" : "promoted", cache_on ? "on" : "off (WEFT_CACHE=0)");
+
+  std::vector<Row> rows;
+  for (int n : opt.sizes) {
+    Inputs in = make_inputs(dev, n, n, n);
+    rows.push_back(measure(dev, *lt, workspace, in, a_scale, b_scale, n, n, n, opt));
+  }
+
+  bool all_pass = true;
+  for (const Row& r : rows) all_pass = all_pass && r.pass;
+  if (opt.json) {
+    std::printf("{\n  \"device\": \"%s\",\n  \"cublaslt\": \"%s\",\n  \"cublaslt_path\": \"%s\",\n", dev.name().c_str(),
+                version_string(lt->version()).c_str(), lt->path().c_str());
+    std::printf("  \"dtype\": \"e4m3\",\n  \"scaling\": \"per-tensor\",\n  \"cublas_fast_accum\": %s,\n  \"weft_cache\": %s,\n"
+                "  \"runs_per_round\": %d,\n  \"rows\": [\n",
+                opt.fast_accum ? "true" : "false", cache_on ? "true" : "false", opt.runs);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::printf("    {\"M\": %d, \"N\": %d, \"K\": %d, \"cublas_ms\": %.4f, \"cublas_tflops\": %.1f, \"weft_ms\": %.4f, "
+                  "\"weft_tflops\": %.1f, \"weft_over_cublas\": %.4f, \"cublas_spread\": %.4f, \"weft_spread\": %.4f, "
+                  "\"rel_frobenius_error\": %.3e, \"weft_sample_error\": %.3e, \"cublas_sample_error\": %.3e, "
+                  "\"weft_first_call_ms\": %.2f, \"check\": \"%s\"}%s\n",
+                  r.M, r.N, r.K, r.cublas_ms, r.tflops(r.cublas_ms), r.weft_ms, r.tflops(r.weft_ms), r.cublas_ms / r.weft_ms,
+                  r.cublas_spread, r.weft_spread, r.rel_error, r.weft_sample_error, r.cublas_sample_error,
+                  r.weft_first_call_ms, r.pass ? "pass" : "fail", i + 1 < rows.size() ? "," : "");
+    }
+    std::printf("  ],\n  \"pass\": %s\n}\n", all_pass ? "true" : "false");
+  } else {
+    std::printf("fp8 e4m3 GEMM (C = sa sb A B^T, bf16 out), f32 accumulation, on %s; cuBLASLt %s (%s accumulation)\n",
+                dev.name().c_str(), version_string(lt->version()).c_str(), opt.fast_accum ? "fast" : "promoted");
+    std::printf("%6s %6s %6s | %10s %8s | %10s %8s | %11s | %9s | %s\n", "M", "N", "K", "cuBLAS ms", "TFLOP/s", "weft ms",
+                "TFLOP/s", "weft/cuBLAS", "rel.err", "check");
+    for (const Row& r : rows)
+      std::printf("%6d %6d %6d | %10.3f %8.1f | %10.3f %8.1f | %10.3fx | %9.2e | %s\n", r.M, r.N, r.K, r.cublas_ms,
+                  r.tflops(r.cublas_ms), r.weft_ms, r.tflops(r.weft_ms), r.cublas_ms / r.weft_ms, r.rel_error,
+                  r.pass ? "pass" : "FAIL");
+    std::printf("weft's first call of each (host to result; compile cache %s):\n", cache_on ? "on" : "off");
+    for (const Row& r : rows) std::printf("  %5d^3: %9.1f ms\n", r.M, r.weft_first_call_ms);
+  }
+  if (!all_pass) {
+    std::fprintf(stderr, "bench_gemm_fp8: FAILED: a result check failed (see CHECK FAILED above)\n");
+    return 1;
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_gemm_fp8: error: %s\n", e.what());
+  return 1;
+}
