@@ -536,6 +536,7 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
     case Op::AsyncDescriptorLoadMulticast:
     case Op::AsyncDescriptorStore: {
       bool is_load = op != Op::AsyncDescriptorStore, multicast = op == Op::AsyncDescriptorLoadMulticast;
+      check_eviction(op, attrs, loc);
       const Type& d = operands.at(0)->type;
       if (d.kind != Type::Kind::TensorDesc)
         fail(loc, fmt::format("{}: operand 0 must be a TensorDesc kernel parameter, got {}", name(op), kind_name(d)));
@@ -693,6 +694,10 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
                               t.str()));
       return Type::none();
     }
+    case Op::AsyncRemoteShmemCopy:
+    case Op::AsyncDescriptorPrefetch:
+    case Op::DescriptorPrefetch:
+      return infer_copy_or_prefetch(op, operands, attrs, loc);
     case Op::BarrierArriveRemote:
       require_one_barrier(op, operands, loc);
       require_i32_scalar(op, operands, 1, "the cluster rank of the block to arrive in", loc);

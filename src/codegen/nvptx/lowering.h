@@ -239,6 +239,7 @@ class Lowering {
   void plan_warp_arrivals();
   void init_barriers();
   void once_per_group(const std::function<void()>& body);
+  Value* l2_policy(const ir::Node& n);  // a TMA op's L2 eviction policy, or null without a hint
   void hopper_node(const NodeRef& n);
   void thread_identity_and_time(const NodeRef& n);
   void barrier_wait(Value* bar, Value* parity);
