@@ -225,6 +225,28 @@ TEST_CASE("async_remote_shmem_copy errors: no cluster, sizes, alignment, types, 
   }
 }
 
+TEST_CASE("async_remote_shmem_copy between buffers of different layouts is an error at its line",
+          "[async][cluster_copy][errors]") {
+  // `tiles` takes its TMA descriptor's 64-byte swizzle, `plain` is row-major: the bytes of one are not the
+  // tile in the other.
+  std::vector<float> host(size_t(2) * kTile, 1.0f);
+  Buffer<float> buf = Device::cpu().upload(host);
+  int line = 0;
+  Kernel k("copy_layouts", [&](TensorDesc<float, 2> a) {
+    auto tiles = local_alloc<float>({R, C}, 1, "tiles");
+    auto plain = local_alloc<float>({R, C}, 1, "plain");
+    auto full = alloc_barriers(1, 1, "full");
+    barrier_expect_bytes(full[0], 2 * tiles.stage_bytes());
+    async_descriptor_load(a, tiles[0], {0, 0}, full[0]);
+    barrier_wait(full[0], 0);
+    line = __LINE__; async_remote_shmem_copy(plain[0], tiles[0], cluster_cta_rank() ^ 1, full[0]);
+  }, in_clusters(2));
+  auto desc = tma(buf, {2 * R, C}, {R, C});
+  require_error_at([&] { (void)k.ptx(desc); }, line,
+                   {"from buffer 'tiles' (64-byte swizzle, no panels) into buffer 'plain' (0-byte swizzle, no panels)"});
+  require_error_at([&] { k.launch(Grid(2), desc); }, line, {"from buffer 'tiles'"});
+}
+
 TEST_CASE("async_remote_shmem_copy to a rank outside the cluster is an error at its line", "[async][cluster_copy][cpu-only]") {
   int line = 0;
   Kernel k("copy_bad_rank", [&](Ptr<float> out) {
