@@ -474,6 +474,21 @@ void async_descriptor_store(const TensorDesc<T, Rank>& desc, const SharedView<T>
   for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
   detail::emit(detail::Op::AsyncDescriptorStore, std::move(o), detail::eviction_attrs(evict), loc);
 }
+// async_load with an L2 eviction priority on its copies (cp.async.cg.shared.global.L2::cache_hint [dst],
+// [src], 16, src_size, policy; .ca for 4 or 8 bytes); 1- and 2-byte elements copied synchronously take none.
+template <detail::PointerTile P>
+void async_load(const P& ptrs, const SharedView<detail::pointee<P>>& view, Evict evict, SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::AsyncLoad, {detail::node_of(ptrs, loc), view.node()}, detail::eviction_attrs(evict), loc);
+}
+template <detail::PointerTile P, class M, class O>
+  requires std::is_same_v<detail::elem_of<M>, bool> && detail::TileOrLiteral<O>
+void async_load(const P& ptrs, const SharedView<detail::pointee<P>>& view, const M& mask, const O& other, Evict evict,
+                SourceLoc loc = SourceLoc::current()) {
+  using T = detail::pointee<P>;
+  detail::emit(detail::Op::AsyncLoad,
+               {detail::node_of(ptrs, loc), view.node(), detail::node_of(mask, loc), detail::value_of<T>(other, loc)},
+               detail::eviction_attrs(evict), loc);
+}
 // Starts bringing the box of `desc` at `coords` into L2, to be loaded soon by this or another block (TLX:
 // async_descriptor_prefetch_tensor): cp.async.bulk.prefetch.tensor.Nd.L2.global.tile [desc, {coords}],
 // issued by one thread of the group (with .L2::cache_hint and a policy when `evict` is given). Nothing

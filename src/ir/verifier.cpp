@@ -574,6 +574,7 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
     case Op::AsyncLoad: {
       const Type& p = value_operand(op, operands, 0, loc);
       if (!p.dtype.pointer) fail(loc, fmt::format("async_load needs a tile of pointers, got {}", p.str()));
+      check_eviction(op, attrs, loc);
       const Type& v = shared_operand(op, operands, 1, true, loc);
       if (operands[1]->op == Op::LocalTrans)
         fail(loc, "async_load into a local_trans view: copy into the stage as it is stored, then read it through "

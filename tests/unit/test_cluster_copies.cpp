@@ -349,3 +349,32 @@ TEST_CASE("TMA hints and prefetch: the errors at the user's line", "[async][cach
                      {"9 is not an L2 eviction priority", "Evict::first"});
   }
 }
+
+TEST_CASE("async_load with L2 eviction hints copies the same values; cp.async takes .L2::cache_hint",
+          "[async][cache_hints]") {
+  WEFT_SEEDED_RNG(rng);
+  constexpr int rows = 16, cols = 64, n = rows * cols;  // 8 floats per thread of 4 warps: 16-byte cp.async
+  // Stage 0 gets the tile (evict-first), stage 1 the tile where it is positive and -7 elsewhere
+  // (evict-last); the output is their sum.
+  Kernel k("hinted_async_load", [](Ptr<float> x, Ptr<float> out) {
+    auto buf = local_alloc<float>({rows, cols}, 2, "buf");
+    Int offs = expand_dims(arange(0, rows), 1) * cols + expand_dims(arange(0, cols), 0);
+    Tile<float> v = load(x + program_id(0) * n + offs);
+    async_load(x + program_id(0) * n + offs, buf[0], Evict::first);
+    async_load(x + program_id(0) * n + offs, buf[1], v > 0.0f, -7.0f, Evict::last);
+    async_commit_group();
+    async_wait_group(0);
+    store(out + program_id(0) * n + offs, local_load(buf[0]) + local_load(buf[1]));
+  });
+  constexpr int programs = 3;
+  std::vector<float> x = whole_floats(rng, size_t(programs) * n);
+  Output<float> out(x.size());
+  launch(k, Grid(programs), Input<float>(x), out);
+  std::vector<float> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = x[i] + (x[i] > 0 ? x[i] : -7.0f);
+  check_near<float>(out, want);
+  std::string ptx = k.ptx();
+  CHECK(ptx.find("createpolicy.fractional.L2::evict_first.b64") != std::string::npos);
+  CHECK(ptx.find("createpolicy.fractional.L2::evict_last.b64") != std::string::npos);
+  CHECK(ptx.find("cp.async.cg.shared.global.L2::cache_hint") != std::string::npos);
+}

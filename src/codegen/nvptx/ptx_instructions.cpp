@@ -232,10 +232,14 @@ void PtxInstructions::fence_proxy_async_shared() {
                      llvm::ArrayRef<llvm::Value*>{});
 }
 
-void PtxInstructions::cp_async(llvm::Value* smem, llvm::Value* global, int bytes, llvm::Value* src_bytes) {
-  std::string text = bytes == 16 ? "cp.async.cg.shared.global [$0], [$1], 16, $2;"
-                                 : "cp.async.ca.shared.global [$0], [$1], " + std::to_string(bytes) + ", $2;";
-  asm_call(b_, b_.getVoidTy(), text, "r,l,r,~{memory}", {smem, global, src_bytes});
+void PtxInstructions::cp_async(llvm::Value* smem, llvm::Value* global, int bytes, llvm::Value* src_bytes,
+                               llvm::Value* policy) {
+  std::string hint = policy ? ".L2::cache_hint" : "", tail = policy ? ", $3;" : ";";
+  std::string text = bytes == 16 ? "cp.async.cg.shared.global" + hint + " [$0], [$1], 16, $2" + tail
+                                 : "cp.async.ca.shared.global" + hint + " [$0], [$1], " + std::to_string(bytes) + ", $2" + tail;
+  std::vector<llvm::Value*> args{smem, global, src_bytes};
+  if (policy) args.push_back(policy);
+  asm_call(b_, b_.getVoidTy(), text, policy ? "r,l,r,l,~{memory}" : "r,l,r,~{memory}", args);
 }
 
 void PtxInstructions::cp_async_commit_group() { asm_call(b_, b_.getVoidTy(), "cp.async.commit_group;", "~{memory}", {}); }

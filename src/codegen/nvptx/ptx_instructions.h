@@ -90,7 +90,8 @@ class PtxInstructions {
   // `src_bytes` (i32): how many of the `bytes` (4, 8 or 16) to read, the rest zero-filled.
   // cp.async.cg.shared.global [smem], [global], 16, src_bytes (16 bytes; .cg: cached in L2 only)
   // cp.async.ca.shared.global [smem], [global], bytes, src_bytes (4 or 8 bytes)
-  void cp_async(llvm::Value* smem, llvm::Value* global, int bytes, llvm::Value* src_bytes);
+  // (`policy`: .L2::cache_hint with that L2 policy as the last operand)
+  void cp_async(llvm::Value* smem, llvm::Value* global, int bytes, llvm::Value* src_bytes, llvm::Value* policy = nullptr);
   void cp_async_commit_group();              // cp.async.commit_group
   void cp_async_wait_group(int pending);     // cp.async.wait_group pending
 
