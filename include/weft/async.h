@@ -428,6 +428,91 @@ void async_descriptor_store(const TensorDesc<T, Rank>& desc, const SharedView<T>
   for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
   detail::emit(detail::Op::AsyncDescriptorStore, std::move(o), {}, loc);
 }
+// ---- L2 cache hints and prefetch ---------------------------------------------------------------------
+//
+// An L2 eviction priority for the lines a TMA copy moves: evict_first for data read once (a streamed
+// operand), evict_last for data many blocks read again (the operand tiles a grid shares). The copy issuer
+// makes a policy (createpolicy.fractional.L2::evict_first.b64 policy, 1.0 — for the whole access) and
+// passes it to the copy with .L2::cache_hint. A hint changes no value: on the CPU backend it is checked
+// like the GPU's and otherwise ignored.
+enum class Evict : int {
+  none = 0,       // no hint (the default)
+  first = 1,      // .L2::evict_first: evicted before other lines
+  last = 2,       // .L2::evict_last: kept longer than other lines
+  normal = 3,     // .L2::evict_normal
+  unchanged = 4,  // .L2::evict_unchanged: leaves the lines' priority as it is
+};
+
+namespace detail {
+inline Attrs eviction_attrs(Evict e) {
+  Attrs a;
+  if (e != Evict::none) a.ints = {static_cast<int64_t>(e)};
+  return a;
+}
+}  // namespace detail
+
+// async_descriptor_load with an L2 eviction priority for the box's lines (....mbarrier::complete_tx::bytes
+// .L2::cache_hint [smem], [desc, {coords}], [bar], policy).
+template <class T, int Rank>
+void async_descriptor_load(const TensorDesc<T, Rank>& desc, const SharedView<T>& view, std::initializer_list<Operand<int32_t>> coords,
+                           const Barrier& bar, Evict evict, SourceLoc loc = SourceLoc::current()) {
+  std::vector<detail::NodeRef> o{desc.node(), view.node(), bar.node()};
+  for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
+  detail::emit(detail::Op::AsyncDescriptorLoad, std::move(o), detail::eviction_attrs(evict), loc);
+}
+// The multicast load with an eviction priority (....multicast::cluster.L2::cache_hint ..., mask, policy).
+template <class T, int Rank>
+void async_descriptor_load(const TensorDesc<T, Rank>& desc, const SharedView<T>& view, std::initializer_list<Operand<int32_t>> coords,
+                           const Barrier& bar, Operand<int32_t> multicast_mask, Evict evict,
+                           SourceLoc loc = SourceLoc::current()) {
+  std::vector<detail::NodeRef> o{desc.node(), view.node(), bar.node(), multicast_mask.node};
+  for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
+  detail::emit(detail::Op::AsyncDescriptorLoadMulticast, std::move(o), detail::eviction_attrs(evict), loc);
+}
+// async_descriptor_store with an eviction priority for the lines it writes (....bulk_group.L2::cache_hint
+// [desc, {coords}], [smem], policy).
+template <class T, int Rank>
+void async_descriptor_store(const TensorDesc<T, Rank>& desc, const SharedView<T>& view, std::initializer_list<Operand<int32_t>> coords,
+                            Evict evict, SourceLoc loc = SourceLoc::current()) {
+  std::vector<detail::NodeRef> o{desc.node(), view.node()};
+  for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
+  detail::emit(detail::Op::AsyncDescriptorStore, std::move(o), detail::eviction_attrs(evict), loc);
+}
+// async_load with an L2 eviction priority on its copies (cp.async.cg.shared.global.L2::cache_hint [dst],
+// [src], 16, src_size, policy; .ca for 4 or 8 bytes); 1- and 2-byte elements copied synchronously take none.
+template <detail::PointerTile P>
+void async_load(const P& ptrs, const SharedView<detail::pointee<P>>& view, Evict evict, SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::AsyncLoad, {detail::node_of(ptrs, loc), view.node()}, detail::eviction_attrs(evict), loc);
+}
+template <detail::PointerTile P, class M, class O>
+  requires std::is_same_v<detail::elem_of<M>, bool> && detail::TileOrLiteral<O>
+void async_load(const P& ptrs, const SharedView<detail::pointee<P>>& view, const M& mask, const O& other, Evict evict,
+                SourceLoc loc = SourceLoc::current()) {
+  using T = detail::pointee<P>;
+  detail::emit(detail::Op::AsyncLoad,
+               {detail::node_of(ptrs, loc), view.node(), detail::node_of(mask, loc), detail::value_of<T>(other, loc)},
+               detail::eviction_attrs(evict), loc);
+}
+// Starts bringing the box of `desc` at `coords` into L2, to be loaded soon by this or another block (TLX:
+// async_descriptor_prefetch_tensor): cp.async.bulk.prefetch.tensor.Nd.L2.global.tile [desc, {coords}],
+// issued by one thread of the group (with .L2::cache_hint and a policy when `evict` is given). Nothing
+// waits for it and nothing is written to shared memory; out-of-bounds parts are ignored. A no-op on the CPU.
+template <class T, int Rank>
+void async_descriptor_prefetch(const TensorDesc<T, Rank>& desc, std::initializer_list<Operand<int32_t>> coords,
+                               Evict evict = Evict::none, SourceLoc loc = SourceLoc::current()) {
+  std::vector<detail::NodeRef> o{desc.node()};
+  for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
+  detail::emit(detail::Op::AsyncDescriptorPrefetch, std::move(o), detail::eviction_attrs(evict), loc);
+}
+// Brings the 128-byte TMA descriptor itself into the cache its copies read it from, so that the first
+// copy does not wait for it (prefetch.tensormap [desc], by one thread of the group; desc is the generic
+// address of the grid-constant kernel parameter). Call it at the start of the task that issues the
+// copies. A no-op on the CPU.
+template <class T, int Rank>
+void prefetch_descriptor(const TensorDesc<T, Rank>& desc, SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::DescriptorPrefetch, {desc.node()}, {}, loc);
+}
+
 // Waits until at most `pending` of this group's TMA stores still read shared memory
 // (cp.async.bulk.wait_group.read pending).
 inline void async_store_wait(int pending = 0, SourceLoc loc = SourceLoc::current()) {
@@ -457,6 +542,26 @@ inline Int cluster_cta_rank(SourceLoc loc = SourceLoc::current()) {
 // every thread). Every task replica of every block must call it the same number of times.
 inline void cluster_sync(SourceLoc loc = SourceLoc::current()) {
   detail::emit(detail::Op::ClusterSync, {}, {}, loc);
+}
+
+// Copies the bytes of `src` (this block's shared memory) into `dst` of block `remote_cta_rank` of this
+// block's cluster — `dst` names a view of this block; the copy lands at the same offset there — and
+// completes that many bytes of the transaction count of `bar` there (the barrier at bar's offset in that
+// block); TLX: async_remote_shmem_copy. The receiving block expects the bytes on its own barrier
+// (barrier_expect_bytes) and waits there; the copy is not an arrival. The sender learns nothing of when
+// the copy has read `src`: do not overwrite it until the receiver says so (e.g. with barrier_arrive(bar,
+// sender_rank) after its wait). `src` and `dst` have one element type and shape, a multiple of 16 bytes,
+// in buffers of one layout; the kernel runs in clusters (KernelOptions::cluster).
+//
+// On sm_90a every thread of the group fences its shared-memory writes for the async proxy
+// (fence.proxy.async.shared::cta), the group syncs, and one thread maps dst and bar to the other block
+// (mapa.shared::cluster.u32) and issues cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx
+// ::bytes [dst], [src], bytes, [bar]. On the CPU backend `dst` is poison until the barrier's phase
+// completes; `src` is read then, so an early overwrite changes the result there too.
+template <class T>
+void async_remote_shmem_copy(const SharedView<T>& dst, const SharedView<T>& src, Operand<int32_t> remote_cta_rank,
+                             const Barrier& bar, SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::AsyncRemoteShmemCopy, {dst.node(), src.node(), bar.node(), remote_cta_rank.node}, {}, loc);
 }
 
 // ---- persistent kernels --------------------------------------------------------------------------------

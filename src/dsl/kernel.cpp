@@ -20,6 +20,7 @@
 #include "dsl/reproducer.h"
 #include "dsl/trace.h"
 #include "ir/printer.h"
+#include "ir/verifier.h"
 #include "support/compile_timing.h"
 #include "support/env.h"
 #include "support/float_rounding.h"
@@ -325,6 +326,7 @@ KernelImpl::Specialization& KernelImpl::specialization(const std::vector<KernelA
   if (it != specializations.end()) return it->second;
   Specialization s;
   s.function = dsl::trace_kernel(name, params, tracer, consts, divisible, loc, options.num_warps);
+  ir::verify_cluster_copies(*s.function, static_cast<int>(options.cluster.blocks()), name);  // rules that need the options
   if (support::knobs().dumps("ir")) support::dump("ir", name, "ir", ir::print(*s.function, {.locations = true}));
   // WEFT_CHECK_PTX: the PTX must pass ptxas too (not part of the kernel's compile time)
   support::RecordingPause not_this_kernels_compile;

@@ -552,6 +552,7 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
     case Op::AsyncDescriptorLoadMulticast:
     case Op::AsyncDescriptorStore: {
       bool is_load = op != Op::AsyncDescriptorStore, multicast = op == Op::AsyncDescriptorLoadMulticast;
+      check_eviction(op, attrs, loc);
       const Type& d = operands.at(0)->type;
       if (d.kind != Type::Kind::TensorDesc)
         fail(loc, fmt::format("{}: operand 0 must be a TensorDesc kernel parameter, got {}", name(op), kind_name(d)));
@@ -589,6 +590,7 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
     case Op::AsyncLoad: {
       const Type& p = value_operand(op, operands, 0, loc);
       if (!p.dtype.pointer) fail(loc, fmt::format("async_load needs a tile of pointers, got {}", p.str()));
+      check_eviction(op, attrs, loc);
       const Type& v = shared_operand(op, operands, 1, true, loc);
       if (operands[1]->op == Op::LocalTrans)
         fail(loc, "async_load into a local_trans view: copy into the stage as it is stored, then read it through "
@@ -713,6 +715,10 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
                               t.str()));
       return Type::none();
     }
+    case Op::AsyncRemoteShmemCopy:
+    case Op::AsyncDescriptorPrefetch:
+    case Op::DescriptorPrefetch:
+      return infer_copy_or_prefetch(op, operands, attrs, loc);
     case Op::BarrierArriveRemote:
       require_one_barrier(op, operands, loc);
       require_i32_scalar(op, operands, 1, "the cluster rank of the block to arrive in", loc);

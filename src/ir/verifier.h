@@ -24,4 +24,12 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op, Sour
 // an enclosing region.
 void verify(const Function& f);
 
+// The bulk copy into another block, the TMA prefetches and the L2 eviction hints
+// (verify_copies_and_hints.cpp): the typing rules infer_type hands over, the check of a TMA op's eviction
+// attribute, and the whole-kernel rules that need the kernel's options (run when a kernel is specialized,
+// for every backend): a copy needs a cluster of 2 or more blocks and a barrier some barrier_expect_bytes names.
+Type infer_copy_or_prefetch(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, SourceLoc loc);
+void check_eviction(Op op, const Attrs& attrs, SourceLoc loc);
+void verify_cluster_copies(const Function& f, int cluster_blocks, std::string_view kernel);
+
 }  // namespace weft::ir

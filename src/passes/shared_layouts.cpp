@@ -35,6 +35,25 @@ struct Assigner {
     }
   }
 
+  // async_remote_shmem_copy moves bytes as they are stored: its two buffers need one layout.
+  std::vector<const ir::Node*> byte_copies;
+  void check_byte_copies() const {
+    for (const ir::Node* n : byte_copies) {
+      const ir::Node* dst = root_allocation(n->operands[0].get());
+      const ir::Node* src = root_allocation(n->operands[1].get());
+      if (dst == src || (layouts.of(dst) == layouts.of(src) && layouts.panel_of(dst) == layouts.panel_of(src))) continue;
+      auto describe = [&](const ir::Node* a) {
+        return fmt::format("'{}' ({}-byte swizzle, {})", a->attrs.names.at(0), layouts.of(a),
+                           layouts.panel_of(a) ? fmt::format("panels of {} columns", layouts.panel_of(a)) : "no panels");
+      };
+      throw Error(fmt::format("async_remote_shmem_copy copies bytes as stored from buffer {} into buffer {}, which "
+                              "its other uses give another layout; copy between stages of one buffer, or between "
+                              "buffers with the same uses (TMA box, wgmma operand, cols())",
+                              describe(src), describe(dst)),
+                  n->loc);
+    }
+  }
+
   void want(const ir::Node& use, const ir::Node* view, int swizzle, const char* why) {
     const ir::Node* alloc = root_allocation(view);
     auto [it, added] = layouts.swizzle.emplace(alloc, swizzle);
@@ -79,6 +98,9 @@ struct Assigner {
         case ir::Op::LocalRows:
           row_views.push_back(n.get());
           break;
+        case ir::Op::AsyncRemoteShmemCopy:
+          byte_copies.push_back(n.get());
+          break;
         case ir::Op::AsyncDot:
           for (int i = 0; i < 2; ++i) {
             if (n->operands[i]->type.kind != ir::Type::Kind::Shared) continue;  // a from registers
@@ -121,6 +143,7 @@ SharedLayouts assign_shared_layouts(const ir::Function& f) {
   Assigner a;
   a.region(f.body);
   a.check_row_views();
+  a.check_byte_copies();
   return std::move(a.layouts);
 }
 

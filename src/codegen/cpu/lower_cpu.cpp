@@ -54,7 +54,7 @@ bool is_block_op(Op op) {
     case Op::LocalTrans: case Op::LocalRows: case Op::LocalCols: case Op::AsyncDot: case Op::AsyncDotWait: case Op::FenceAsyncShared:
     case Op::AsyncDescriptorLoad: case Op::AsyncDescriptorStore: case Op::AsyncStoreWait:
     case Op::ClusterCtaRank: case Op::ClusterSync: case Op::BarrierArriveRemote: case Op::AsyncDescriptorLoadMulticast:
-    case Op::LocalStoreRemote:
+    case Op::LocalStoreRemote: case Op::AsyncRemoteShmemCopy:
     case Op::AsyncLoad: case Op::AsyncCommitGroup: case Op::AsyncWaitGroup:
       return true;
     default:
@@ -457,6 +457,16 @@ class Lowering {
         runtime_call(block_fn::kBarrierArriveRemote, b_.getVoidTy(),
                      {ctx_, site(n), scalar(n->operands[0]), scalar(n->operands[1])});
         return;
+      case Op::AsyncRemoteShmemCopy: {
+        const NodeRef& src = n->operands[1];
+        int64_t bytes = numel(src->type.shape) * src->type.dtype.bytes();
+        runtime_call(block_fn::kBulkCopyRemote, b_.getVoidTy(),
+                     {ctx_, site(n), val(n->operands[0]).v, val(src).v, b_.getInt32(static_cast<uint32_t>(bytes)),
+                      scalar(n->operands[2]), scalar(n->operands[3])});
+        return;
+      }
+      case Op::AsyncDescriptorPrefetch:
+      case Op::DescriptorPrefetch: return;  // L2 and descriptor caches: nothing to do on the CPU
       case Op::AsyncDescriptorStore:
         runtime_call(block_fn::kTmaStore, b_.getVoidTy(),
                      {ctx_, site(n), val(n->operands[0]).v, val(n->operands[1]).v, coordinates(n, 2)});

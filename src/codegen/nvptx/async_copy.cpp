@@ -50,9 +50,10 @@ class ChunkCopy {
     int bytes = static_cast<int>(count * eb_);
     Value* dst = b_.CreatePtrToInt(c_.dst[j], b_.getInt32Ty());
     Value* src = b_.CreatePtrToInt(c_.src[j], b_.getInt64Ty());
-    if (!mask) return ptx_.cp_async(dst, src, bytes, i32c(bytes));
-    if (c_.fill.empty()) return ptx_.cp_async(dst, src, bytes, b_.CreateSelect(mask, i32c(bytes), i32c(0)));
-    emit_if(b_, mask, [&] { ptx_.cp_async(dst, src, bytes, i32c(bytes)); }, [&] {
+    Value* policy = c_.evict ? ptx_.l2_eviction_policy(c_.evict) : nullptr;  // pure: LLVM shares one per chunk
+    if (!mask) return ptx_.cp_async(dst, src, bytes, i32c(bytes), policy);
+    if (c_.fill.empty()) return ptx_.cp_async(dst, src, bytes, b_.CreateSelect(mask, i32c(bytes), i32c(0)), policy);
+    emit_if(b_, mask, [&] { ptx_.cp_async(dst, src, bytes, i32c(bytes), policy); }, [&] {
       for (int64_t e = 0; e < count; ++e) b_.CreateStore(c_.fill[j + e], c_.dst[j + e]);
     });
   }

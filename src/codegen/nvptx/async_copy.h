@@ -20,6 +20,7 @@ struct AsyncCopyChunk {
   bool one_mask = false;               // masks[0] is proven to hold for the whole chunk
   bool proven = false;                 // src is proven consecutive and aligned to the copy size
   std::vector<llvm::Value*> fill;      // memory-type values of masked-off elements; empty: zeros
+  int evict = 0;                       // weft::Evict: an L2 policy on each cp.async (0: none)
 };
 
 // Copies the chunk as pieces of up to 16 bytes (cp.async.cg for 16, .ca for 4 or 8) when its sources are

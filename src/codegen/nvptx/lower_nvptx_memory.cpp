@@ -368,6 +368,7 @@ void Lowering::async_load(const NodeRef& n) {
   for (int64_t first = 0; first < per_thread(numel); first += width) {
     Chunk c = chunk_of(o, 2, first, width);
     AsyncCopyChunk copy{d.bytes(), ops_.memory_type(d), c.ptrs, {}, c.masks, c.one_mask, proven, {}};
+    copy.evict = n->attrs.ints.empty() ? 0 : static_cast<int>(n->attrs.ints[0]);  // async_load(..., Evict)
     for (int64_t j = 0; j < width; ++j) {
       copy.dst.push_back(view_element(o[1], d, flat_index(numel, first + j)));
       if (!zero_fill) copy.fill.push_back(ops_.to_memory(d, regs(o[3]).v[first + j]));

@@ -47,7 +47,8 @@ void Lowering::plan_warp_arrivals() {
         case Op::BarrierExpectBytes:
         case Op::BarrierArriveRemote: warps[barrier_array(n->operands[0])] = 0; break;
         case Op::AsyncDescriptorLoad:
-        case Op::AsyncDescriptorLoadMulticast: warps[barrier_array(n->operands[2])] = 0; break;
+        case Op::AsyncDescriptorLoadMulticast:
+        case Op::AsyncRemoteShmemCopy: warps[barrier_array(n->operands[2])] = 0; break;
         default: break;
       }
       if (n->op == Op::AsyncTasks) {
@@ -152,10 +153,29 @@ void Lowering::hopper_node(const NodeRef& n) {
       std::vector<Value*> coords;
       for (size_t i = o.size(); i-- > (multicast ? 4u : 3u);) coords.push_back(regs(o[i]).v[0]);  // innermost first
       guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+        Value* policy = l2_policy(*n);
         if (multicast)
-          ptx_.tma_load_multicast(smem, desc, coords, bar, mask);
+          ptx_.tma_load_multicast(smem, desc, coords, bar, mask, policy);
         else
-          ptx_.tma_load(smem, desc, coords, bar);
+          ptx_.tma_load(smem, desc, coords, bar, policy);
+        return nullptr;
+      }, nullptr);
+      return;
+    }
+    case Op::AsyncDescriptorPrefetch: {  // one thread; nothing to wait for
+      Value* desc = raw(o[0]).v[0];
+      std::vector<Value*> coords;
+      for (size_t i = o.size(); i-- > 1;) coords.push_back(regs(o[i]).v[0]);
+      guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+        ptx_.tma_prefetch(desc, coords, l2_policy(*n));
+        return nullptr;
+      }, nullptr);
+      return;
+    }
+    case Op::DescriptorPrefetch: {
+      Value* desc = raw(o[0]).v[0];
+      guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+        ptx_.prefetch_tensormap(desc);
         return nullptr;
       }, nullptr);
       return;
@@ -167,7 +187,7 @@ void Lowering::hopper_node(const NodeRef& n) {
       for (size_t i = o.size(); i-- > 2;) coords.push_back(regs(o[i]).v[0]);
       ptx_.fence_proxy_async_shared();  // this thread's writes to the stage, visible to the copy engine
       once_per_group([&] {
-        ptx_.tma_store(desc, coords, smem);
+        ptx_.tma_store(desc, coords, smem, l2_policy(*n));
         ptx_.bulk_commit_group();
       });
       return;
@@ -248,9 +268,27 @@ void Lowering::hopper_node(const NodeRef& n) {
       Value* rank = regs(o[1]).v[0];
       return once_per_group([&] { ptx_.mbarrier_arrive_cluster(ptx_.map_shared_to_rank(bar, rank)); });
     }
+    case Op::AsyncRemoteShmemCopy: {
+      // Every thread's writes to the source, visible to the async proxy; after the group's sync one thread
+      // copies (the copy reads the source as the async proxy).
+      Value* dst = shared_address(regs(o[0]).v[0]);
+      Value* src = shared_address(regs(o[1]).v[0]);
+      Value* bar = shared_address(regs(o[2]).v[0]);
+      Value* rank = regs(o[3]).v[0];
+      Value* bytes = i32c(o[1]->type.numel() * o[1]->type.dtype.bytes());
+      ptx_.fence_proxy_async_shared();
+      return once_per_group([&] {
+        ptx_.bulk_copy_to_cluster(ptx_.map_shared_to_rank(dst, rank), src, bytes, ptx_.map_shared_to_rank(bar, rank));
+      });
+    }
     default: break;
   }
   throw InternalError(fmt::format("NVPTX lowering: no rule for op '{}'", ir::op_name(n->op)));
+}
+
+// The L2 cache policy of a TMA op with an eviction hint (ints[0], weft::Evict), else null.
+Value* Lowering::l2_policy(const ir::Node& n) {
+  return n.attrs.ints.empty() ? nullptr : ptx_.l2_eviction_policy(static_cast<int>(n.attrs.ints[0]));
 }
 
 // Every thread of the group polls until the phase of parity `parity` has completed.

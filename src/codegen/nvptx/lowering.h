@@ -242,6 +242,7 @@ class Lowering {
   static bool uses_named_barriers(const ir::Region& r);
   Value* debug_named_barrier(int64_t id);
   void once_per_group(const std::function<void()>& body);
+  Value* l2_policy(const ir::Node& n);  // a TMA op's L2 eviction policy, or null without a hint
   void hopper_node(const NodeRef& n);
   void thread_identity_and_time(const NodeRef& n);
   void barrier_wait(Value* bar, Value* parity);

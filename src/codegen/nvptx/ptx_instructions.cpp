@@ -112,29 +112,73 @@ static std::string coordinate_list(size_t first, size_t count) {
   return s;
 }
 
+// An L2 cache policy as the copy's last operand: ".L2::cache_hint" for its text, ", $n" and an "l" operand.
+static void add_policy(llvm::Value* policy, std::string& qualifiers, std::string& tail, std::string& constraints,
+                       std::vector<llvm::Value*>& args) {
+  if (!policy) return;
+  qualifiers += ".L2::cache_hint";
+  tail += ", $" + std::to_string(args.size());
+  constraints += ",l";
+  args.push_back(policy);
+}
+
 void PtxInstructions::tma_load(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords,
-                               llvm::Value* bar) {
+                               llvm::Value* bar, llvm::Value* policy) {
   size_t rank = coords.size();
-  std::string text = "cp.async.bulk.tensor." + std::to_string(rank) +
-                     "d.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1, {" + coordinate_list(3, rank) +
-                     "}], [$2];";
   std::vector<llvm::Value*> args{smem, desc, bar};
   args.insert(args.end(), coords.begin(), coords.end());
   std::string constraints = "r,l,r";
   for (size_t i = 0; i < rank; ++i) constraints += ",r";
+  std::string hint, tail;
+  add_policy(policy, hint, tail, constraints, args);
+  std::string text = "cp.async.bulk.tensor." + std::to_string(rank) +
+                     "d.shared::cluster.global.mbarrier::complete_tx::bytes" + hint + " [$0], [$1, {" +
+                     coordinate_list(3, rank) + "}], [$2]" + tail + ";";
   asm_call(b_, b_.getVoidTy(), text, constraints + ",~{memory}", args);
 }
 
-void PtxInstructions::tma_load_multicast(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords,
-                                         llvm::Value* bar, llvm::Value* mask) {
+void PtxInstructions::tma_prefetch(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* policy) {
   size_t rank = coords.size();
-  std::string text = "cp.async.bulk.tensor." + std::to_string(rank) +
-                     "d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [$0], [$1, {" +
-                     coordinate_list(4, rank) + "}], [$2], $3;";
+  std::vector<llvm::Value*> args{desc};
+  args.insert(args.end(), coords.begin(), coords.end());
+  std::string constraints = "l";
+  for (size_t i = 0; i < rank; ++i) constraints += ",r";
+  std::string hint, tail;
+  add_policy(policy, hint, tail, constraints, args);
+  std::string text = "cp.async.bulk.prefetch.tensor." + std::to_string(rank) + "d.L2.global.tile" + hint + " [$0, {" +
+                     coordinate_list(1, rank) + "}]" + tail + ";";
+  asm_call(b_, b_.getVoidTy(), text, constraints + ",~{memory}", args);
+}
+
+void PtxInstructions::prefetch_tensormap(llvm::Value* desc) {
+  asm_call(b_, b_.getVoidTy(), "prefetch.tensormap [$0];", "l,~{memory}", {desc});
+}
+
+llvm::Value* PtxInstructions::l2_eviction_policy(int evict) {
+  static const char* const priority[] = {"", "evict_first", "evict_last", "evict_normal", "evict_unchanged"};
+  std::string text = std::string("createpolicy.fractional.L2::") + priority[evict] + ".b64 $0, 1.0;";
+  auto* type = llvm::FunctionType::get(b_.getInt64Ty(), {}, false);
+  return b_.CreateCall(llvm::InlineAsm::get(type, text, "=l", /*hasSideEffects=*/false), {});
+}
+
+void PtxInstructions::bulk_copy_to_cluster(llvm::Value* dst, llvm::Value* src, llvm::Value* bytes, llvm::Value* bar) {
+  asm_call(b_, b_.getVoidTy(),
+           "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
+           "r,r,r,r,~{memory}", {dst, src, bytes, bar});
+}
+
+void PtxInstructions::tma_load_multicast(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords,
+                                         llvm::Value* bar, llvm::Value* mask, llvm::Value* policy) {
+  size_t rank = coords.size();
   std::vector<llvm::Value*> args{smem, desc, bar, mask};
   args.insert(args.end(), coords.begin(), coords.end());
   std::string constraints = "r,l,r,h";  // ctaMask is a 16-bit register
   for (size_t i = 0; i < rank; ++i) constraints += ",r";
+  std::string hint, tail;
+  add_policy(policy, hint, tail, constraints, args);
+  std::string text = "cp.async.bulk.tensor." + std::to_string(rank) +
+                     "d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster" + hint + " [$0], [$1, {" +
+                     coordinate_list(4, rank) + "}], [$2], $3" + tail + ";";
   asm_call(b_, b_.getVoidTy(), text, constraints + ",~{memory}", args);
 }
 
@@ -163,14 +207,17 @@ void PtxInstructions::mbarrier_arrive_cluster(llvm::Value* bar) {
   asm_call(b_, b_.getVoidTy(), "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$0];", "r,~{memory}", {bar});
 }
 
-void PtxInstructions::tma_store(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* smem) {
+void PtxInstructions::tma_store(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* smem,
+                                llvm::Value* policy) {
   size_t rank = coords.size();
-  std::string text = "cp.async.bulk.tensor." + std::to_string(rank) + "d.global.shared::cta.bulk_group [$0, {" +
-                     coordinate_list(2, rank) + "}], [$1];";
   std::vector<llvm::Value*> args{desc, smem};
   args.insert(args.end(), coords.begin(), coords.end());
   std::string constraints = "l,r";
   for (size_t i = 0; i < rank; ++i) constraints += ",r";
+  std::string hint, tail;
+  add_policy(policy, hint, tail, constraints, args);
+  std::string text = "cp.async.bulk.tensor." + std::to_string(rank) + "d.global.shared::cta.bulk_group" + hint +
+                     " [$0, {" + coordinate_list(2, rank) + "}], [$1]" + tail + ";";
   asm_call(b_, b_.getVoidTy(), text, constraints + ",~{memory}", args);
 }
 
@@ -187,10 +234,14 @@ void PtxInstructions::fence_proxy_async_shared() {
                      llvm::ArrayRef<llvm::Value*>{});
 }
 
-void PtxInstructions::cp_async(llvm::Value* smem, llvm::Value* global, int bytes, llvm::Value* src_bytes) {
-  std::string text = bytes == 16 ? "cp.async.cg.shared.global [$0], [$1], 16, $2;"
-                                 : "cp.async.ca.shared.global [$0], [$1], " + std::to_string(bytes) + ", $2;";
-  asm_call(b_, b_.getVoidTy(), text, "r,l,r,~{memory}", {smem, global, src_bytes});
+void PtxInstructions::cp_async(llvm::Value* smem, llvm::Value* global, int bytes, llvm::Value* src_bytes,
+                               llvm::Value* policy) {
+  std::string hint = policy ? ".L2::cache_hint" : "", tail = policy ? ", $3;" : ";";
+  std::string text = bytes == 16 ? "cp.async.cg.shared.global" + hint + " [$0], [$1], 16, $2" + tail
+                                 : "cp.async.ca.shared.global" + hint + " [$0], [$1], " + std::to_string(bytes) + ", $2" + tail;
+  std::vector<llvm::Value*> args{smem, global, src_bytes};
+  if (policy) args.push_back(policy);
+  asm_call(b_, b_.getVoidTy(), text, policy ? "r,l,r,l,~{memory}" : "r,l,r,~{memory}", args);
 }
 
 void PtxInstructions::cp_async_commit_group() { asm_call(b_, b_.getVoidTy(), "cp.async.commit_group;", "~{memory}", {}); }

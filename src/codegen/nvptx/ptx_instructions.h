@@ -55,9 +55,19 @@ class PtxInstructions {
   // TMA. `desc`: the generic address (i64) of a CUtensorMap; `coords`: i32, innermost first; `smem`,
   // `bar`: 32-bit shared addresses.
   // cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes [smem], [desc, {coords}], [bar]
-  void tma_load(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* bar);
+  // (`policy`, from l2_eviction_policy: with .L2::cache_hint and the policy as the last operand; also below)
+  void tma_load(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* bar,
+                llvm::Value* policy = nullptr);
   // cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group [desc, {coords}], [smem]
-  void tma_store(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* smem);
+  void tma_store(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* smem,
+                 llvm::Value* policy = nullptr);
+  // cp.async.bulk.prefetch.tensor.Nd.L2.global.tile [desc, {coords}]: the box into L2, nothing waited for.
+  void tma_prefetch(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* policy = nullptr);
+  // prefetch.tensormap [desc]: the descriptor (a generic address of the grid-constant parameter) cached.
+  void prefetch_tensormap(llvm::Value* desc);
+  // createpolicy.fractional.L2::evict_{first,last,normal,unchanged}.b64 %rd, 1.0 -> i64: an L2 cache policy
+  // for every line of an access (`evict`: weft::Evict's 1 to 4). Pure: LLVM may hoist and share it.
+  llvm::Value* l2_eviction_policy(int evict);
   void bulk_commit_group();                  // cp.async.bulk.commit_group
   void bulk_wait_group_read(int pending);    // cp.async.bulk.wait_group.read pending
   void fence_proxy_async_shared();           // fence.proxy.async.shared::cta
@@ -79,13 +89,18 @@ class PtxInstructions {
   //   [smem], [desc, {coords}], [bar], mask: the box lands at `smem` and signals `bar` in every block whose
   //   bit is set in `mask` (an i16).
   void tma_load_multicast(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords,
-                          llvm::Value* bar, llvm::Value* mask);
+                          llvm::Value* bar, llvm::Value* mask, llvm::Value* policy = nullptr);
+  // cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [dst], [src], bytes, [bar]: `bytes`
+  // (a multiple of 16) from this block's `src` (shared::cta) to `dst`, completing them on `bar`; dst and bar
+  // are shared::cluster addresses (map_shared_to_rank), all 16-byte aligned.
+  void bulk_copy_to_cluster(llvm::Value* dst, llvm::Value* src, llvm::Value* bytes, llvm::Value* bar);
 
   // Non-bulk asynchronous copies (sm_80+). `smem`: a 32-bit shared address; `global`: an i64 address;
   // `src_bytes` (i32): how many of the `bytes` (4, 8 or 16) to read, the rest zero-filled.
   // cp.async.cg.shared.global [smem], [global], 16, src_bytes (16 bytes; .cg: cached in L2 only)
   // cp.async.ca.shared.global [smem], [global], bytes, src_bytes (4 or 8 bytes)
-  void cp_async(llvm::Value* smem, llvm::Value* global, int bytes, llvm::Value* src_bytes);
+  // (`policy`: .L2::cache_hint with that L2 policy as the last operand)
+  void cp_async(llvm::Value* smem, llvm::Value* global, int bytes, llvm::Value* src_bytes, llvm::Value* policy = nullptr);
   void cp_async_commit_group();              // cp.async.commit_group
   void cp_async_wait_group(int pending);     // cp.async.wait_group pending
 

@@ -58,10 +58,12 @@ struct DotJob {
 // A TMA copy in flight: a load lands when its barrier's phase completes, a store is performed at the
 // async_store_wait that retires it (or when its fiber ends).
 struct TmaCopy {
-  const detail::TensorDescData* desc = nullptr;
+  const detail::TensorDescData* desc = nullptr;  // null: a bulk copy of `bytes` from `src` (shared memory)
   char* smem = nullptr;
   int32_t coords[detail::TensorDescData::kMaxRank] = {};
   int32_t fiber = 0;
+  const char* src = nullptr;
+  int64_t bytes = 0;
 };
 
 // One element of an async_load: performed at the async_wait_group that retires its group.
@@ -76,6 +78,10 @@ using AsyncCopyGroup = std::vector<AsyncCopyElement>;
 // Copies the box of `c` at its coordinates between global memory and shared memory (row-major there).
 // Elements outside the tensor read as zero and are not written.
 void tma_copy(const TmaCopy& c, bool load) {
+  if (!c.desc) {  // async_remote_shmem_copy: bytes as stored
+    std::memcpy(c.smem, c.src, size_t(c.bytes));
+    return;
+  }
   const detail::TensorDescData& d = *c.desc;
   int64_t count = 1;
   for (int i = 0; i < d.rank; ++i) count *= d.box[i];
@@ -353,6 +359,22 @@ struct BlockState {
     complete_if_done(m);
   }
 
+  // async_remote_shmem_copy from the fiber of `ctx` (of this block or another) into `dst` of this block,
+  // completing its bytes on the barrier at `offset` here: like a TMA load, with `src` read at completion.
+  void receive_bulk_copy(const ProgramCtx* ctx, int32_t site, char* dst, const char* src, int64_t bytes, int32_t offset) {
+    int32_t slot = slot_of(ctx, site, offset);
+    std::memset(dst, 0xFF, size_t(bytes));  // not there yet
+    TmaCopy c;
+    c.smem = dst;
+    c.src = src;
+    c.bytes = bytes;
+    c.fiber = ctx->fiber;
+    tma_loads[slot].push_back(c);
+    Mbarrier& m = mbarriers[slot];
+    m.bytes_pending -= bytes;
+    complete_if_done(m);
+  }
+
   // ---- TMA stores ----
 
   // Takes the oldest operations of `fiber` out of `queue`, calling retire on each, until at most
@@ -556,6 +578,13 @@ void barrier_arrive_remote(const ProgramCtx* ctx, int32_t site, int32_t barrier,
 char* shared_at_rank(const ProgramCtx* ctx, int32_t site, const char* address, int32_t rank) noexcept {
   BlockState& b = state_of(ctx);
   return b.cluster.block_at_rank(ctx, site, rank, "local_store").arena + (address - b.arena);
+}
+
+void bulk_copy_remote(const ProgramCtx* ctx, int32_t site, char* dst, const char* src, int32_t bytes, int32_t barrier,
+                      int32_t rank) noexcept {
+  BlockState& b = state_of(ctx);
+  BlockState& to = b.cluster.block_at_rank(ctx, site, rank, "async_remote_shmem_copy");
+  to.receive_bulk_copy(ctx, site, to.arena + (dst - b.arena), src, bytes, barrier);
 }
 
 void barrier_expect_bytes(const ProgramCtx* ctx, int32_t site, int32_t barrier, int32_t bytes) noexcept {
@@ -798,6 +827,7 @@ const std::vector<RuntimeSymbol>& block_runtime_symbols() {
       {fn::kNamedBarrierWait, reinterpret_cast<void*>(&named_barrier_wait)},
       {fn::kClusterSync, reinterpret_cast<void*>(&cluster_sync)},
       {fn::kSharedAtRank, reinterpret_cast<void*>(&shared_at_rank)},
+      {fn::kBulkCopyRemote, reinterpret_cast<void*>(&bulk_copy_remote)},
       {fn::kAsyncDot, reinterpret_cast<void*>(&async_dot)},
       {fn::kAsyncDotWait, reinterpret_cast<void*>(&async_dot_wait)},
       {fn::kTmaLoad, reinterpret_cast<void*>(&tma_load)},
