@@ -55,11 +55,13 @@ struct GemmConfig {
     return s;
   }
 
-  // Shared memory the kernel allocates (bytes): the ring, plus one C staging tile per consumer.
+  // Shared memory the kernel needs (bytes): the ring, one C staging tile per consumer and, swapped, the
+  // consumers' exchange space for transposing their accumulators (weft's scratch: at most the f32 tile).
   int64_t shared_bytes() const {
     int64_t ring = int64_t(stages) * (BM + BN) * BK * 2;
     int64_t c_tile = swap_ab ? int64_t(BN) * epilogue_n * 2 : int64_t(rows_per_consumer()) * epilogue_n * 2;
-    return ring + consumers * c_tile;
+    int64_t exchange = swap_ab ? int64_t(rows_per_consumer()) * BN * 4 : 0;
+    return ring + consumers * (c_tile + exchange);
   }
 
   // Empty when the configuration is one the kernel supports for this B layout, else every broken rule.

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../../examples/gemm_hopper_ws.h"
+#include "../../examples/gemm.h"
 #include "error_checks.h"
 #include "test_util.h"
 
@@ -136,4 +136,78 @@ TEST_CASE("GEMM configuration errors name the caller's line", "[async][gemm][err
   line = __LINE__ + 1;
   CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, true, GemmConfig{.stages = 8}),
                     Catch::Contains("bytes of shared memory") && Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+}
+
+TEST_CASE("gemm(): the model's configuration per shape (WEFT_AUTOTUNE=0), and the fallback without TMA", "[async][gemm]") {
+  EnvAutotune off("0");
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  struct Case {
+    int M, N, K;
+    bool fallback;
+  };
+  // Small M (swapped operands with B N x K), a long K (split-K), ragged tiles, and N or K not a multiple of
+  // 8 (TMA cannot stride such rows: the fallback kernel).
+  for (Case s : {Case{1, 200, 136, false}, Case{16, 64, 1024, false}, Case{136, 200, 200, false},
+                 Case{37, 100, 30, true}, Case{70, 33, 64, true}}) {
+    Problem p = make_problem(rng, s.M, s.N, s.K);
+    for (bool b_is_nk : {true, false}) {
+      INFO("M " << s.M << " N " << s.N << " K " << s.K << " B " << (b_is_nk ? "N x K" : "K x N"));
+      GemmChoice choice;
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { choice = gemm(a, b, c, s.M, s.N, s.K, b_is_nk); });
+      CHECK(choice.fallback == s.fallback);
+      if (!s.fallback) {
+        GemmConfig first = gemm_candidates(gemm_detail::bucket_m(s.M), gemm_detail::bucket_nk(s.N),
+                                           gemm_detail::bucket_nk(s.K), b_is_nk, dev.multiprocessors())[0];
+        CHECK(choice.config.name() == first.name());
+        INFO(choice.config.name());
+        if (s.M == 1 && b_is_nk) CHECK(choice.config.swap_ab);
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm(): a buffer TMA cannot address (not 16-byte aligned) takes the fallback", "[async][gemm][cpu-only]") {
+  EnvAutotune off("0");
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::cpu();
+  Problem p = make_problem(rng, 24, 64, 64);
+  std::vector<bf16> storage(p.a.size() + 8);
+  std::copy(p.a.begin(), p.a.end(), storage.begin() + 1);  // 2 bytes past an aligned start
+  Buffer<bf16> a = dev.wrap(storage.data() + 1, p.a.size()), b = dev.upload(p.b_nk);
+  Buffer<bf16> c = dev.upload(std::vector<bf16>(size_t(p.M) * p.N, poison_value<bf16>()));
+  GemmChoice choice = gemm(a, b, c, p.M, p.N, p.K, true);
+  CHECK(choice.fallback);
+  check_within<bf16>(c.download(), p.want, p.tol, "C");
+}
+
+TEST_CASE("gemm(): tunes a shape's bucket once, then reuses the winner", "[async][gemm][autotune]") {
+  unsetenv("WEFT_AUTOTUNE");
+  WEFT_SEEDED_RNG(rng);
+  // A shape of its own (M 24, bucket 32) so that this test's tuning is not found from an earlier run's cache.
+  const int M = 24, N = 72, K = 200 + 8 * int(rng() % 16);
+  Problem p = make_problem(rng, M, N, K);
+  GemmChoice first, second, same_bucket;
+  check_gemm(p, true, [&](auto& a, auto& b, auto& c) { first = gemm(a, b, c, M, N, K, true); });
+  check_gemm(p, true, [&](auto& a, auto& b, auto& c) { second = gemm(a, b, c, M, N, K, true); });
+  CHECK(second.config.name() == first.config.name());
+  CHECK(first.report.winner == first.config.name());
+  // Another M of the same bucket: no new tuning (the Autotuner remembers the bucket's winner).
+  Problem q = make_problem(rng, 30, N, K);
+  check_gemm(q, true, [&](auto& a, auto& b, auto& c) { same_bucket = gemm(a, b, c, 30, N, K, true); });
+  CHECK(same_bucket.report.from_cache);
+  CHECK(same_bucket.config.name() == first.config.name());
+  CHECK(same_bucket.problem == first.problem);
+}
+
+TEST_CASE("gemm(): bad sizes are Errors at the caller's line", "[async][gemm][errors]") {
+  Device dev = Device::cpu();
+  Buffer<bf16> a = dev.alloc<bf16>(64 * 64), b = dev.alloc<bf16>(64 * 64), c = dev.alloc<bf16>(64 * 64);
+  int line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm(a, b, c, 64, 64, 32, true),
+                    Catch::Contains("gemm: A holds 4096 elements, the shapes need 2048") &&
+                        Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm(a, b, c, 0, 64, 64, true), Catch::Contains("at least 1") &&
+                                                     Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
 }
