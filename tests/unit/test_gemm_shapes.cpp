@@ -8,11 +8,13 @@
 
 #include <stdlib.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
 #include "../../examples/gemm.h"
 #include "error_checks.h"
+#include "scratch_cache.h"
 #include "test_util.h"
 
 using namespace weft;
@@ -183,6 +185,7 @@ TEST_CASE("gemm(): a buffer TMA cannot address (not 16-byte aligned) takes the f
 
 TEST_CASE("gemm(): tunes a shape's bucket once, then reuses the winner", "[async][gemm][autotune]") {
   unsetenv("WEFT_AUTOTUNE");
+  weft::test::ScratchCache cache;  // no winner from an earlier run: this one tunes
   WEFT_SEEDED_RNG(rng);
   // A shape of its own (M 24, bucket 32) so that this test's tuning is not found from an earlier run's cache.
   const int M = 24, N = 72, K = 200 + 8 * int(rng() % 16);
@@ -190,6 +193,9 @@ TEST_CASE("gemm(): tunes a shape's bucket once, then reuses the winner", "[async
   GemmChoice first, second, same_bucket;
   check_gemm(p, true, [&](auto& a, auto& b, auto& c) { first = gemm(a, b, c, M, N, K, true); });
   check_gemm(p, true, [&](auto& a, auto& b, auto& c) { second = gemm(a, b, c, M, N, K, true); });
+  CHECK_FALSE(first.report.from_cache);
+  CHECK(first.report.tried + first.report.dropped == 8);
+  CHECK(first.report.tried >= 1);
   CHECK(second.config.name() == first.config.name());
   CHECK(first.report.winner == first.config.name());
   // Another M of the same bucket: no new tuning (the Autotuner remembers the bucket's winner).
@@ -210,4 +216,98 @@ TEST_CASE("gemm(): bad sizes are Errors at the caller's line", "[async][gemm][er
   line = __LINE__ + 1;
   CHECK_THROWS_WITH(gemm(a, b, c, 0, 64, 64, true), Catch::Contains("at least 1") &&
                                                      Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+}
+
+// ---- on the GPU: every candidate configuration of the sweep's kinds of shapes, then gemm() with tuning ----
+
+namespace {
+
+// C against a double-precision reference at `samples` random elements, and no element left unwritten.
+void check_sampled(const Problem& p, const std::vector<bf16>& c, std::mt19937_64& rng, int samples) {
+  size_t not_finite = 0;
+  for (bf16 v : c) not_finite += !std::isfinite(float(v));
+  CHECK(not_finite == 0);
+  int wrong = 0;
+  for (int t = 0; t < samples; ++t) {
+    size_t i = rng() % p.M, j = rng() % p.N;
+    double s = 0, mag = 0;
+    for (int k = 0; k < p.K; ++k) {
+      double x = double(float(p.a[i * p.K + k])) * double(float(p.b_nk[j * p.K + k]));
+      s += x;
+      mag += std::fabs(x);
+    }
+    double got = float(c[i * p.N + j]);
+    if (!(std::fabs(got - s) <= 0x1p-8 * std::fabs(s) + 1e-5 * mag + 1e-6) && ++wrong <= 5)
+      UNSCOPED_INFO("C[" << i << "][" << j << "] = " << got << ", want " << s);
+  }
+  CHECK(wrong == 0);
+}
+
+// A problem without the reference (computed at sampled elements instead).
+Problem make_inputs_only(std::mt19937_64& rng, int M, int N, int K) {
+  Problem p{M, N, K, generate<bf16>(rng, size_t(M) * K, uniform_real<bf16>(-1, 1)),
+            generate<bf16>(rng, size_t(N) * K, uniform_real<bf16>(-1, 1)), {}, {}, {}};
+  p.b_kn.resize(p.b_nk.size());
+  for (int j = 0; j < N; ++j)
+    for (int k = 0; k < K; ++k) p.b_kn[size_t(k) * N + j] = p.b_nk[size_t(j) * K + k];
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("GEMM on the GPU: every candidate configuration of small-M, long-K, ragged and square shapes", "[gemm][gpu]") {
+  Device dev = Device::current();
+  if (dev.kind() == BackendKind::cpu) {
+    WARN("SKIPPED: no GPU (WEFT_BACKEND / Device::current() is the CPU backend)");
+    return;
+  }
+  WEFT_SEEDED_RNG(rng);
+  struct Shape {
+    int M, N, K;
+  };
+  for (Shape s : {Shape{1, 4096, 4096}, Shape{16, 1024, 8192}, Shape{64, 4096, 4096}, Shape{256, 4096, 14336},
+                  Shape{1000, 1000, 1000}, Shape{4095, 4095, 4095}}) {
+    Problem p = make_inputs_only(rng, s.M, s.N, s.K);
+    Buffer<bf16> da = dev.upload(p.a), db_nk = dev.upload(p.b_nk), db_kn = dev.upload(p.b_kn);
+    for (bool b_is_nk : {true, false})
+      for (const GemmConfig& cfg : gemm_candidates(s.M, s.N, s.K, b_is_nk, dev.multiprocessors())) {
+        INFO(s.M << " x " << s.N << " x " << s.K << " B " << (b_is_nk ? "N x K" : "K x N") << " " << cfg.name());
+        Buffer<bf16> dc = dev.upload(std::vector<bf16>(size_t(s.M) * s.N, poison_value<bf16>()));
+        gemm_hopper_ws(da, b_is_nk ? db_nk : db_kn, dc, s.M, s.N, s.K, b_is_nk, cfg);
+        check_sampled(p, dc.download(), rng, 256);
+      }
+  }
+}
+
+TEST_CASE("gemm() on the GPU: tuned per shape, a second call reuses the winner, results checked", "[gemm][gpu][autotune]") {
+  Device dev = Device::current();
+  if (dev.kind() == BackendKind::cpu) {
+    WARN("SKIPPED: no GPU (WEFT_BACKEND / Device::current() is the CPU backend)");
+    return;
+  }
+  unsetenv("WEFT_AUTOTUNE");
+  weft::test::ScratchCache cache;
+  WEFT_SEEDED_RNG(rng);
+  struct Shape {
+    int M, N, K;
+  };
+  for (Shape s : {Shape{1, 14336, 4096}, Shape{64, 8192, 1024}, Shape{4096, 4096, 4096}, Shape{300, 1001, 517}}) {
+    Problem p = make_inputs_only(rng, s.M, s.N, s.K);
+    Buffer<bf16> da = dev.upload(p.a), db_nk = dev.upload(p.b_nk), db_kn = dev.upload(p.b_kn);
+    for (bool b_is_nk : {true, false}) {
+      INFO(s.M << " x " << s.N << " x " << s.K << " B " << (b_is_nk ? "N x K" : "K x N"));
+      Buffer<bf16> dc = dev.upload(std::vector<bf16>(size_t(s.M) * s.N, poison_value<bf16>()));
+      auto t0 = std::chrono::steady_clock::now();
+      GemmChoice first = gemm(da, b_is_nk ? db_nk : db_kn, dc, s.M, s.N, s.K, b_is_nk);
+      dev.synchronize();
+      double first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      INFO("config " << (first.fallback ? "fallback" : first.config.name()) << ", first call " << first_s << " s");
+      CHECK(first.fallback == (s.N % 8 != 0 || s.K % 8 != 0));
+      // (How long tuning takes is measured by bench_gemm --tune, not asserted here.)
+      dc.upload(std::vector<bf16>(size_t(s.M) * s.N, poison_value<bf16>()));
+      GemmChoice second = gemm(da, b_is_nk ? db_nk : db_kn, dc, s.M, s.N, s.K, b_is_nk);
+      CHECK(second.config.name() == first.config.name());
+      check_sampled(p, dc.download(), rng, 256);
+    }
+  }
 }
