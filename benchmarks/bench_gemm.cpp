@@ -1,5 +1,6 @@
 // bench_gemm: weft's bf16 GEMM (examples/gemm.h: the warp-specialized kernel of gemm_hopper_ws.h in the
-// configuration weft::Autotuner picks per shape, or the fallback without TMA) against cuBLASLt in the same run.
+// configuration weft::Autotuner picks per shape; operands copied to padded buffers where TMA cannot describe
+// them) against cuBLASLt in the same run.
 //
 //   bench_gemm [--json] [--runs N] [--sizes 4096,8192] [--sweep] [--m 1,16,...] [--tune]
 //
@@ -205,7 +206,7 @@ struct Row {
   size_t cublas_algo_workspace;
   bool pass;
   std::string set;             // "square" or "sweep"
-  std::string config;          // weft's configuration ("fallback": the kernel without TMA)
+  std::string config;          // weft's configuration ("+pad": operands copied to padded buffers first)
   std::string problem;         // the shape bucket it was chosen for
   bool tuned_now = false;      // tuned in this run (else from the process's or the disk's cache, or untuned)
   double tune_ms = 0, compile_ms = 0;  // of that tuning
@@ -233,9 +234,9 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
   GemmChoice choice = gemm(in.a[0], in.b[0], c_weft, M, N, K, b_is_nk);
   dev.synchronize();
   row.weft_first_call_ms = seconds_since(t0) * 1e3;
-  row.config = choice.fallback ? "fallback" : choice.config.name();
+  row.config = choice.config.name() + (choice.padded ? "+pad" : "");
   row.problem = choice.problem;
-  row.tuned_now = !choice.fallback && !choice.report.from_cache && choice.report.tried > 0;
+  row.tuned_now = !choice.report.from_cache && choice.report.tried > 0;
   row.tune_ms = choice.report.tune_ms;
   row.compile_ms = choice.report.compile_ms;
   // Tuning ran candidates into C: poison it again so that the checked call is the winner's alone.

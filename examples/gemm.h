@@ -9,8 +9,11 @@
 //   WEFT_AUTOTUNE=0 that one runs untuned. Tuning compiles the candidates on host threads at once, times
 //   them on the caller's buffers (C is overwritten, then written again by the winner) and remembers the
 //   winner in the process and on disk (weft's compile cache), so a later process does not tune again.
-// - Otherwise (N or K not a multiple of 8, a buffer not 16-byte aligned): a tiled kernel without TMA
-//   (masked loads, `dot` on the tensor cores), slower but any shape.
+// - Otherwise (N or K not a multiple of 8, a buffer not 16-byte aligned: rows TMA cannot stride or
+//   address): the operands that need it are copied into scratch buffers with K and N rounded up to a
+//   multiple of 8 (zeros in the new columns, which add nothing to the sums), the product runs as above on
+//   those, and C's first N columns are copied out. The copies are bandwidth-bound: a few percent of a large
+//   product, comparable to the product itself when M is small.
 // Launches on the default stream of the buffers' device and returns without waiting. `loc` is the
 // caller's line, which every Error of the call names.
 #pragma once
@@ -32,7 +35,7 @@
 
 // What one gemm() call ran.
 struct GemmChoice {
-  bool fallback = false;  // the kernel without TMA (then `config` is unused)
+  bool padded = false;    // the operands were copied to buffers with N and K rounded up to multiples of 8
   GemmConfig config;
   std::string problem;    // the shape bucket it was tuned for
   weft::AutotuneReport report;  // of the tuning (or the cache hit) that chose `config`, on the bucket's first call
@@ -69,7 +72,9 @@ inline double gemm_model_us(const GemmConfig& c, int M, int N, int K, int sms) {
     dram += ws;                                    // written by the main kernel
     reduce_s = (ws + 2.0 * M * N) / 3.0e12 + 3e-6;  // read back and C written, plus a launch
   }
-  return (std::max(main_s, dram / 3.3e12) + reduce_s) * 1e6;
+  // A tie-breaker between memory-bound candidates: the tensor-core work they waste on padding.
+  const double padded_s = 2.0 * cdiv64(R, c.BM) * c.BM * cdiv64(Q, c.BN) * c.BN * double(K) / (989e12 * n_eff);
+  return (std::max(main_s, dram / 3.3e12) + reduce_s + 0.02 * padded_s) * 1e6;
 }
 
 }  // namespace gemm_detail
@@ -117,30 +122,36 @@ inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk
 
 namespace gemm_detail {
 
-// The kernel for what TMA cannot describe: one program per 64 x 64 tile of C, masked loads, `dot`.
-inline weft::Kernel make_gemm_fallback(bool b_is_nk) {
+// dst[r, c] = src[r * src_stride + c] for r < rows and c < cols, 0 elsewhere up to dst_cols: a row-major
+// copy into longer rows (and more of them). One program per destination row and 1024 columns (rows on the
+// grid's x: B can have 128256).
+inline weft::Kernel make_gemm_pad_copy() {
   using namespace weft;
-  return Kernel(b_is_nk ? "gemm_fallback_nk" : "gemm_fallback_kn",
-                [b_is_nk](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> c, Int M, Int N, Int K) {
-                  const int BM = 64, BN = 64, BK = 32;
-                  Int rows = expand_dims(program_id(0) * BM + arange(0, BM), 1);  // [BM, 1]
-                  Int cols = expand_dims(program_id(1) * BN + arange(0, BN), 0);  // [1, BN]
-                  Int ks = arange(0, BK);
-                  Var acc = zeros<float>({BM, BN});
-                  for_range(0, K, BK, [&](Int k0) {
-                    Int k_row = expand_dims(k0 + ks, 0), k_col = expand_dims(k0 + ks, 1);  // [1, BK], [BK, 1]
-                    Tile<bf16> a_tile = load(a + rows * K + k_row, (rows < M) & (k_row < K), 0);
-                    Tile<bf16> b_tile = b_is_nk ? load(b + cols * K + k_col, (cols < N) & (k_col < K), 0)
-                                                : load(b + k_col * N + cols, (k_col < K) & (cols < N), 0);
-                    acc = dot(a_tile, b_tile, acc);
-                  });
-                  store(c + rows * N + cols, cast<bf16>(acc.read()), (rows < M) & (cols < N));
-                });
+  return Kernel("gemm_pad_copy", [](Ptr<bf16> src, Ptr<bf16> dst, Int rows, Int cols, Int src_stride, Int dst_cols) {
+    const int BLOCK = 1024;
+    Int r = program_id(0);
+    Long row = cast<int64_t>(r);
+    Int c = program_id(1) * BLOCK + arange(0, BLOCK);
+    Tile<bf16> v = load(src + row * cast<int64_t>(src_stride) + cast<int64_t>(c), (c < cols) & (r < rows), 0);
+    store(dst + row * cast<int64_t>(dst_cols) + cast<int64_t>(c), v, c < dst_cols);
+  });
 }
 
-inline const weft::Kernel& fallback_kernel(bool b_is_nk) {
-  static const weft::Kernel nk = make_gemm_fallback(true), kn = make_gemm_fallback(false);
-  return b_is_nk ? nk : kn;
+inline void pad_copy(const weft::Buffer<weft::bf16>& src, const weft::Buffer<weft::bf16>& dst, int rows, int cols,
+                     int src_stride, int dst_rows, int dst_cols, const weft::Stream& stream, weft::SourceLoc loc) {
+  static const weft::Kernel k = make_gemm_pad_copy();
+  k.launch(stream, weft::Grid(dst_rows, (dst_cols + 1023) / 1024, 1, loc), src, dst, rows, cols, src_stride, dst_cols);
+}
+
+// Scratch buffers of a device for the padded operands (slot 0: A, 1: B, 2: C), grown as needed; shared by
+// the calls of a process like the split-K workspace.
+inline weft::Buffer<weft::bf16> pad_scratch(const weft::Device& dev, int slot, size_t elements, weft::SourceLoc loc) {
+  static std::mutex mutex;
+  static std::map<std::pair<weft::detail::Backend*, int>, weft::Buffer<weft::bf16>> buffers;
+  std::lock_guard<std::mutex> lock(mutex);
+  weft::Buffer<weft::bf16>& b = buffers[{&dev.backend(), slot}];
+  if (b.size() < elements) b = dev.alloc<weft::bf16>(std::max(elements, b.size() * 2), loc);
+  return b;
 }
 
 inline bool tma_can_describe(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
@@ -175,9 +186,28 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   Device dev = Device::from_backend(*a.backend());
   GemmChoice choice;
   if (!gemm_detail::tma_can_describe(a, b, c, N, K)) {
-    choice.fallback = true;
-    gemm_detail::fallback_kernel(b_is_nk).launch(dev.stream(), Grid((M + 63) / 64, (N + 63) / 64, 1, loc), a, b, c, M,
-                                                 N, K);
+    // Copies with rows TMA can stride and address: K and N up to multiples of 8, zeros in the new rows and
+    // columns. A buffer already fine (right shape, aligned) is used as it is.
+    const int Kp = (K + 7) / 8 * 8, Np = (N + 7) / 8 * 8;
+    const bool reshaped = Kp != K || Np != N;
+    auto aligned = [](const Buffer<bf16>& x) { return reinterpret_cast<uintptr_t>(x.data()) % 16 == 0; };
+    // A view of the first n elements of a scratch buffer (kept alive by pad_scratch's table).
+    auto first = [&](const Buffer<bf16>& x, size_t n) { return dev.wrap(static_cast<bf16*>(x.data()), n, loc); };
+    const Stream stream = dev.stream();
+    Buffer<bf16> pa = a, pb = b, pc = c;
+    if (Kp != K || !aligned(a)) {
+      pa = first(gemm_detail::pad_scratch(dev, 0, size_t(M) * Kp, loc), size_t(M) * Kp);
+      gemm_detail::pad_copy(a, pa, M, K, K, M, Kp, stream, loc);
+    }
+    if (reshaped || !aligned(b)) {
+      pb = first(gemm_detail::pad_scratch(dev, 1, size_t(Kp) * Np, loc), size_t(Kp) * Np);
+      if (b_is_nk) gemm_detail::pad_copy(b, pb, N, K, K, Np, Kp, stream, loc);  // [Np, Kp]
+      else gemm_detail::pad_copy(b, pb, K, N, N, Kp, Np, stream, loc);          // [Kp, Np]
+    }
+    if (Np != N || !aligned(c)) pc = first(gemm_detail::pad_scratch(dev, 2, size_t(M) * Np, loc), size_t(M) * Np);
+    choice = gemm(pa, pb, pc, M, Np, Kp, b_is_nk, loc);
+    if (pc.data() != c.data()) gemm_detail::pad_copy(pc, c, M, N, Np, M, N, stream, loc);
+    choice.padded = true;
     return choice;
   }
   const int sms = dev.multiprocessors();

@@ -175,10 +175,11 @@ TEST_CASE("Autotuner drops a candidate whose compile throws something other than
 }
 
 // The second process of the next test: finds the winner its parent stored, without compiling anything.
-// Hidden ([.]): run only by that test, with WEFT_AUTOTUNE_TEST_PROBLEM set.
+// Hidden ([.]): meant to be run by that test, with WEFT_AUTOTUNE_TEST_PROBLEM set; ctest's discovery lists
+// it too, and then (no variable) it has nothing to check.
 TEST_CASE("Autotuner second process", "[.autotune_second_process]") {
   const char* problem = std::getenv("WEFT_AUTOTUNE_TEST_PROBLEM");
-  REQUIRE(problem);
+  if (!problem) return;
   Device dev = Device::current();
   std::vector<Config> candidates{{2000}, {3}, {1000}};
   Autotuner<Config> tuner("autotune_process", candidates, name_of, AutotuneOptions{.verbose = false});
