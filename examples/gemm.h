@@ -60,8 +60,10 @@ inline double gemm_model_us(const GemmConfig& c, int M, int N, int K, int sms) {
   const double cons_eff = c.consumers == 2 ? 1.0 : 0.8;  // one warp group cannot hide its own epilogue
   const double mma_rate = 989e12 / 132 * n_eff * cons_eff;  // flop/s per SM
   const double stage_bytes = double(c.BM + c.BN) * c.BK * 2;
-  const double sm_bw = std::min({c.stages * stage_bytes / 1.0e-6, 6.0e12 / active, 200e9});  // bytes/s per SM
-  const double tile_s = std::max(2.0 * c.BM * c.BN * c.BK * k_steps / mma_rate, stage_bytes * k_steps / sm_bw) +
+  const double loaded_bytes = double(c.BM + c.BN / c.cluster_m) * c.BK * 2;  // per stage, B shared in a cluster
+  // L2 to SM: ~9 TB/s in all reached by the 128 x 256 kernel at 780 TFLOP/s (run 12); 12 assumed.
+  const double sm_bw = std::min({c.stages * stage_bytes / 1.0e-6, 12.0e12 / active, 200e9});  // bytes/s per SM
+  const double tile_s = std::max(2.0 * c.BM * c.BN * c.BK * k_steps / mma_rate, loaded_bytes * k_steps / sm_bw) +
                         double(c.BM) * c.BN * (c.split_k > 1 ? 4 : 2) / sm_bw + 0.5e-6;
   const double main_s = double(cdiv64(tiles, sms)) * tile_s;
   const int64_t m_pad = swap ? cdiv64(Q, c.BN) * c.BN : cdiv64(R, c.BM) * c.BM;
@@ -80,7 +82,7 @@ inline double gemm_model_us(const GemmConfig& c, int M, int N, int K, int sms) {
 }  // namespace gemm_detail
 
 // The configurations worth trying for an M x N x K product (B N x K when b_is_nk) on `sms`
-// multiprocessors: every supported tile shape, consumer count, split-K and operand order, ranked by
+// multiprocessors: every supported tile shape, consumer count, split-K, operand order and cluster, ranked by
 // gemm_model_us, the best `count` first.
 inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk, int sms, size_t count = 8) {
   using gemm_detail::cdiv64;
@@ -101,12 +103,16 @@ inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk
           if (split > 1 && tiles * split > 2 * sms) continue;  // enough tiles already
           const int64_t m_pad = swap ? cdiv64(Q, BN) * BN : cdiv64(R, BM) * BM;
           if (split > 1 && 4.0 * split * m_pad * N > 256e6) continue;  // workspace over 256 MB
-          GemmConfig c{.BM = BM, .BN = BN, .BK = 64, .stages = 2, .consumers = consumers, .split_k = split,
-                       .swap_ab = swap};
-          // As many stages as fit (up to 8): 4 for the 128 x 256 tile, as in the default configuration.
-          while (c.stages < 8 && c.shared_bytes() + (c.BM + c.BN) * c.BK * 2 <= 220 * 1024) ++c.stages;
-          if (!c.problems(b_is_nk).empty()) continue;
-          scored.push_back({gemm_detail::gemm_model_us(c, M, N, K, sms), c});
+          // Clusters of two along M (B multicast) for products with enough tile rows.
+          for (int cluster : {1, 2}) {
+            if (cluster > 1 && (swap || split > 1 || cdiv64(R, BM) < 2)) continue;
+            GemmConfig c{.BM = BM, .BN = BN, .BK = 64, .stages = 2, .consumers = consumers, .split_k = split,
+                         .swap_ab = swap, .cluster_m = cluster};
+            // As many stages as fit (up to 8): 4 for the 128 x 256 tile, as in the default configuration.
+            while (c.stages < 8 && c.shared_bytes() + (c.BM + c.BN) * c.BK * 2 <= 220 * 1024) ++c.stages;
+            if (!c.problems(b_is_nk).empty()) continue;
+            scored.push_back({gemm_detail::gemm_model_us(c, M, N, K, sms), c});
+          }
         }
       }
   }

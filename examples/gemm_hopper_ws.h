@@ -40,6 +40,8 @@ struct GemmConfig {
   int consumers = 2;                 // consumer warp groups; each owns BM / consumers rows (64 or 128)
   int split_k = 1;                   // K slices per output tile (> 1: f32 partials + a reduction kernel)
   bool swap_ab = false;              // C^T = B A^T (B N x K only): BM tiles N, BN tiles M
+  int cluster_m = 1;                 // 2: blocks in clusters of two along M, each loading half of the shared
+                                     // B tile and multicasting it to both (TMA multicast)
 
   int rows_per_consumer() const { return BM / consumers; }
   bool is_default() const { return *this == GemmConfig{}; }
@@ -52,6 +54,7 @@ struct GemmConfig {
     if (epilogue_n != 64) s += "_e" + std::to_string(epilogue_n);
     if (split_k > 1) s += "_k" + std::to_string(split_k);
     if (swap_ab) s += "_swap";
+    if (cluster_m > 1) s += "_cl" + std::to_string(cluster_m);
     return s;
   }
 
@@ -86,6 +89,13 @@ struct GemmConfig {
          swap_ab ? "BN must be 8, 16, 32, 64, 128 or 256" : "BN must be 16, 32, 64, 128 or 256");
     if (!y_nk) rule(BN % 64 == 0, "with B stored K x N, BN must be a multiple of 64 (B's 128-byte column panels)");
     if (swap_ab) rule(rows_per_consumer() % epilogue_n == 0, "BM / consumers must be a multiple of epilogue_n");
+    rule(cluster_m == 1 || cluster_m == 2, "cluster_m must be 1 or 2");
+    if (cluster_m == 2) {
+      rule(split_k == 1 && !swap_ab, "cluster_m = 2 needs split_k = 1 and swap_ab off");
+      rule(y_nk ? BN >= 16 : BN % 128 == 0,
+           y_nk ? "cluster_m = 2 needs BN >= 16 (each block multicasts BN / 2 rows of B)"
+                : "cluster_m = 2 with B K x N needs BN a multiple of 128 (each block multicasts half of B's panels)");
+    }
     rule(int64_t(rows_per_consumer()) * BN <= 64 * 256,
          "BM / consumers * BN must be at most 64 * 256 (the f32 accumulator: 128 registers per thread)");
     rule(shared_bytes() <= 220 * 1024, "the stages and C tiles need " + std::to_string(shared_bytes()) +
@@ -126,7 +136,8 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
   auto b_s = y_nk ? local_alloc<bf16>({BN, BK}, S, "b_s") : local_alloc<bf16>({BK, BN}, S, "b_s");
   auto c_s = swap ? local_alloc<Out>({BN, EN}, CONS, "c_s") : local_alloc<Out>({HALF, EN}, CONS, "c_s");  // one per consumer
   auto full = alloc_barriers(S, 1, "full");     // the producer's expect_bytes, then TMA bytes
-  auto empty = alloc_barriers(S, CONS, "empty");  // every consumer releases a stage
+  const int CL = cfg.cluster_m;
+  auto empty = alloc_barriers(S, CONS * CL, "empty");  // every consumer (of every block of the cluster) releases a stage
   Int tiles_q = cdiv(Q, BN);  // (before tiles_r: the order the default kernel's IR has always had)
   Int tiles_r = cdiv(R, BM);
   // With split-K the scheduler's columns are (tile column, slice) pairs, the slice fastest.
@@ -147,11 +158,35 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
     return Work{nq / SPLIT, k0, count, s * m_pad};
   };
   auto k_of = [&](const Work& w, Int i) { return SPLIT == 1 ? i : w.k0 + i; };
+  // The tiles of this block. In clusters of two along M, both blocks of a cluster walk the same pairs of tile
+  // rows (grouped order over pairs), block r taking row 2 * pair + r: their B tile is the same. A row past
+  // the end (odd tile rows) still takes part in the multicast; its loads read zeros and its stores clip.
+  auto for_each_tile = [&](auto&& body) {
+    if (CL == 1) {
+      tiles.for_each(body);
+      return;
+    }
+    Int pairs = cdiv(tiles_r, CL), total = pairs * tiles_q;
+    for_range(program_id(0) / CL, total, num_programs(0) / CL, [&](Int t) {
+      Int per_group = tiles_q * cfg.group;
+      Int first = (t / per_group) * cfg.group;
+      Int rows = minimum(pairs - first, Int(scalar<int32_t>(cfg.group)));
+      Int within = t % per_group;
+      body((first + within % rows) * CL + cluster_cta_rank(), within / rows);
+    });
+  };
+  // A consumer's release of the `done` stage: to its own producer, or to both producers of the cluster
+  // (each multicast into this block's stage).
+  auto release = [&](Pipeline& done) {
+    if (CL == 1) done.release(empty);
+    else
+      for (int rank = 0; rank < CL; ++rank) done.release(empty, Int(scalar<int32_t>(rank)));
+  };
 
   async_tasks(
       task("producer", {.warps = 4, .regs = 40}, [&] {
         Pipeline p(S);
-        tiles.for_each([&](Int m, Int nq) {
+        for_each_tile([&](Int m, Int nq) {
           Work w = work_of(nq);
           Int n = w.n;
           for_range(0, w.count, [&](Int i) {
@@ -159,7 +194,26 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
             p.acquire(empty);
             barrier_expect_bytes(full[p.index()], a_s.stage_bytes() + b_s.stage_bytes());
             async_descriptor_load(X, a_s[p.index()], {m * BM, k * BK}, full[p.index()]);
-            if (y_nk) {
+            if (CL > 1) {
+              // This block's share of B, multicast to both blocks (mask 0b11): rows or panels.
+              Int rank = cluster_cta_rank();
+              Int both = scalar<int32_t>((1 << CL) - 1);
+              if (y_nk) {
+                async_descriptor_load(Y, b_s[p.index()].rows(rank * (BN / CL), BN / CL),
+                                      {n * BN + rank * (BN / CL), k * BK}, full[p.index()], both);
+              } else {
+                const int share = BN / PANEL / CL;  // panels per block
+                for (int j = 0; j < share; ++j) {
+                  // Panel rank * share + j: a C++ panel index per rank, chosen at run time.
+                  for (int r = 0; r < CL; ++r)
+                    if_(rank == r, [&] {
+                      int panel = r * share + j;
+                      async_descriptor_load(Y, b_s[p.index()].cols(panel * PANEL, PANEL),
+                                            {k * BK, n * BN + panel * PANEL}, full[p.index()], both);
+                    });
+                }
+              }
+            } else if (y_nk) {
               async_descriptor_load(Y, b_s[p.index()], {n * BN, k * BK}, full[p.index()]);
             } else {
               for (int j = 0; j < BN / PANEL; ++j)
@@ -175,7 +229,7 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
         // One wgmma group stays in flight: step k waits for step k - 1's group, then releases its stage
         // (`done` trails `p` by one step).
         Pipeline p(S), done(S);
-        tiles.for_each([&](Int m, Int nq) {
+        for_each_tile([&](Int m, Int nq) {
           Work w = work_of(nq);
           Int n = w.n;
           Var acc = zeros<float>({HALF, BN});
@@ -184,14 +238,14 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
             SharedView<bf16> b = y_nk ? local_trans(b_s[p.index()]) : b_s[p.index()];
             acc = async_dot_wait(1, async_dot(a_s[p.index()].rows(r * HALF, HALF), b, acc));
             if_(k > 0, [&] {
-              done.release(empty);
+              release(done);
               done.advance();
             });
             p.advance();
           });
           Tile<float> result = async_dot_wait(0, acc);
           if_(w.count > 0, [&] {
-            done.release(empty);
+            release(done);
             done.advance();
           });
           if (!swap) {
@@ -225,11 +279,15 @@ inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg, bool b_is_nk) {
   using namespace weft;
   std::string name = b_is_nk ? "gemm_hopper_ws_nk" : "gemm_hopper_ws_kn";
   if (!cfg.is_default()) name += "_" + cfg.name();
+  KernelOptions options;
+  options.cluster = {cfg.cluster_m, 1, 1};
   if (cfg.split_k > 1)
     return Kernel(name, [cfg, b_is_nk](TensorDesc<bf16, 2> A, TensorDesc<bf16, 2> B, TensorDesc<float, 2> C, Int M,
-                                       Int N, Int K) { gemm_detail::gemm_ws_body<float>(cfg, b_is_nk, A, B, C, M, N, K); });
+                                       Int N, Int K) { gemm_detail::gemm_ws_body<float>(cfg, b_is_nk, A, B, C, M, N, K); },
+                  options);
   return Kernel(name, [cfg, b_is_nk](TensorDesc<bf16, 2> A, TensorDesc<bf16, 2> B, TensorDesc<bf16, 2> C, Int M, Int N,
-                                     Int K) { gemm_detail::gemm_ws_body<bf16>(cfg, b_is_nk, A, B, C, M, N, K); });
+                                     Int K) { gemm_detail::gemm_ws_body<bf16>(cfg, b_is_nk, A, B, C, M, N, K); },
+                options);
 }
 
 // Split-K's second kernel: C[i, j] = bf16(sum over s of W[s * m_pad + i, j]), the slices summed in order.
@@ -315,13 +373,17 @@ inline GemmLaunch plan_gemm(const GemmConfig& cfg, const weft::Buffer<weft::bf16
   const int tiles_r = (R + cfg.BM - 1) / cfg.BM, tiles_q = (Q + cfg.BN - 1) / cfg.BN;
   const int m_pad = swap ? tiles_q * cfg.BN : tiles_r * cfg.BM;
   const int tiles = tiles_r * tiles_q * cfg.split_k;
+  const int CL = cfg.cluster_m;
+  // Clusters of CL blocks take pairs of tile rows: the grid is a multiple of CL.
+  const int grid = CL == 1 ? std::min(tiles, dev.multiprocessors())
+                           : CL * std::min((tiles_r + CL - 1) / CL * tiles_q, dev.multiprocessors() / CL);
   const int rows = cfg.rows_per_consumer();
   GemmLaunch l{&gemm_kernel(cfg, b_is_nk),
                // Swapped, A's rows are wgmma's N (BN) and B's its M (BM).
                tma(a, {M, K}, {swap ? cfg.BN : cfg.BM, cfg.BK}, {}, loc),
-               b_is_nk ? tma(b, {N, K}, {swap ? cfg.BM : cfg.BN, cfg.BK}, {}, loc)
+               b_is_nk ? tma(b, {N, K}, {swap ? cfg.BM : cfg.BN / CL, cfg.BK}, {}, loc)
                        : tma(b, {K, N}, {cfg.BK, std::min(cfg.BN, 64)}, {}, loc),
-               std::nullopt, std::nullopt, {}, c, M, N, K, m_pad, std::min(tiles, dev.multiprocessors())};
+               std::nullopt, std::nullopt, {}, c, M, N, K, m_pad, grid};
   if (cfg.split_k == 1) {
     int en = gemm_detail::epilogue_cols<bf16>(cfg);
     l.c = swap ? tma(c, {M, N}, {cfg.BN, en}, {}, loc) : tma(c, {M, N}, {rows, en}, {}, loc);

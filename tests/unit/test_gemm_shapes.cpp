@@ -90,6 +90,18 @@ TEST_CASE("GEMM configurations: tile shapes, consumers, BK, both B layouts, K ta
   }
 }
 
+TEST_CASE("GEMM in clusters of two along M: each block multicasts half of the B tile", "[async][gemm]") {
+  WEFT_SEEDED_RNG(rng);
+  // 136 rows: 3 tile rows of 64 (the second block of the last cluster has no rows; 2 of 128, both real).
+  Problem p = make_problem(rng, 136, 264, 200);
+  for (GemmConfig cfg : {GemmConfig{.BM = 64, .BN = 128, .stages = 3, .consumers = 1, .cluster_m = 2},
+                         GemmConfig{.BM = 128, .BN = 128, .stages = 3, .cluster_m = 2}})
+    for (bool b_is_nk : {true, false}) {
+      INFO(cfg.name() << " B " << (b_is_nk ? "N x K" : "K x N"));
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { gemm_hopper_ws(a, b, c, p.M, p.N, p.K, b_is_nk, cfg); });
+    }
+}
+
 TEST_CASE("GEMM split-K: f32 partial sums and a deterministic reduction, empty slices included", "[async][gemm]") {
   WEFT_SEEDED_RNG(rng);
   // K = 328: 6 k-tiles of 64; split 4 takes 2, 2, 2, 0 of them (the last slice writes zeros).
@@ -135,6 +147,9 @@ TEST_CASE("GEMM configuration errors name the caller's line", "[async][gemm][err
   CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, true, GemmConfig{.BM = 96}),
                     Catch::Contains("BM / consumers must be 64 or 128") &&
                         Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, false, GemmConfig{.BN = 64, .cluster_m = 2}),
+                    Catch::Contains("BN a multiple of 128") && Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
   line = __LINE__ + 1;
   CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, true, GemmConfig{.stages = 8}),
                     Catch::Contains("bytes of shared memory") && Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
