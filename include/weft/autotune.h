@@ -9,7 +9,7 @@
 // stream (warm-up, then the median of several rounds of back-to-back launches) and keeps the fastest. A
 // candidate whose compile or launch throws weft::Error, or that is slower than the budget, is dropped with a
 // line on stderr. The winner is remembered in the process and in weft's compile cache on disk (keyed on the
-// family, the problem, every candidate's name, the device and weft's build), so a later process does not
+// family, the problem, every candidate's name, the device, its driver and weft's build), so a later process does not
 // tune again. WEFT_AUTOTUNE=0: the first candidate, untuned; WEFT_AUTOTUNE=force: tune even when a winner is
 // known (read at every call).
 #pragma once
