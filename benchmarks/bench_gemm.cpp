@@ -1,19 +1,27 @@
-// bench_gemm: weft's bf16 GEMM (examples/gemm_hopper_ws.h) against cuBLASLt in the same run.
+// bench_gemm: weft's bf16 GEMM (examples/gemm.h: the warp-specialized kernel of gemm_hopper_ws.h in the
+// configuration weft::Autotuner picks per shape; operands copied to padded buffers where TMA cannot describe
+// them) against cuBLASLt in the same run.
 //
-//   bench_gemm [--json] [--runs N] [--sizes 4096,8192]
+//   bench_gemm [--json] [--runs N] [--sizes 4096,8192] [--sweep] [--m 1,16,...] [--tune]
 //
-// For each size (M = N = K) and both layouts of B (K x N, and N x K i.e. C = A B^T):
+// Squares (M = N = K, --sizes; the default) and, with --sweep, M in {1, 16, 64, 256, 1024, 4096, 16384}
+// (--m picks some) x (N, K) of LLM layers {(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
+// (1024, 8192), (8192, 1024)} plus sizes no tile divides {(1000, 1000), (4095, 4095), (8191, 8191)}; each
+// shape with both layouts of B (K x N, and N x K i.e. C = A B^T):
+//   0. weft's first call: the configuration is chosen (tuned now, or found in the process or on disk; with
+//      --tune every shape's bucket is tuned again, WEFT_AUTOTUNE=force) and the call runs; its host-to-result
+//      wall time (trace, compile or cache load, tuning, run, synchronize) is reported, with the tuning's own
+//      time and the configuration chosen.
 //   1. check: C poisoned with NaN, one cuBLASLt call and one weft call on the same inputs; weft's C against
 //      cuBLAS's by relative Frobenius error (host, double; must be < 1e-2), and both against a host
 //      double-precision reference at sampled elements (so that a wrong cuBLAS call is caught as such).
-//      The weft call is the first of that kernel in the process: its host-to-result wall time (trace,
-//      compile or cache load, run, synchronize) is reported separately.
 //   2. time: events around each call, calls queued back to back, warm-up first, two rounds of --runs
 //      (default 30) calls per implementation, interleaved cuBLAS, weft, cuBLAS, weft; the median over both
 //      rounds is reported, and the difference between the rounds' medians as a measure of noise.
 // Inputs are uniform in [-1, 1] (never zeros: they run faster and hide unwritten outputs), generated on the
 // host once and uploaded; calls rotate among enough input sets that no set's bytes are still in the L2
-// when it comes round again. TFLOP/s = 2 M N K / time.
+// when it comes round again. TFLOP/s = 2 M N K / time. The summary: the geometric mean of cuBLAS time /
+// weft time over the rows, and the five worst rows.
 //
 // Exit status 1, with the reason on stderr: no CUDA device, no usable cuBLASLt (see benchmarks/cublaslt.h
 // for where it is looked for; $WEFT_CUBLASLT overrides), any CUDA/cuBLAS/weft error, or a failed check.
@@ -22,11 +30,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "../examples/gemm_hopper_ws.h"
+#include "../examples/gemm.h"
 #include "cublaslt.h"
 #include "gpu_timing.h"
 
@@ -44,13 +54,34 @@ struct Options {
   bool json = false;
   int runs = 30;
   std::vector<int> sizes = {4096, 8192};
+  bool sweep = false, tune = false;
+  std::vector<int> sweep_m = {1, 16, 64, 256, 1024, 4096, 16384};
 };
+
+// The (N, K) pairs of the sweep: LLM layers (Llama-3 8B/70B-like projections and the vocabulary), then
+// sizes that no tile divides.
+const std::vector<std::pair<int, int>> kSweepNK = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096},
+                                                   {1024, 8192}, {8192, 1024},  {1000, 1000},  {4095, 4095},
+                                                   {8191, 8191}};
+
+std::vector<int> int_list(char* text, const std::function<bool(int)>& ok, const std::function<void(const std::string&)>& bad) {
+  std::vector<int> out;
+  for (char* p = std::strtok(text, ","); p; p = std::strtok(nullptr, ",")) {
+    int n = std::atoi(p);
+    if (!ok(n)) bad(p);
+    out.push_back(n);
+  }
+  return out;
+}
 
 // Exits with a usage message on anything it does not understand.
 Options parse(int argc, char** argv) {
   Options o;
   auto usage = [&](const std::string& why) {
-    std::fprintf(stderr, "bench_gemm: %s\nusage: bench_gemm [--json] [--runs N>=20] [--sizes 4096,8192]\n", why.c_str());
+    std::fprintf(stderr,
+                 "bench_gemm: %s\nusage: bench_gemm [--json] [--runs N>=20] [--sizes 4096,8192] [--sweep] "
+                 "[--m 1,16,64,256,1024,4096,16384] [--tune]\n",
+                 why.c_str());
     std::exit(2);
   };
   for (int i = 1; i < argc; ++i) {
@@ -61,13 +92,17 @@ Options parse(int argc, char** argv) {
       o.runs = std::atoi(argv[++i]);
       if (o.runs < 20) usage("--runs must be at least 20");
     } else if (arg == "--sizes" && i + 1 < argc) {
-      o.sizes.clear();
-      for (char* p = std::strtok(argv[++i], ","); p; p = std::strtok(nullptr, ",")) {
-        int n = std::atoi(p);
-        if (n <= 0 || n % 16 != 0) usage(std::string("bad size '") + p + "' (a positive multiple of 16)");
-        o.sizes.push_back(n);
-      }
+      o.sizes = int_list(argv[++i], [](int n) { return n > 0; },
+                         [&](const std::string& p) { usage("bad size '" + p + "' (a positive number)"); });
       if (o.sizes.empty()) usage("--sizes needs at least one size");
+    } else if (arg == "--m" && i + 1 < argc) {
+      o.sweep_m = int_list(argv[++i], [](int n) { return n > 0; },
+                           [&](const std::string& p) { usage("bad M '" + p + "' (a positive number)"); });
+      if (o.sweep_m.empty()) usage("--m needs at least one M");
+    } else if (arg == "--sweep") {
+      o.sweep = true;
+    } else if (arg == "--tune") {
+      o.tune = true;
     } else {
       usage("unknown argument '" + arg + "'");
     }
@@ -170,15 +205,21 @@ struct Row {
   double weft_first_call_ms;
   size_t cublas_algo_workspace;
   bool pass;
+  std::string set;             // "square" or "sweep"
+  std::string config;          // weft's configuration ("+pad": operands copied to padded buffers first)
+  std::string problem;         // the shape bucket it was chosen for
+  bool tuned_now = false;      // tuned in this run (else from the process's or the disk's cache, or untuned)
+  double tune_ms = 0, compile_ms = 0;  // of that tuning
+  double ratio() const { return cublas_ms / weft_ms; }  // > 1: weft is faster
   double tflops(double ms) const { return 2.0 * M * N * K / (ms * 1e-3) / 1e12; }
 };
 
 const char* layout_name(bool b_is_nk) { return b_is_nk ? "NxK" : "KxN"; }
 
 Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8_t>& workspace, const Inputs& in,
-            int M, int N, int K, bool b_is_nk, int runs) {
+            int M, int N, int K, bool b_is_nk, int runs, const char* set) {
   Row row{};
-  row.M = M, row.N = N, row.K = K, row.b_is_nk = b_is_nk;
+  row.M = M, row.N = N, row.K = K, row.b_is_nk = b_is_nk, row.set = set;
   bench::cublaslt::Bf16Gemm cublas(lt, M, N, K, b_is_nk, reinterpret_cast<CUdeviceptr>(workspace.data()),
                                    workspace.bytes());
   row.cublas_algo_workspace = cublas.algo_workspace_bytes();
@@ -190,9 +231,18 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
   cublas.run(device_ptr(in.a[0]), device_ptr(in.b[0]), device_ptr(c_cublas), nullptr);
   dev.synchronize();
   auto t0 = std::chrono::steady_clock::now();
-  gemm_hopper_ws(in.a[0], in.b[0], c_weft, M, N, K, b_is_nk);
+  GemmChoice choice = gemm(in.a[0], in.b[0], c_weft, M, N, K, b_is_nk);
   dev.synchronize();
   row.weft_first_call_ms = seconds_since(t0) * 1e3;
+  row.config = choice.config.name() + (choice.padded ? "+pad" : "");
+  row.problem = choice.problem;
+  row.tuned_now = !choice.report.from_cache && choice.report.tried > 0;
+  row.tune_ms = choice.report.tune_ms;
+  row.compile_ms = choice.report.compile_ms;
+  // Tuning ran candidates into C: poison it again so that the checked call is the winner's alone.
+  c_weft.upload(poison);
+  gemm(in.a[0], in.b[0], c_weft, M, N, K, b_is_nk);
+  dev.synchronize();
   std::vector<bf16> want = c_cublas.download(), got = c_weft.download();
   row.rel_error = rel_frobenius(got, want);
   row.cublas_sample_error = sampled_error(in, want, M, N, K, b_is_nk);
@@ -220,7 +270,7 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
   };
   auto run_weft = [&] {
     size_t s = next_weft++ % sets;
-    gemm_hopper_ws(in.a[s], in.b[s], c_weft, M, N, K, b_is_nk);
+    gemm(in.a[s], in.b[s], c_weft, M, N, K, b_is_nk);
   };
   std::vector<double> cublas_all, weft_all, cublas_round, weft_round;
   for (int round = 0; round < 2; ++round) {
@@ -238,9 +288,10 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
   row.weft_spread = std::abs(weft_round[0] - weft_round[1]) / row.weft_ms;
   std::fprintf(stderr,
                "  %5d x %5d x %5d B %s: cuBLAS %.3f ms (rounds %.3f / %.3f), weft %.3f ms (rounds %.3f / %.3f), "
-               "%zu input sets, cuBLAS algorithm workspace %zu bytes, check %s\n",
+               "%zu input sets, cuBLAS algorithm workspace %zu bytes, weft config %s%s, check %s\n",
                M, N, K, layout_name(b_is_nk), row.cublas_ms, cublas_round[0], cublas_round[1], row.weft_ms, weft_round[0],
-               weft_round[1], sets, row.cublas_algo_workspace, row.pass ? "pass" : "FAIL");
+               weft_round[1], sets, row.cublas_algo_workspace, row.config.c_str(),
+               row.tuned_now ? " (tuned now)" : "", row.pass ? "pass" : "FAIL");
   return row;
 }
 
@@ -267,58 +318,84 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "bench_gemm needs cuBLASLt: %s\n", e.what());
     return 1;
   }
-#ifdef WEFT_GEMM_HOPPER_WS_IS_PLACEHOLDER
-  const bool placeholder = true;
-#else
-  const bool placeholder = false;
-#endif
   const char* cache = std::getenv("WEFT_CACHE");
   const bool cache_on = !(cache && std::strcmp(cache, "0") == 0);
-  std::fprintf(stderr, "bench_gemm on %s; cuBLASLt %s from %s; weft's GEMM: %s; weft compile cache %s\n",
+  std::fprintf(stderr, "bench_gemm on %s; cuBLASLt %s from %s; weft's GEMM: examples/gemm.h; compile cache %s\n",
                dev.name().c_str(), version_string(lt->version()).c_str(), lt->path().c_str(),
-               placeholder ? "the PLACEHOLDER (tiled dot matmul), not the Hopper kernel" : "examples/gemm_hopper_ws.h",
                cache_on ? "on" : "off (WEFT_CACHE=0)");
 
+  if (opt.tune) setenv("WEFT_AUTOTUNE", "force", 1);  // every bucket tuned now, its time reported
   std::vector<Row> rows;
-  for (int n : opt.sizes) {
-    const int M = n, N = n, K = n;
+  auto run_shape = [&](int M, int N, int K, const char* set) {
     Inputs in = make_inputs(dev, M, N, K);
-    for (bool b_is_nk : {false, true}) rows.push_back(measure(dev, *lt, workspace, in, M, N, K, b_is_nk, opt.runs));
-  }
+    for (bool b_is_nk : {false, true})
+      rows.push_back(measure(dev, *lt, workspace, in, M, N, K, b_is_nk, opt.runs, set));
+  };
+  if (opt.sweep)
+    for (int M : opt.sweep_m)
+      for (auto [N, K] : kSweepNK) run_shape(M, N, K, "sweep");
+  for (int n : opt.sizes) run_shape(n, n, n, "square");
 
   bool all_pass = true;
   for (const Row& r : rows) all_pass = all_pass && r.pass;
+  // Summary: geometric mean of cuBLAS time / weft time, and the five worst rows.
+  double log_sum = 0;
+  for (const Row& r : rows) log_sum += std::log(r.ratio());
+  const double geomean = std::exp(log_sum / double(rows.size()));
+  std::vector<const Row*> worst;
+  for (const Row& r : rows) worst.push_back(&r);
+  std::sort(worst.begin(), worst.end(), [](const Row* x, const Row* y) { return x->ratio() < y->ratio(); });
+  worst.resize(std::min<size_t>(5, worst.size()));
+  double tune_total = 0;
+  int tuned = 0;
+  for (const Row& r : rows)
+    if (r.tuned_now) tune_total += r.tune_ms, ++tuned;
+
   if (opt.json) {
     std::printf("{\n  \"device\": \"%s\",\n  \"cublaslt\": \"%s\",\n  \"cublaslt_path\": \"%s\",\n", dev.name().c_str(),
                 version_string(lt->version()).c_str(), lt->path().c_str());
-    std::printf("  \"weft_gemm_is_placeholder\": %s,\n  \"weft_cache\": %s,\n  \"runs_per_round\": %d,\n  \"rows\": [\n",
-                placeholder ? "true" : "false", cache_on ? "true" : "false", opt.runs);
+    std::printf("  \"weft_cache\": %s,\n  \"tune\": %s,\n  \"runs_per_round\": %d,\n  \"rows\": [\n",
+                cache_on ? "true" : "false", opt.tune ? "true" : "false", opt.runs);
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      std::printf("    {\"M\": %d, \"N\": %d, \"K\": %d, \"b_layout\": \"%s\", \"cublas_ms\": %.4f, \"cublas_tflops\": %.1f, "
-                  "\"weft_ms\": %.4f, \"weft_tflops\": %.1f, \"weft_over_cublas\": %.4f, \"cublas_spread\": %.4f, "
-                  "\"weft_spread\": %.4f, \"rel_frobenius_error\": %.3e, \"weft_sample_error\": %.3e, "
-                  "\"cublas_sample_error\": %.3e, \"weft_first_call_ms\": %.2f, \"check\": \"%s\"}%s\n",
-                  r.M, r.N, r.K, layout_name(r.b_is_nk), r.cublas_ms, r.tflops(r.cublas_ms), r.weft_ms, r.tflops(r.weft_ms),
-                  r.cublas_ms / r.weft_ms, r.cublas_spread, r.weft_spread, r.rel_error, r.weft_sample_error,
-                  r.cublas_sample_error, r.weft_first_call_ms, r.pass ? "pass" : "fail", i + 1 < rows.size() ? "," : "");
+      std::printf("    {\"set\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, \"b_layout\": \"%s\", \"cublas_ms\": %.4f, "
+                  "\"cublas_tflops\": %.1f, \"weft_ms\": %.4f, \"weft_tflops\": %.1f, \"weft_over_cublas\": %.4f, "
+                  "\"cublas_spread\": %.4f, \"weft_spread\": %.4f, \"rel_frobenius_error\": %.3e, "
+                  "\"weft_sample_error\": %.3e, \"cublas_sample_error\": %.3e, \"weft_first_call_ms\": %.2f, "
+                  "\"config\": \"%s\", \"bucket\": \"%s\", \"tuned_now\": %s, \"tune_ms\": %.1f, "
+                  "\"compile_ms\": %.1f, \"check\": \"%s\"}%s\n",
+                  r.set.c_str(), r.M, r.N, r.K, layout_name(r.b_is_nk), r.cublas_ms, r.tflops(r.cublas_ms), r.weft_ms,
+                  r.tflops(r.weft_ms), r.ratio(), r.cublas_spread, r.weft_spread, r.rel_error, r.weft_sample_error,
+                  r.cublas_sample_error, r.weft_first_call_ms, r.config.c_str(), r.problem.c_str(),
+                  r.tuned_now ? "true" : "false", r.tune_ms, r.compile_ms, r.pass ? "pass" : "fail",
+                  i + 1 < rows.size() ? "," : "");
     }
-    std::printf("  ],\n  \"pass\": %s\n}\n", all_pass ? "true" : "false");
+    std::printf("  ],\n  \"geomean_weft_over_cublas\": %.4f,\n  \"worst\": [", geomean);
+    for (size_t i = 0; i < worst.size(); ++i)
+      std::printf("%s{\"M\": %d, \"N\": %d, \"K\": %d, \"b_layout\": \"%s\", \"weft_over_cublas\": %.4f}",
+                  i ? ", " : "", worst[i]->M, worst[i]->N, worst[i]->K, layout_name(worst[i]->b_is_nk), worst[i]->ratio());
+    std::printf("],\n  \"tuned_shapes\": %d,\n  \"tune_ms_total\": %.1f,\n  \"pass\": %s\n}\n", tuned, tune_total,
+                all_pass ? "true" : "false");
   } else {
-    std::printf("bf16 GEMM, f32 accumulation, on %s; cuBLASLt %s%s\n", dev.name().c_str(),
-                version_string(lt->version()).c_str(),
-                placeholder ? "; weft = PLACEHOLDER kernel (examples/gemm_hopper_ws.h), not the Hopper GEMM" : "");
-    std::printf("%6s %6s %6s %4s | %10s %8s | %10s %8s | %11s | %9s | %s\n", "M", "N", "K", "B", "cuBLAS ms", "TFLOP/s",
-                "weft ms", "TFLOP/s", "weft/cuBLAS", "rel.err", "check");
+    std::printf("bf16 GEMM, f32 accumulation, on %s; cuBLASLt %s\n", dev.name().c_str(),
+                version_string(lt->version()).c_str());
+    std::printf("%6s %6s %6s %4s | %10s %8s | %10s %8s | %11s | %9s | %-28s | %s\n", "M", "N", "K", "B", "cuBLAS ms",
+                "TFLOP/s", "weft ms", "TFLOP/s", "weft/cuBLAS", "rel.err", "weft config", "check");
     for (const Row& r : rows)
-      std::printf("%6d %6d %6d %4s | %10.3f %8.1f | %10.3f %8.1f | %10.3fx | %9.2e | %s\n", r.M, r.N, r.K,
-                  layout_name(r.b_is_nk), r.cublas_ms, r.tflops(r.cublas_ms), r.weft_ms, r.tflops(r.weft_ms),
-                  r.cublas_ms / r.weft_ms, r.rel_error, r.pass ? "pass" : "FAIL");
-    std::printf("weft's first call of each (host to result: trace, compile or cache load, run, synchronize; "
-                "compile cache %s):\n", cache_on ? "on" : "off");
-    for (const Row& r : rows)
-      std::printf("  %5d^3 B %s: %9.1f ms%s\n", r.M, layout_name(r.b_is_nk), r.weft_first_call_ms,
-                  &r == &rows[0] ? "  (first weft call of the process)" : "");
+      std::printf("%6d %6d %6d %4s | %10.4f %8.1f | %10.4f %8.1f | %10.3fx | %9.2e | %-28s | %s\n", r.M, r.N, r.K,
+                  layout_name(r.b_is_nk), r.cublas_ms, r.tflops(r.cublas_ms), r.weft_ms, r.tflops(r.weft_ms), r.ratio(),
+                  r.rel_error, r.config.c_str(), r.pass ? "pass" : "FAIL");
+    std::printf("geometric mean of cuBLAS time / weft time over %zu rows: %.3fx; worst:", rows.size(), geomean);
+    for (const Row* r : worst) std::printf(" %dx%dx%d %s %.3fx;", r->M, r->N, r->K, layout_name(r->b_is_nk), r->ratio());
+    std::printf("\nweft's first call of each shape (host to result: trace, compile or cache load, tuning, run, "
+                "synchronize; compile cache %s):\n", cache_on ? "on" : "off");
+    for (const Row& r : rows) {
+      std::printf("  %5d x %5d x %5d B %s: %9.1f ms", r.M, r.N, r.K, layout_name(r.b_is_nk), r.weft_first_call_ms);
+      if (r.tuned_now) std::printf("  (tuned now: %.0f ms, of which compiling the candidates %.0f ms)", r.tune_ms, r.compile_ms);
+      std::printf("\n");
+    }
+    if (tuned) std::printf("tuning: %d buckets, %.1f s in all, %.2f s per bucket\n", tuned, tune_total / 1e3,
+                           tune_total / 1e3 / tuned);
   }
   if (!all_pass) {
     std::fprintf(stderr, "bench_gemm: FAILED: a result check failed (see CHECK FAILED above)\n");

@@ -1,118 +1,435 @@
-// A persistent, warp-specialized bf16 GEMM for Hopper, written only with weft's public API:
+// A persistent, warp-specialized bf16 GEMM family for Hopper, written only with weft's public API:
 //   C (M x N) = A (M x K) @ B, B stored N x K (K contiguous: C = A B^T) or K x N (N contiguous, read by
 //   wgmma as a transposed, N-major operand in 64-column panels), f32 accumulation, bf16 out.
 //
 // One producer warp group (40 registers per thread) issues TMA loads of A and B tiles into a ring of
-// `stages` shared-memory stages guarded by `full` / `empty` mbarriers; two consumer warp groups (232
-// registers) each multiply their 64 rows of the 128 x 256 block with wgmma, then write C through a small
-// shared-memory tile and TMA stores. Blocks are persistent (one per SM) and walk the output tiles in
-// grouped order for L2 reuse. TMA zero-fills reads past the edges and clips writes, so any M, N work;
-// K must be a multiple of 8 (TMA's 16-byte row stride).
+// `stages` shared-memory stages guarded by `full` / `empty` mbarriers; `consumers` consumer warp groups
+// (232 registers) each multiply their BM / consumers rows of the BM x BN block with wgmma, then write C
+// through a small shared-memory tile and TMA stores. Blocks are persistent (one per SM) and walk the output
+// tiles in grouped order for L2 reuse. TMA zero-fills reads past the edges and clips writes, so any M, and
+// K not a multiple of BK, work; N and K must be multiples of 8 (TMA's 16-byte row strides: see gemm.h for
+// the entry point that falls back to a kernel without TMA).
+//
+// The configuration (GemmConfig) spans the shapes of real workloads:
+// - tile shape BM x BN x BK, ring depth, group of the tile order, 1 or 2 consumer warp groups;
+// - split_k > 1: each output tile's K range is cut in split_k slices taken by different blocks, which
+//   write f32 partial sums to a workspace [split_k * Mpad, N] (Mpad: M rounded up to the tile); a second
+//   kernel sums the slices in a fixed order (deterministic) and writes bf16 C. For small M*N, long K.
+// - swap_ab (B stored N x K only): C^T = B A^T, so N fills wgmma's 64-row M dimension and M (as small as
+//   1) becomes wgmma's N (a multiple of 8): BM tiles N and BN tiles M; the consumers transpose their
+//   result in registers and store C directly. For M <= 64-ish, where BM = 64 rows of A would be mostly zero.
+// The default configuration is the large-square kernel (128 x 256 x 64, 4 stages, two consumers).
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <type_traits>
 
 #include <weft/weft.h>
 
 struct GemmConfig {
-  int BM = 128, BN = 256, BK = 64;  // block tile; BK * 2 bytes = the 128-byte swizzle
+  int BM = 128, BN = 256, BK = 64;  // block tile: BM rows of wgmma's M operand, BN of its N, BK of K
   int stages = 4;
   int group = 8;                     // rows of tiles per group of the tile order
-  int epilogue_n = 64;               // columns of C written per TMA store
+  int epilogue_n = 64;               // columns of bf16 C written per TMA store (128 bytes)
+  int consumers = 2;                 // consumer warp groups; each owns BM / consumers rows (64 or 128)
+  int split_k = 1;                   // K slices per output tile (> 1: f32 partials + a reduction kernel)
+  bool swap_ab = false;              // C^T = B A^T (B N x K only): BM tiles N, BN tiles M
+  int cluster_m = 1;                 // 2: blocks in clusters of two along M, each loading half of the shared
+                                     // B tile and multicasting it to both (TMA multicast)
+
+  int rows_per_consumer() const { return BM / consumers; }
+  bool is_default() const { return *this == GemmConfig{}; }
+  friend bool operator==(const GemmConfig&, const GemmConfig&) = default;
+
+  // A stable, distinct name: "128x256x64_s4_g8_c2", then "_k<split>" and "_swap" when set.
+  std::string name() const {
+    std::string s = std::to_string(BM) + "x" + std::to_string(BN) + "x" + std::to_string(BK) + "_s" +
+                    std::to_string(stages) + "_g" + std::to_string(group) + "_c" + std::to_string(consumers);
+    if (epilogue_n != 64) s += "_e" + std::to_string(epilogue_n);
+    if (split_k > 1) s += "_k" + std::to_string(split_k);
+    if (swap_ab) s += "_swap";
+    if (cluster_m > 1) s += "_cl" + std::to_string(cluster_m);
+    return s;
+  }
+
+  // Shared memory the kernel needs (bytes): the ring, one C staging tile per consumer and, swapped, the
+  // consumers' exchange space for transposing their accumulators (weft's scratch: at most the f32 tile).
+  int64_t shared_bytes() const {
+    int64_t ring = int64_t(stages) * (BM + BN) * BK * 2;
+    int64_t c_tile = swap_ab ? int64_t(BN) * epilogue_n * 2 : int64_t(rows_per_consumer()) * epilogue_n * 2;
+    int64_t exchange = swap_ab ? int64_t(rows_per_consumer()) * BN * 4 : 0;
+    return ring + consumers * (c_tile + exchange);
+  }
+
+  // Empty when the configuration is one the kernel supports for this B layout, else every broken rule.
+  std::string problems(bool b_is_nk) const {
+    std::string out;
+    auto rule = [&](bool ok, const std::string& what) {
+      if (!ok) out += (out.empty() ? "" : "; ") + what;
+    };
+    rule(consumers == 1 || consumers == 2, "consumers must be 1 or 2");
+    if (consumers == 1 || consumers == 2)
+      rule(BM % consumers == 0 && (rows_per_consumer() == 64 || rows_per_consumer() == 128),
+           "BM / consumers must be 64 or 128 (wgmma's 64-row blocks; BM 64, 128 or 256)");
+    rule(BK == 32 || BK == 64, "BK must be 32 or 64 (rows of 64 or 128 bytes: one swizzle span)");
+    rule(stages >= 2 && stages <= 16, "stages must be 2 to 16");
+    rule(group >= 1, "group must be at least 1");
+    rule(split_k >= 1 && split_k <= 64, "split_k must be 1 to 64");
+    rule(epilogue_n == 32 || epilogue_n == 64, "epilogue_n must be 32 or 64");
+    rule(!swap_ab || b_is_nk, "swap_ab needs B stored N x K (it becomes wgmma's K-major A operand)");
+    bool y_nk = swap_ab || b_is_nk;
+    // Tiles have power-of-two dimensions; wgmma's N is a multiple of 8 up to 256.
+    rule(BN >= (swap_ab ? 8 : 16) && BN <= 256 && (BN & (BN - 1)) == 0,
+         swap_ab ? "BN must be 8, 16, 32, 64, 128 or 256" : "BN must be 16, 32, 64, 128 or 256");
+    if (!y_nk) rule(BN % 64 == 0, "with B stored K x N, BN must be a multiple of 64 (B's 128-byte column panels)");
+    if (swap_ab) rule(rows_per_consumer() % epilogue_n == 0, "BM / consumers must be a multiple of epilogue_n");
+    rule(cluster_m == 1 || cluster_m == 2, "cluster_m must be 1 or 2");
+    if (cluster_m == 2) {
+      rule(split_k == 1 && !swap_ab, "cluster_m = 2 needs split_k = 1 and swap_ab off");
+      rule(y_nk ? BN >= 16 : BN % 128 == 0,
+           y_nk ? "cluster_m = 2 needs BN >= 16 (each block multicasts BN / 2 rows of B)"
+                : "cluster_m = 2 with B K x N needs BN a multiple of 128 (each block multicasts half of B's panels)");
+    }
+    rule(int64_t(rows_per_consumer()) * BN <= 64 * 256,
+         "BM / consumers * BN must be at most 64 * 256 (the f32 accumulator: 128 registers per thread)");
+    rule(shared_bytes() <= 220 * 1024, "the stages and C tiles need " + std::to_string(shared_bytes()) +
+                                           " bytes of shared memory; at most 220 KB: fewer stages or smaller tiles");
+    return out;
+  }
 };
 
-inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg, bool b_is_nk) {
+namespace gemm_detail {
+
+// bf16 out for C, f32 for the split-K workspace.
+template <class Out> weft::Tile<Out> to_out(const weft::Tile<float>& t) {
+  if constexpr (std::is_same_v<Out, float>) return t;
+  else return weft::cast<Out>(t);
+}
+
+// Columns of C one TMA store writes: 128 bytes (64 bf16, 32 f32), or BN when the tile is narrower.
+template <class Out> int epilogue_cols(const GemmConfig& cfg) {
+  int n = cfg.epilogue_n * 2 / int(sizeof(Out));
+  return cfg.swap_ab ? n : std::min(n, cfg.BN);
+}
+
+// The body of the GEMM kernel for C of element type Out (bf16: C itself; f32: split-K partial sums).
+template <class Out>
+void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf16, 2> A, weft::TensorDesc<weft::bf16, 2> B,
+                  weft::TensorDesc<Out, 2> C, weft::Int M, weft::Int N, weft::Int K) {
   using namespace weft;
-  return Kernel(b_is_nk ? "gemm_hopper_ws_nk" : "gemm_hopper_ws_kn", [cfg, b_is_nk](TensorDesc<bf16, 2> A,
-                                                                                    TensorDesc<bf16, 2> B,
-                                                                                    TensorDesc<bf16, 2> C, Int M, Int N,
-                                                                                    Int K) {
-    const int BM = cfg.BM, BN = cfg.BN, BK = cfg.BK, S = cfg.stages, HALF = cfg.BM / 2, EN = cfg.epilogue_n;
-    const int PANEL = 64;  // columns of B (K x N) one TMA box brings: 128 bytes, the swizzle's width
-    auto a_s = local_alloc<bf16>({BM, BK}, S, "a_s");
-    auto b_s = b_is_nk ? local_alloc<bf16>({BN, BK}, S, "b_s") : local_alloc<bf16>({BK, BN}, S, "b_s");
-    auto c_s = local_alloc<bf16>({HALF, EN}, 2, "c_s");  // one per consumer
-    auto full = alloc_barriers(S, 1, "full");            // the producer's expect_bytes, then TMA bytes
-    auto empty = alloc_barriers(S, 2, "empty");          // both consumers release a stage
-    TileScheduler tiles(cdiv(M, BM), cdiv(N, BN), cfg.group);
-    Int k_tiles = cdiv(K, BK);
-    async_tasks(
-        task("producer", {.warps = 4, .regs = 40}, [&] {
-          Pipeline p(S);
-          tiles.for_each([&](Int m, Int n) {
-            for_range(0, k_tiles, [&](Int k) {
-              p.acquire(empty);
-              barrier_expect_bytes(full[p.index()], a_s.stage_bytes() + b_s.stage_bytes());
-              async_descriptor_load(A, a_s[p.index()], {m * BM, k * BK}, full[p.index()]);
-              if (b_is_nk) {
-                async_descriptor_load(B, b_s[p.index()], {n * BN, k * BK}, full[p.index()]);
+  using bf16 = weft::bf16;
+  const int BM = cfg.BM, BN = cfg.BN, BK = cfg.BK, S = cfg.stages, HALF = cfg.rows_per_consumer();
+  const int EN = epilogue_cols<Out>(cfg), SPLIT = cfg.split_k, CONS = cfg.consumers;
+  const bool swap = cfg.swap_ab, y_nk = swap || b_is_nk;
+  const int PANEL = 64;  // columns of B (K x N) one TMA box brings: 128 bytes, the swizzle's width
+  // X: the operand whose rows fill wgmma's M (A, or B when swapped); Y: the other one, R x Q the product.
+  const TensorDesc<bf16, 2>& X = swap ? B : A;
+  const TensorDesc<bf16, 2>& Y = swap ? A : B;
+  Int R = swap ? N : M, Q = swap ? M : N;
+  auto a_s = local_alloc<bf16>({BM, BK}, S, "a_s");
+  auto b_s = y_nk ? local_alloc<bf16>({BN, BK}, S, "b_s") : local_alloc<bf16>({BK, BN}, S, "b_s");
+  auto c_s = swap ? local_alloc<Out>({BN, EN}, CONS, "c_s") : local_alloc<Out>({HALF, EN}, CONS, "c_s");  // one per consumer
+  auto full = alloc_barriers(S, 1, "full");     // the producer's expect_bytes, then TMA bytes
+  const int CL = cfg.cluster_m;
+  auto empty = alloc_barriers(S, CONS * CL, "empty");  // every consumer (of every block of the cluster) releases a stage
+  Int tiles_q = cdiv(Q, BN);  // (before tiles_r: the order the default kernel's IR has always had)
+  Int tiles_r = cdiv(R, BM);
+  // With split-K the scheduler's columns are (tile column, slice) pairs, the slice fastest.
+  TileScheduler tiles(tiles_r, SPLIT > 1 ? tiles_q * SPLIT : tiles_q, cfg.group);
+  Int k_tiles = cdiv(K, BK);
+
+  // What one scheduled tile covers: its column of tiles, its K slice (first k-tile, count) and the row of
+  // the workspace where its slice's partial sums go (split-K).
+  struct Work {
+    Int n, k0, count, c_row0;
+  };
+  auto work_of = [&](Int nq) {
+    if (SPLIT == 1) return Work{nq, k_tiles, k_tiles, k_tiles};  // k0 and c_row0 unused
+    Int s = nq % SPLIT, per = cdiv(k_tiles, SPLIT);
+    Int k0 = s * per;
+    Int count = maximum(minimum(k_tiles - k0, per), Int(scalar<int32_t>(0)));
+    Int m_pad = swap ? tiles_q * BN : tiles_r * BM;  // rows of C's padded slice in the workspace
+    return Work{nq / SPLIT, k0, count, s * m_pad};
+  };
+  auto k_of = [&](const Work& w, Int i) { return SPLIT == 1 ? i : w.k0 + i; };
+  // The tiles of this block. In clusters of two along M, both blocks of a cluster walk the same pairs of tile
+  // rows (grouped order over pairs), block r taking row 2 * pair + r: their B tile is the same. A row past
+  // the end (odd tile rows) still takes part in the multicast; its loads read zeros and its stores clip.
+  auto for_each_tile = [&](auto&& body) {
+    if (CL == 1) {
+      tiles.for_each(body);
+      return;
+    }
+    Int pairs = cdiv(tiles_r, CL), total = pairs * tiles_q;
+    for_range(program_id(0) / CL, total, num_programs(0) / CL, [&](Int t) {
+      Int per_group = tiles_q * cfg.group;
+      Int first = (t / per_group) * cfg.group;
+      Int rows = minimum(pairs - first, Int(scalar<int32_t>(cfg.group)));
+      Int within = t % per_group;
+      body((first + within % rows) * CL + cluster_cta_rank(), within / rows);
+    });
+  };
+  // A consumer's release of the `done` stage: to its own producer, or to both producers of the cluster
+  // (each multicast into this block's stage).
+  auto release = [&](Pipeline& done) {
+    if (CL == 1) done.release(empty);
+    else
+      for (int rank = 0; rank < CL; ++rank) done.release(empty, Int(scalar<int32_t>(rank)));
+  };
+
+  async_tasks(
+      task("producer", {.warps = 4, .regs = 40}, [&] {
+        Pipeline p(S);
+        for_each_tile([&](Int m, Int nq) {
+          Work w = work_of(nq);
+          Int n = w.n;
+          for_range(0, w.count, [&](Int i) {
+            Int k = k_of(w, i);
+            p.acquire(empty);
+            barrier_expect_bytes(full[p.index()], a_s.stage_bytes() + b_s.stage_bytes());
+            async_descriptor_load(X, a_s[p.index()], {m * BM, k * BK}, full[p.index()]);
+            if (CL > 1) {
+              // This block's share of B, multicast to both blocks (mask 0b11): rows or panels.
+              Int rank = cluster_cta_rank();
+              Int both = scalar<int32_t>((1 << CL) - 1);
+              if (y_nk) {
+                async_descriptor_load(Y, b_s[p.index()].rows(rank * (BN / CL), BN / CL),
+                                      {n * BN + rank * (BN / CL), k * BK}, full[p.index()], both);
               } else {
-                for (int j = 0; j < BN / PANEL; ++j)
-                  async_descriptor_load(B, b_s[p.index()].cols(j * PANEL, PANEL), {k * BK, n * BN + j * PANEL},
-                                        full[p.index()]);
+                const int share = BN / PANEL / CL;  // panels per block
+                for (int j = 0; j < share; ++j) {
+                  // Panel rank * share + j: a C++ panel index per rank, chosen at run time.
+                  for (int r = 0; r < CL; ++r)
+                    if_(rank == r, [&] {
+                      int panel = r * share + j;
+                      async_descriptor_load(Y, b_s[p.index()].cols(panel * PANEL, PANEL),
+                                            {k * BK, n * BN + panel * PANEL}, full[p.index()], both);
+                    });
+                }
               }
-              p.advance();
-            });
+            } else if (y_nk) {
+              async_descriptor_load(Y, b_s[p.index()], {n * BN, k * BK}, full[p.index()]);
+            } else {
+              for (int j = 0; j < BN / PANEL; ++j)
+                async_descriptor_load(Y, b_s[p.index()].cols(j * PANEL, PANEL), {k * BK, n * BN + j * PANEL},
+                                      full[p.index()]);
+            }
+            p.advance();
           });
-        }),
-        task("consumer", {.warps = 4, .regs = 232, .replicas = 2}, [&] {
-          Int r = task_replica_id();
-          // One wgmma group stays in flight: step k waits for step k - 1's group, then releases its stage
-          // (`done` trails `p` by one step).
-          Pipeline p(S), done(S);
-          tiles.for_each([&](Int m, Int n) {
-            Var acc = zeros<float>({HALF, BN});
-            for_range(0, k_tiles, [&](Int k) {
-              p.wait(full);
-              SharedView<bf16> b = b_is_nk ? local_trans(b_s[p.index()]) : b_s[p.index()];
-              acc = async_dot_wait(1, async_dot(a_s[p.index()].rows(r * HALF, HALF), b, acc));
-              if_(k > 0, [&] {
-                done.release(empty);
-                done.advance();
-              });
-              p.advance();
-            });
-            Tile<float> result = async_dot_wait(0, acc);
-            if_(k_tiles > 0, [&] {
-              done.release(empty);
+        });
+      }),
+      task("consumer", {.warps = 4, .regs = 232, .replicas = CONS}, [&] {
+        Int r = task_replica_id();
+        // One wgmma group stays in flight: step k waits for step k - 1's group, then releases its stage
+        // (`done` trails `p` by one step).
+        Pipeline p(S), done(S);
+        for_each_tile([&](Int m, Int nq) {
+          Work w = work_of(nq);
+          Int n = w.n;
+          Var acc = zeros<float>({HALF, BN});
+          for_range(0, w.count, [&](Int k) {
+            p.wait(full);
+            SharedView<bf16> b = y_nk ? local_trans(b_s[p.index()]) : b_s[p.index()];
+            acc = async_dot_wait(1, async_dot(a_s[p.index()].rows(r * HALF, HALF), b, acc));
+            if_(k > 0, [&] {
+              release(done);
               done.advance();
             });
+            p.advance();
+          });
+          Tile<float> result = async_dot_wait(0, acc);
+          if_(w.count > 0, [&] {
+            release(done);
+            done.advance();
+          });
+          if (!swap) {
             for (int j = 0; j < BN / EN; ++j) {
               async_store_wait(0);  // the previous store has read c_s[r]
-              local_store(c_s[r], cast<bf16>(result.slice(1, j * EN, EN)));
-              async_descriptor_store(C, c_s[r], {m * BM + r * HALF, n * BN + j * EN});
+              local_store(c_s[r], to_out<Out>(result.slice(1, j * EN, EN)));
+              if (SPLIT == 1)
+                async_descriptor_store(C, c_s[r], {m * BM + r * HALF, n * BN + j * EN});
+              else
+                async_descriptor_store(C, c_s[r], {w.c_row0 + m * BM + r * HALF, n * BN + j * EN});
             }
-          });
-          async_store_wait(0);
-        }));
+          } else {
+            // result: [rows of C^T (N), columns of C^T (M)]; C gets its transpose, EN columns at a time.
+            for (int j = 0; j < HALF / EN; ++j) {
+              async_store_wait(0);
+              local_store(c_s[r], to_out<Out>(trans(result.slice(0, j * EN, EN))));
+              Int c_row = SPLIT == 1 ? n * BN : w.c_row0 + n * BN;
+              async_descriptor_store(C, c_s[r], {c_row, m * BM + r * HALF + j * EN});
+            }
+          }
+        });
+        async_store_wait(0);
+      }));
+}
+
+}  // namespace gemm_detail
+
+// The kernel of one configuration: parameters (A, B, C, M, N, K) with TMA descriptors of A [M, K],
+// B [N, K] or [K, N], and C [M, N] bf16 (split_k == 1) or the f32 workspace [split_k * Mpad, N].
+inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg, bool b_is_nk) {
+  using namespace weft;
+  std::string name = b_is_nk ? "gemm_hopper_ws_nk" : "gemm_hopper_ws_kn";
+  if (!cfg.is_default()) name += "_" + cfg.name();
+  KernelOptions options;
+  options.cluster = {cfg.cluster_m, 1, 1};
+  if (cfg.split_k > 1)
+    return Kernel(name, [cfg, b_is_nk](TensorDesc<bf16, 2> A, TensorDesc<bf16, 2> B, TensorDesc<float, 2> C, Int M,
+                                       Int N, Int K) { gemm_detail::gemm_ws_body<float>(cfg, b_is_nk, A, B, C, M, N, K); },
+                  options);
+  return Kernel(name, [cfg, b_is_nk](TensorDesc<bf16, 2> A, TensorDesc<bf16, 2> B, TensorDesc<bf16, 2> C, Int M, Int N,
+                                     Int K) { gemm_detail::gemm_ws_body<bf16>(cfg, b_is_nk, A, B, C, M, N, K); },
+                options);
+}
+
+// Split-K's second kernel: C[i, j] = bf16(sum over s of W[s * m_pad + i, j]), the slices summed in order.
+// One program per row of C and 1024 columns.
+inline weft::Kernel make_gemm_splitk_reduce() {
+  using namespace weft;
+  return Kernel("gemm_splitk_reduce", [](Ptr<float> w, Ptr<bf16> c, Int /*M: the grid's rows*/, Int N, Int m_pad, Int split) {
+    const int BLOCK = 1024;
+    Int row = program_id(1);
+    Int cols = program_id(0) * BLOCK + arange(0, BLOCK);
+    Bool in = cols < N;
+    Var<float> acc = zeros<float>({BLOCK});
+    for_range(0, split, [&](Int s) { acc = acc + load(w + (s * m_pad + row) * N + cols, in, 0.f); });
+    store(c + row * N + cols, cast<bf16>(acc.read()), in);
   });
 }
 
-// C (M x N) = A (M x K) @ B, bf16 row-major, f32 accumulation; B is K x N (b_is_nk false) or N x K (true).
-// N and K must be multiples of 8 (TMA's 16-byte row strides). Launches on the default stream of the
-// buffers' device and returns without waiting. `loc` is the caller's line: every Error of the call —
-// buffer sizes here, a TMA rule in tma(), a launch argument in Kernel::launch — names it, not this header.
-inline void gemm_hopper_ws(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
-                           const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk,
-                           weft::SourceLoc loc = weft::SourceLoc::current()) {
+namespace gemm_detail {
+
+// Kernels by configuration and layout, built once per process.
+inline const weft::Kernel& gemm_kernel(const GemmConfig& cfg, bool b_is_nk) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<weft::Kernel>> kernels;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<weft::Kernel>& k = kernels[cfg.name() + (b_is_nk ? "/nk" : "/kn")];
+  if (!k) k = std::make_unique<weft::Kernel>(make_gemm_hopper_ws(cfg, b_is_nk));
+  return *k;
+}
+inline const weft::Kernel& splitk_reduce_kernel() {
+  static const weft::Kernel k = make_gemm_splitk_reduce();
+  return k;
+}
+
+// The split-K workspace of a device: one per process and backend, grown as needed, so that a call does not
+// allocate. Calls that run at the same time on several streams of one device would share it: give such
+// callers split_k = 1, or serialize them.
+inline weft::Buffer<float> workspace(const weft::Device& dev, size_t elements, weft::SourceLoc loc) {
+  static std::mutex mutex;
+  static std::map<weft::detail::Backend*, weft::Buffer<float>> buffers;
+  std::lock_guard<std::mutex> lock(mutex);
+  weft::Buffer<float>& b = buffers[&dev.backend()];
+  if (b.size() < elements) b = dev.alloc<float>(std::max(elements, b.size() * 2), loc);
+  return b;
+}
+
+// Everything one launch of a configuration needs: the descriptors (built once per call), the grid.
+struct GemmLaunch {
+  const weft::Kernel* kernel;
+  weft::Tma<weft::bf16> a, b;
+  std::optional<weft::Tma<weft::bf16>> c;       // split_k == 1
+  std::optional<weft::Tma<float>> partial;      // split_k > 1: the workspace
+  weft::Buffer<float> work;
+  weft::Buffer<weft::bf16> c_buffer;
+  int M, N, K, m_pad, grid;
+
+  void compile(const weft::Device& dev) const {
+    if (c) kernel->compile(dev, a, b, *c);
+    else {
+      kernel->compile(dev, a, b, *partial);
+      splitk_reduce_kernel().compile(dev);
+    }
+  }
+  void run(const weft::Stream& stream, weft::SourceLoc loc) const {
+    weft::Grid g(grid, 1, 1, loc);  // launch errors name the caller's line
+    if (c) {
+      kernel->launch(stream, g, a, b, *c, M, N, K);
+      return;
+    }
+    kernel->launch(stream, g, a, b, *partial, M, N, K);
+    splitk_reduce_kernel().launch(stream, weft::Grid((N + 1023) / 1024, M, 1, loc), work, c_buffer, M, N, m_pad,
+                                  int(partial->shape()[0] / m_pad));
+  }
+};
+
+inline GemmLaunch plan_gemm(const GemmConfig& cfg, const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
+                            const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk, weft::SourceLoc loc) {
   using namespace weft;
+  if (std::string why = cfg.problems(b_is_nk); !why.empty())
+    throw Error("gemm_hopper_ws: configuration " + cfg.name() + " is not supported: " + why, loc);
+  Device dev = Device::from_backend(*a.backend());
+  const bool swap = cfg.swap_ab;
+  const int R = swap ? N : M, Q = swap ? M : N;
+  const int tiles_r = (R + cfg.BM - 1) / cfg.BM, tiles_q = (Q + cfg.BN - 1) / cfg.BN;
+  const int m_pad = swap ? tiles_q * cfg.BN : tiles_r * cfg.BM;
+  const int tiles = tiles_r * tiles_q * cfg.split_k;
+  const int CL = cfg.cluster_m;
+  // Clusters of CL blocks take pairs of tile rows: the grid is a multiple of CL.
+  const int grid = CL == 1 ? std::min(tiles, dev.multiprocessors())
+                           : CL * std::min((tiles_r + CL - 1) / CL * tiles_q, dev.multiprocessors() / CL);
+  const int rows = cfg.rows_per_consumer();
+  GemmLaunch l{&gemm_kernel(cfg, b_is_nk),
+               // Swapped, A's rows are wgmma's N (BN) and B's its M (BM).
+               tma(a, {M, K}, {swap ? cfg.BN : cfg.BM, cfg.BK}, {}, loc),
+               b_is_nk ? tma(b, {N, K}, {swap ? cfg.BM : cfg.BN / CL, cfg.BK}, {}, loc)
+                       : tma(b, {K, N}, {cfg.BK, std::min(cfg.BN, 64)}, {}, loc),
+               std::nullopt, std::nullopt, {}, c, M, N, K, m_pad, grid};
+  if (cfg.split_k == 1) {
+    int en = gemm_detail::epilogue_cols<bf16>(cfg);
+    l.c = swap ? tma(c, {M, N}, {cfg.BN, en}, {}, loc) : tma(c, {M, N}, {rows, en}, {}, loc);
+  } else {
+    int64_t elements = int64_t(cfg.split_k) * m_pad * N;
+    if (elements >= (int64_t(1) << 31))
+      throw Error("gemm_hopper_ws: split_k = " + std::to_string(cfg.split_k) + " needs a workspace of " +
+                      std::to_string(elements) + " f32 partial sums, over 2^31: use a smaller split_k for " +
+                      std::to_string(M) + " x " + std::to_string(N),
+                  loc);
+    l.work = workspace(dev, size_t(elements), loc);
+    int en = gemm_detail::epilogue_cols<float>(cfg);
+    Shape shape{int64_t(cfg.split_k) * m_pad, N};
+    l.partial = swap ? tma(l.work, shape, {cfg.BN, en}, {}, loc) : tma(l.work, shape, {rows, en}, {}, loc);
+  }
+  return l;
+}
+
+inline void check_sizes(const char* who, const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
+                        const weft::Buffer<weft::bf16>& c, int M, int N, int K, weft::SourceLoc loc) {
   auto expect = [&](const char* name, size_t have, size_t want) {
     if (have != want)
-      throw Error(std::string("gemm_hopper_ws: ") + name + " holds " + std::to_string(have) +
-                      " elements, the shapes need " + std::to_string(want),
-                  loc);
+      throw weft::Error(std::string(who) + ": " + name + " holds " + std::to_string(have) +
+                            " elements, the shapes need " + std::to_string(want),
+                        loc);
   };
+  if (M < 1 || N < 1 || K < 1)
+    throw weft::Error(std::string(who) + ": M, N and K must be at least 1, got " + std::to_string(M) + " x " +
+                          std::to_string(N) + " x " + std::to_string(K),
+                      loc);
   expect("A", a.size(), size_t(M) * K);
   expect("B", b.size(), size_t(K) * N);
   expect("C", c.size(), size_t(M) * N);
-  static const GemmConfig cfg;
-  static const Kernel nk = make_gemm_hopper_ws(cfg, true), kn = make_gemm_hopper_ws(cfg, false);
-  Device dev = Device::from_backend(*a.backend());
-  int tiles = ((M + cfg.BM - 1) / cfg.BM) * ((N + cfg.BN - 1) / cfg.BN);
-  Grid grid(std::min(tiles, dev.multiprocessors()), 1, 1, loc);  // launch errors name the Grid's line
-  auto c_desc = tma(c, {M, N}, {cfg.BM / 2, cfg.epilogue_n}, {}, loc);
-  if (b_is_nk)
-    nk.launch(grid, tma(a, {M, K}, {cfg.BM, cfg.BK}, {}, loc), tma(b, {N, K}, {cfg.BN, cfg.BK}, {}, loc), c_desc, M, N, K);
-  else
-    kn.launch(grid, tma(a, {M, K}, {cfg.BM, cfg.BK}, {}, loc), tma(b, {K, N}, {cfg.BK, 64}, {}, loc), c_desc, M, N, K);
+}
+
+}  // namespace gemm_detail
+
+// C (M x N) = A (M x K) @ B, bf16 row-major, f32 accumulation; B is K x N (b_is_nk false) or N x K (true),
+// with configuration `cfg` (the default: the large-square kernel). N and K must be multiples of 8 (TMA's
+// 16-byte row strides). Launches on the default stream of the buffers' device and returns without waiting.
+// `loc` is the caller's line: every Error of the call — buffer sizes and the configuration here, a TMA
+// rule in tma(), a launch argument in Kernel::launch — names it, not this header.
+inline void gemm_hopper_ws(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
+                           const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk,
+                           const GemmConfig& cfg = GemmConfig{}, weft::SourceLoc loc = weft::SourceLoc::current()) {
+  gemm_detail::check_sizes("gemm_hopper_ws", a, b, c, M, N, K, loc);
+  weft::Device dev = weft::Device::from_backend(*a.backend());
+  gemm_detail::plan_gemm(cfg, a, b, c, M, N, K, b_is_nk, loc).run(dev.stream(), loc);
 }

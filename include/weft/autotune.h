@@ -9,7 +9,7 @@
 // stream (warm-up, then the median of several rounds of back-to-back launches) and keeps the fastest. A
 // candidate whose compile or launch throws weft::Error, or that is slower than the budget, is dropped with a
 // line on stderr. The winner is remembered in the process and in weft's compile cache on disk (keyed on the
-// family, the problem, every candidate's name, the device and weft's build), so a later process does not
+// family, the problem, every candidate's name, the device, its driver and weft's build), so a later process does not
 // tune again. WEFT_AUTOTUNE=0: the first candidate, untuned; WEFT_AUTOTUNE=force: tune even when a winner is
 // known (read at every call).
 #pragma once
@@ -46,6 +46,9 @@ struct AutotuneReport {
   double ms = 0;              // its time per launch (0 when it came from the cache or tuning is off)
   bool from_cache = false;    // found in the process or on disk, not tuned now
   int tried = 0, dropped = 0; // candidates timed, and dropped (compile or launch failed, over budget)
+  size_t index = 0;           // the winner's position in the candidate list
+  double compile_ms = 0;      // wall time of compiling every candidate (all threads), when tuned now
+  double tune_ms = 0;         // wall time of the whole tuning (compiles and timing), when tuned now
 };
 
 namespace detail {
@@ -84,24 +87,26 @@ class Autotuner {
   // own, beside the others'); `run(config)` launches it once on `stream`.
   Config best(const std::string& problem, const Stream& stream, const Action& compile, const Action& run,
               SourceLoc loc = SourceLoc::current()) {
-    return candidates_[index_of(best_report(problem, stream, compile, run, loc).winner)];
+    return candidates_[best_report(problem, stream, compile, run, loc).index];
   }
+
+  const std::vector<Config>& candidates() const { return candidates_; }
 
   // The same, with what was found.
   AutotuneReport best_report(const std::string& problem, const Stream& stream, const Action& compile,
                              const Action& run, SourceLoc loc = SourceLoc::current()) {
     detail::AutotuneMode mode = detail::autotune_mode(loc);
-    if (mode == detail::AutotuneMode::off) return {names_[0], 0, false, 0, 0};
+    if (mode == detail::AutotuneMode::off) return found(names_[0]);
     Device device = Device::from_backend(stream.backend());
     const std::string key = detail::autotune_key(family_, problem, device, names_);
     std::lock_guard<std::mutex> lock(mutex_);  // one tuning at a time: they would disturb each other's timing
     if (mode != detail::AutotuneMode::force) {
-      if (auto it = memo_.find(key); it != memo_.end()) return {it->second, 0, true, 0, 0};
+      if (auto it = memo_.find(key); it != memo_.end()) return found(it->second, true);
       if (std::optional<std::string> cached = detail::autotune_cached(key))
         if (std::find(names_.begin(), names_.end(), *cached) != names_.end()) {
           memo_[key] = *cached;
           say("%s [%s]: %s (cached)\n", family_.c_str(), problem.c_str(), cached->c_str());
-          return {*cached, 0, true, 0, 0};
+          return found(*cached, true);
         }
     }
     AutotuneReport report = tune(problem, stream, compile, run, loc);
@@ -111,8 +116,18 @@ class Autotuner {
   }
 
  private:
+  AutotuneReport found(const std::string& name, bool from_cache = false) const {
+    AutotuneReport r;
+    r.winner = name;
+    r.from_cache = from_cache;
+    r.index = index_of(name);
+    return r;
+  }
+
   AutotuneReport tune(const std::string& problem, const Stream& stream, const Action& compile, const Action& run,
                       SourceLoc loc) {
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
     const size_t n = candidates_.size();
     // Compile every candidate, several at once.
     std::vector<std::string> failure(n);
@@ -120,12 +135,15 @@ class Autotuner {
     unsigned threads = options_.compile_threads > 0 ? unsigned(options_.compile_threads)
                                                     : std::min(8u, std::max(1u, std::thread::hardware_concurrency()));
     threads = std::min<unsigned>(threads, unsigned(n));
+    say("%s [%s]: compiling %zu candidates on %u host threads\n", family_.c_str(), problem.c_str(), n, threads);
     auto worker = [&] {
       for (size_t i; (i = next++) < n;) {
         try {
           compile(candidates_[i]);
         } catch (const Error& e) {
           failure[i] = std::string("does not compile: ") + e.what();
+        } catch (const std::exception& e) {  // a compiler fault: dropped too (a thread must not let it out)
+          failure[i] = std::string("does not compile (compiler fault, please report it): ") + e.what();
         }
       }
     };
@@ -135,6 +153,8 @@ class Autotuner {
     for (std::thread& t : pool) t.join();
 
     AutotuneReport report;
+    report.compile_ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+    say("%s [%s]: compiled in %.0f ms\n", family_.c_str(), problem.c_str(), report.compile_ms);
     double best_ms = 0;
     for (size_t i = 0; i < n; ++i) {
       std::optional<double> ms;
@@ -160,6 +180,7 @@ class Autotuner {
       if (report.winner.empty() || *ms < best_ms) {
         best_ms = *ms;
         report.winner = names_[i];
+        report.index = i;
       }
       say("%s [%s]: candidate %zu of %zu (%s): %.4f ms; best so far %s, %.4f ms\n", family_.c_str(),
           problem.c_str(), i + 1, n, names_[i].c_str(), *ms, report.winner.c_str(), best_ms);
@@ -169,6 +190,9 @@ class Autotuner {
                       failure[0] + ")",
                   loc);
     report.ms = best_ms;
+    report.tune_ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
+    say("%s [%s]: %s wins, %.4f ms per launch (tuned in %.0f ms)\n", family_.c_str(), problem.c_str(),
+        report.winner.c_str(), best_ms, report.tune_ms);
     return report;
   }
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "cache/disk_cache.h"
+#include "driver/cuda/cuda_driver.h"
 #include "support/build_id.h"
 
 namespace weft::detail {
@@ -26,7 +27,9 @@ AutotuneMode autotune_mode(SourceLoc loc) {
 std::string autotune_key(const std::string& family, const std::string& problem, const Device& device,
                          const std::vector<std::string>& candidate_names) {
   cache::KeyBuilder key;
-  key.add("autotune 1").add(family).add(problem).add(device.name()).add(support::weft_identity());
+  key.add("autotune 2").add(family).add(problem).add(device.name()).add(support::weft_identity());
+  // The driver compiles the PTX to machine code: another driver may make another candidate the fastest.
+  key.add(static_cast<int64_t>(device.kind() == BackendKind::cuda ? driver::cuda::cuda_driver().version : 0));
   key.add(static_cast<int64_t>(candidate_names.size()));
   for (const std::string& name : candidate_names) key.add(name);
   return key.finish();

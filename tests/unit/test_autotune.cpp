@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "scratch_cache.h"
 #include "test_util.h"
 
 using namespace weft;
@@ -152,4 +153,60 @@ TEST_CASE("Autotuner: bad setups are Errors", "[autotune][errors]") {
   EnvGuard bad("sometimes");
   CHECK_THROWS_WITH(tuner.best("x", dev.stream(), [](const Config&) {}, [](const Config&) {}),
                     Contains("WEFT_AUTOTUNE=sometimes") && Contains("force"));
+}
+
+TEST_CASE("Autotuner drops a candidate whose compile throws something other than weft::Error", "[autotune]") {
+  EnvGuard env(nullptr);
+  Device dev = Device::current();
+  std::vector<Config> candidates{{1}, {2}, {3}};
+  Autotuner<Config> tuner("autotune_fault", candidates, name_of,
+                          AutotuneOptions{.rounds = 1, .calls_per_round = 1, .compile_threads = 3, .verbose = false});
+  // A compiler fault (weft::InternalError is no weft::Error) on a compile thread must not terminate the process.
+  auto compile = [](const Config& c) {
+    if (c.rounds == 1) throw InternalError("a compiler fault");
+  };
+  AutotuneReport r = tuner.best_report(fresh_problem("fault"), dev.stream(), compile, [](const Config&) {});
+  CHECK(r.dropped == 1);
+  CHECK(r.tried == 2);
+  CHECK(r.winner != "rounds1_w1024");
+  CHECK(tuner.candidates()[r.index].rounds != 1);
+  CHECK(r.compile_ms >= 0);
+  CHECK(r.tune_ms >= r.compile_ms);
+}
+
+// The second process of the next test: finds the winner its parent stored, without compiling anything.
+// Hidden ([.]): meant to be run by that test, with WEFT_AUTOTUNE_TEST_PROBLEM set; ctest's discovery lists
+// it too, and then (no variable) it has nothing to check.
+TEST_CASE("Autotuner second process", "[.autotune_second_process]") {
+  const char* problem = std::getenv("WEFT_AUTOTUNE_TEST_PROBLEM");
+  if (!problem) return;
+  Device dev = Device::current();
+  std::vector<Config> candidates{{2000}, {3}, {1000}};
+  Autotuner<Config> tuner("autotune_process", candidates, name_of, AutotuneOptions{.verbose = false});
+  int compiled = 0, ran = 0;
+  AutotuneReport r = tuner.best_report(problem, dev.stream(), [&](const Config&) { ++compiled; },
+                                       [&](const Config&) { ++ran; });
+  CHECK(r.from_cache);
+  CHECK(r.winner == "rounds3_w1024");
+  CHECK(r.index == 1);
+  CHECK(compiled == 0);
+  CHECK(ran == 0);
+}
+
+TEST_CASE("Autotuner: a second process reuses the winner from the disk cache", "[autotune][cpu-only]") {
+  EnvGuard env(nullptr);
+  weft::test::ScratchCache cache;  // a cache of its own, switched on whatever WEFT_CACHE says
+  Device dev = Device::current();
+  Family family;
+  const int n = 1 << 14;
+  Buffer<float> dx = dev.upload(std::vector<float>(n, 0.5f)), dy = dev.alloc<float>(n);
+  std::vector<Config> candidates{{2000}, {3}, {1000}};
+  Autotuner<Config> tuner("autotune_process", candidates, name_of, AutotuneOptions{.rounds = 3, .verbose = false});
+  std::string problem = fresh_problem("process");
+  tuner.best(problem, dev.stream(), [&](const Config& c) { family.kernel(c).compile(dev); },
+             [&](const Config& c) { family.kernel(c).launch(dev.stream(), Grid(n / c.width), dx, dy, n, 1.f, 0.f); });
+  // The same test binary, another process, the same cache directory (inherited environment).
+  std::string command = "WEFT_AUTOTUNE_TEST_PROBLEM='" + problem + "' /proc/" + std::to_string(getpid()) +
+                        "/exe '[.autotune_second_process]' > /dev/null 2>&1";
+  CHECK(std::system(command.c_str()) == 0);
 }

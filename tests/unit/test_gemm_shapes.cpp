@@ -1,0 +1,328 @@
+// The bf16 GEMM family of examples/gemm_hopper_ws.h and its entry point examples/gemm.h across shapes:
+// every configuration path (tile shapes, one or two consumers, split-K, swapped operands for small M, K
+// tails, both B layouts, operands copied to padded buffers where TMA cannot describe them) against a double-precision reference, C poisoned before
+// each call. The shapes are small: the CPU backend runs the same tasks as fibers. Run with WEFT_BACKEND=cuda
+// (ctest's gpu-ops: copies) the same checks run on the GPU; [gpu] cases use GPU-sized shapes.
+#include <catch2/catch.hpp>
+#include <weft/weft.h>
+
+#include <stdlib.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "../../examples/gemm.h"
+#include "error_checks.h"
+#include "scratch_cache.h"
+#include "test_util.h"
+
+using namespace weft;
+using namespace weft_test;
+
+namespace {
+
+// Inputs of one shape: A (M x K), B as N x K and the same values as K x N, the reference C and its
+// tolerance (bf16 rounding of an f32 sum).
+struct Problem {
+  int M, N, K;
+  std::vector<bf16> a, b_nk, b_kn;
+  std::vector<double> want, tol;
+};
+
+Problem make_problem(std::mt19937_64& rng, int M, int N, int K) {
+  Problem p{M, N, K, generate<bf16>(rng, size_t(M) * K, uniform_real<bf16>(-1, 1)),
+            generate<bf16>(rng, size_t(N) * K, uniform_real<bf16>(-1, 1)), {}, {}, {}};
+  p.b_kn.resize(p.b_nk.size());
+  for (int j = 0; j < N; ++j)
+    for (int k = 0; k < K; ++k) p.b_kn[size_t(k) * N + j] = p.b_nk[size_t(j) * K + k];
+  p.want.resize(size_t(M) * N);
+  p.tol.resize(p.want.size());
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0, mag = 0;
+      for (int k = 0; k < K; ++k) {
+        double x = double(float(p.a[size_t(i) * K + k])) * double(float(p.b_nk[size_t(j) * K + k]));
+        s += x;
+        mag += std::fabs(x);
+      }
+      p.want[size_t(i) * N + j] = s;
+      p.tol[size_t(i) * N + j] = 0x1p-8 * std::fabs(s) + 1e-5 * mag + 1e-6;
+    }
+  return p;
+}
+
+// Runs `call(a, b, c)` with C poisoned and checks C against the reference.
+template <class Call> void check_gemm(const Problem& p, bool b_is_nk, Call&& call) {
+  Device dev = Device::current();
+  Buffer<bf16> da = dev.upload(p.a), db = dev.upload(b_is_nk ? p.b_nk : p.b_kn);
+  Buffer<bf16> dc = dev.upload(std::vector<bf16>(size_t(p.M) * p.N, poison_value<bf16>()));
+  call(da, db, dc);
+  check_within<bf16>(dc.download(), p.want, p.tol, "C");
+}
+
+struct EnvAutotune {
+  explicit EnvAutotune(const char* value) { setenv("WEFT_AUTOTUNE", value, 1); }
+  ~EnvAutotune() { unsetenv("WEFT_AUTOTUNE"); }
+};
+
+}  // namespace
+
+TEST_CASE("GEMM configurations: tile shapes, consumers, BK, both B layouts, K tails", "[async][gemm]") {
+  WEFT_SEEDED_RNG(rng);
+  Problem p = make_problem(rng, 136, 200, 200);  // no dimension a multiple of any tile; K = 3 * 64 + 8
+  const std::vector<GemmConfig> configs{
+      {.BM = 64, .BN = 128, .stages = 3, .consumers = 1},   // one consumer of 64 rows
+      {.BM = 128, .BN = 128, .stages = 2, .consumers = 1},  // one consumer of 128 rows (two wgmma blocks)
+      {.BM = 256, .BN = 64, .stages = 2, .group = 2},       // two consumers of 128 rows
+      {.BM = 128, .BN = 64, .BK = 32, .stages = 5},         // BK 32: 64-byte swizzle
+  };
+  for (const GemmConfig& cfg : configs)
+    for (bool b_is_nk : {true, false}) {
+      INFO(cfg.name() << " B " << (b_is_nk ? "N x K" : "K x N"));
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { gemm_hopper_ws(a, b, c, p.M, p.N, p.K, b_is_nk, cfg); });
+    }
+  // Narrow tiles with B N x K (wgmma N of 16 and 32).
+  for (int bn : {16, 32}) {
+    GemmConfig cfg{.BM = 64, .BN = bn, .consumers = 1};
+    INFO(cfg.name());
+    check_gemm(p, true, [&](auto& a, auto& b, auto& c) { gemm_hopper_ws(a, b, c, p.M, p.N, p.K, true, cfg); });
+  }
+}
+
+TEST_CASE("GEMM in clusters of two along M: each block multicasts half of the B tile", "[async][gemm]") {
+  WEFT_SEEDED_RNG(rng);
+  // 136 rows: 3 tile rows of 64 (the second block of the last cluster has no rows; 2 of 128, both real).
+  Problem p = make_problem(rng, 136, 264, 200);
+  for (GemmConfig cfg : {GemmConfig{.BM = 64, .BN = 128, .stages = 3, .consumers = 1, .cluster_m = 2},
+                         GemmConfig{.BM = 128, .BN = 128, .stages = 3, .cluster_m = 2}})
+    for (bool b_is_nk : {true, false}) {
+      INFO(cfg.name() << " B " << (b_is_nk ? "N x K" : "K x N"));
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { gemm_hopper_ws(a, b, c, p.M, p.N, p.K, b_is_nk, cfg); });
+    }
+}
+
+TEST_CASE("GEMM split-K: f32 partial sums and a deterministic reduction, empty slices included", "[async][gemm]") {
+  WEFT_SEEDED_RNG(rng);
+  // K = 328: 6 k-tiles of 64; split 4 takes 2, 2, 2, 0 of them (the last slice writes zeros).
+  Problem p = make_problem(rng, 72, 136, 328);
+  for (int split : {2, 4})
+    for (bool b_is_nk : {true, false}) {
+      GemmConfig cfg{.BM = 64, .BN = 128, .consumers = 1, .split_k = split};
+      INFO(cfg.name() << " B " << (b_is_nk ? "N x K" : "K x N"));
+      std::vector<bf16> first;
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) {
+        gemm_hopper_ws(a, b, c, p.M, p.N, p.K, b_is_nk, cfg);
+        first = c.download();
+        // Deterministic: a second call gives the same bits.
+        c.upload(std::vector<bf16>(c.size(), poison_value<bf16>()));
+        gemm_hopper_ws(a, b, c, p.M, p.N, p.K, b_is_nk, cfg);
+      });
+      Device dev = Device::current();
+      (void)dev;
+    }
+}
+
+TEST_CASE("GEMM with swapped operands for small M (C^T = B A^T), with and without split-K", "[async][gemm]") {
+  WEFT_SEEDED_RNG(rng);
+  for (int M : {1, 13, 40}) {
+    Problem p = make_problem(rng, M, 200, 136);
+    for (GemmConfig cfg : {GemmConfig{.BM = 64, .BN = 16, .consumers = 1, .swap_ab = true},
+                           GemmConfig{.BM = 128, .BN = 32, .stages = 3, .swap_ab = true},
+                           GemmConfig{.BM = 64, .BN = 64, .BK = 32, .consumers = 1, .split_k = 3, .swap_ab = true},
+                           GemmConfig{.BM = 64, .BN = 8, .consumers = 1, .swap_ab = true}}) {
+      INFO("M " << M << " " << cfg.name());
+      check_gemm(p, true, [&](auto& a, auto& b, auto& c) { gemm_hopper_ws(a, b, c, p.M, p.N, p.K, true, cfg); });
+    }
+  }
+}
+
+TEST_CASE("GEMM configuration errors name the caller's line", "[async][gemm][errors]") {
+  Device dev = Device::cpu();
+  Buffer<bf16> a = dev.alloc<bf16>(64 * 64), b = dev.alloc<bf16>(64 * 64), c = dev.alloc<bf16>(64 * 64);
+  int line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, false, GemmConfig{.swap_ab = true}),
+                    Catch::Contains("swap_ab needs B stored N x K") && Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, true, GemmConfig{.BM = 96}),
+                    Catch::Contains("BM / consumers must be 64 or 128") &&
+                        Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, false, GemmConfig{.BN = 64, .cluster_m = 2}),
+                    Catch::Contains("BN a multiple of 128") && Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, true, GemmConfig{.stages = 8}),
+                    Catch::Contains("bytes of shared memory") && Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+}
+
+TEST_CASE("gemm(): the model's configuration per shape (WEFT_AUTOTUNE=0), and padded copies where TMA cannot go", "[async][gemm]") {
+  EnvAutotune off("0");
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  struct Case {
+    int M, N, K;
+    bool padded;
+  };
+  // Small M (swapped operands with B N x K), a long K (split-K), ragged tiles, and N or K not a multiple of
+  // 8 (TMA cannot stride such rows: copies with K and N rounded up to multiples of 8).
+  for (Case s : {Case{1, 200, 136, false}, Case{16, 64, 1024, false}, Case{136, 200, 200, false},
+                 Case{37, 100, 30, true}, Case{70, 33, 64, true}}) {
+    Problem p = make_problem(rng, s.M, s.N, s.K);
+    for (bool b_is_nk : {true, false}) {
+      INFO("M " << s.M << " N " << s.N << " K " << s.K << " B " << (b_is_nk ? "N x K" : "K x N"));
+      GemmChoice choice;
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { choice = gemm(a, b, c, s.M, s.N, s.K, b_is_nk); });
+      CHECK(choice.padded == s.padded);
+      {
+        GemmConfig first = gemm_candidates(gemm_detail::bucket_m(s.M), gemm_detail::bucket_nk((s.N + 7) / 8 * 8),
+                                           gemm_detail::bucket_nk((s.K + 7) / 8 * 8), b_is_nk, dev.multiprocessors())[0];
+        CHECK(choice.config.name() == first.name());
+        INFO(choice.config.name());
+        if (s.M == 1 && b_is_nk) CHECK(choice.config.swap_ab);
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm(): a buffer TMA cannot address (not 16-byte aligned) is copied first", "[async][gemm][cpu-only]") {
+  EnvAutotune off("0");
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::cpu();
+  Problem p = make_problem(rng, 24, 64, 64);
+  std::vector<bf16> storage(p.a.size() + 8);
+  std::copy(p.a.begin(), p.a.end(), storage.begin() + 1);  // 2 bytes past an aligned start
+  Buffer<bf16> a = dev.wrap(storage.data() + 1, p.a.size()), b = dev.upload(p.b_nk);
+  Buffer<bf16> c = dev.upload(std::vector<bf16>(size_t(p.M) * p.N, poison_value<bf16>()));
+  GemmChoice choice = gemm(a, b, c, p.M, p.N, p.K, true);
+  CHECK(choice.padded);
+  check_within<bf16>(c.download(), p.want, p.tol, "C");
+}
+
+TEST_CASE("gemm(): tunes a shape's bucket once, then reuses the winner", "[async][gemm][autotune]") {
+  unsetenv("WEFT_AUTOTUNE");
+  weft::test::ScratchCache cache;  // no winner from an earlier run: this one tunes
+  WEFT_SEEDED_RNG(rng);
+  // A shape of its own (M 24, bucket 32) so that this test's tuning is not found from an earlier run's cache.
+  const int M = 24, N = 72, K = 200 + 8 * int(rng() % 16);
+  Problem p = make_problem(rng, M, N, K);
+  GemmChoice first, second, same_bucket;
+  check_gemm(p, true, [&](auto& a, auto& b, auto& c) { first = gemm(a, b, c, M, N, K, true); });
+  check_gemm(p, true, [&](auto& a, auto& b, auto& c) { second = gemm(a, b, c, M, N, K, true); });
+  CHECK_FALSE(first.report.from_cache);
+  CHECK(first.report.tried + first.report.dropped == 8);
+  CHECK(first.report.tried >= 1);
+  CHECK(second.config.name() == first.config.name());
+  CHECK(first.report.winner == first.config.name());
+  // Another M of the same bucket: no new tuning (the Autotuner remembers the bucket's winner).
+  Problem q = make_problem(rng, 30, N, K);
+  check_gemm(q, true, [&](auto& a, auto& b, auto& c) { same_bucket = gemm(a, b, c, 30, N, K, true); });
+  CHECK(same_bucket.report.from_cache);
+  CHECK(same_bucket.config.name() == first.config.name());
+  CHECK(same_bucket.problem == first.problem);
+}
+
+TEST_CASE("gemm(): bad sizes are Errors at the caller's line", "[async][gemm][errors]") {
+  Device dev = Device::cpu();
+  Buffer<bf16> a = dev.alloc<bf16>(64 * 64), b = dev.alloc<bf16>(64 * 64), c = dev.alloc<bf16>(64 * 64);
+  int line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm(a, b, c, 64, 64, 32, true),
+                    Catch::Contains("gemm: A holds 4096 elements, the shapes need 2048") &&
+                        Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm(a, b, c, 0, 64, 64, true), Catch::Contains("at least 1") &&
+                                                     Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+}
+
+// ---- on the GPU: every candidate configuration of the sweep's kinds of shapes, then gemm() with tuning ----
+
+namespace {
+
+// C against a double-precision reference at `samples` random elements, and no element left unwritten.
+void check_sampled(const Problem& p, const std::vector<bf16>& c, std::mt19937_64& rng, int samples) {
+  size_t not_finite = 0;
+  for (bf16 v : c) not_finite += !std::isfinite(float(v));
+  CHECK(not_finite == 0);
+  int wrong = 0;
+  for (int t = 0; t < samples; ++t) {
+    size_t i = rng() % p.M, j = rng() % p.N;
+    double s = 0, mag = 0;
+    for (int k = 0; k < p.K; ++k) {
+      double x = double(float(p.a[i * p.K + k])) * double(float(p.b_nk[j * p.K + k]));
+      s += x;
+      mag += std::fabs(x);
+    }
+    double got = float(c[i * p.N + j]);
+    if (!(std::fabs(got - s) <= 0x1p-8 * std::fabs(s) + 1e-5 * mag + 1e-6) && ++wrong <= 5)
+      UNSCOPED_INFO("C[" << i << "][" << j << "] = " << got << ", want " << s);
+  }
+  CHECK(wrong == 0);
+}
+
+// A problem without the reference (computed at sampled elements instead).
+Problem make_inputs_only(std::mt19937_64& rng, int M, int N, int K) {
+  Problem p{M, N, K, generate<bf16>(rng, size_t(M) * K, uniform_real<bf16>(-1, 1)),
+            generate<bf16>(rng, size_t(N) * K, uniform_real<bf16>(-1, 1)), {}, {}, {}};
+  p.b_kn.resize(p.b_nk.size());
+  for (int j = 0; j < N; ++j)
+    for (int k = 0; k < K; ++k) p.b_kn[size_t(k) * N + j] = p.b_nk[size_t(j) * K + k];
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("GEMM on the GPU: every candidate configuration of small-M, long-K, ragged and square shapes", "[gemm][gpu]") {
+  Device dev = Device::current();
+  if (dev.kind() == BackendKind::cpu) {
+    WARN("SKIPPED: no GPU (WEFT_BACKEND / Device::current() is the CPU backend)");
+    return;
+  }
+  WEFT_SEEDED_RNG(rng);
+  struct Shape {
+    int M, N, K;
+  };
+  for (Shape s : {Shape{1, 4096, 4096}, Shape{16, 1024, 8192}, Shape{64, 4096, 4096}, Shape{256, 4096, 14336},
+                  Shape{1000, 1000, 1000}, Shape{4095, 4096, 4096}}) {  // (N, K multiples of 8: TMA's strides)
+    Problem p = make_inputs_only(rng, s.M, s.N, s.K);
+    Buffer<bf16> da = dev.upload(p.a), db_nk = dev.upload(p.b_nk), db_kn = dev.upload(p.b_kn);
+    for (bool b_is_nk : {true, false})
+      for (const GemmConfig& cfg : gemm_candidates(s.M, s.N, s.K, b_is_nk, dev.multiprocessors())) {
+        INFO(s.M << " x " << s.N << " x " << s.K << " B " << (b_is_nk ? "N x K" : "K x N") << " " << cfg.name());
+        Buffer<bf16> dc = dev.upload(std::vector<bf16>(size_t(s.M) * s.N, poison_value<bf16>()));
+        gemm_hopper_ws(da, b_is_nk ? db_nk : db_kn, dc, s.M, s.N, s.K, b_is_nk, cfg);
+        check_sampled(p, dc.download(), rng, 256);
+      }
+  }
+}
+
+TEST_CASE("gemm() on the GPU: tuned per shape, a second call reuses the winner, results checked", "[gemm][gpu][autotune]") {
+  Device dev = Device::current();
+  if (dev.kind() == BackendKind::cpu) {
+    WARN("SKIPPED: no GPU (WEFT_BACKEND / Device::current() is the CPU backend)");
+    return;
+  }
+  unsetenv("WEFT_AUTOTUNE");
+  weft::test::ScratchCache cache;
+  WEFT_SEEDED_RNG(rng);
+  struct Shape {
+    int M, N, K;
+  };
+  for (Shape s : {Shape{1, 14336, 4096}, Shape{64, 8192, 1024}, Shape{4096, 4096, 4096}, Shape{300, 1001, 517}}) {
+    Problem p = make_inputs_only(rng, s.M, s.N, s.K);
+    Buffer<bf16> da = dev.upload(p.a), db_nk = dev.upload(p.b_nk), db_kn = dev.upload(p.b_kn);
+    for (bool b_is_nk : {true, false}) {
+      INFO(s.M << " x " << s.N << " x " << s.K << " B " << (b_is_nk ? "N x K" : "K x N"));
+      Buffer<bf16> dc = dev.upload(std::vector<bf16>(size_t(s.M) * s.N, poison_value<bf16>()));
+      auto t0 = std::chrono::steady_clock::now();
+      GemmChoice first = gemm(da, b_is_nk ? db_nk : db_kn, dc, s.M, s.N, s.K, b_is_nk);
+      dev.synchronize();
+      double first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      INFO("config " << first.config.name() << (first.padded ? " (padded)" : "") << ", first call " << first_s << " s");
+      CHECK(first.padded == (s.N % 8 != 0 || s.K % 8 != 0));
+      // (How long tuning takes is measured by bench_gemm --tune, not asserted here.)
+      dc.upload(std::vector<bf16>(size_t(s.M) * s.N, poison_value<bf16>()));
+      GemmChoice second = gemm(da, b_is_nk ? db_nk : db_kn, dc, s.M, s.N, s.K, b_is_nk);
+      CHECK(second.config.name() == first.config.name());
+      check_sampled(p, dc.download(), rng, 256);
+    }
+  }
+}
