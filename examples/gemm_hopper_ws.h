@@ -343,12 +343,14 @@ struct GemmLaunch {
   weft::Buffer<weft::bf16> c_buffer;
   int M, N, K, m_pad, grid;
 
+  // Compiles what run() launches (Kernel::prepare: the same specialization, with the sizes' divisibility).
   void compile(const weft::Device& dev) const {
-    if (c) kernel->compile(dev, a, b, *c);
-    else {
-      kernel->compile(dev, a, b, *partial);
-      splitk_reduce_kernel().compile(dev);
+    if (c) {
+      kernel->prepare(dev, a, b, *c, M, N, K);
+      return;
     }
+    kernel->prepare(dev, a, b, *partial, M, N, K);
+    splitk_reduce_kernel().prepare(dev, work, c_buffer, M, N, m_pad, int(partial->shape()[0] / m_pad));
   }
   void run(const weft::Stream& stream, weft::SourceLoc loc) const {
     weft::Grid g(grid, 1, 1, loc);  // launch errors name the caller's line
