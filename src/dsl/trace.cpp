@@ -5,8 +5,7 @@
 #include <unordered_map>
 
 #include "ir/verifier.h"
-#include "passes/shared_memory_plan.h"
-#include "passes/task_plan.h"
+#include "passes/kernel_plans.h"
 #include "support/compile_timing.h"
 
 namespace weft {
@@ -269,9 +268,8 @@ std::shared_ptr<const ir::Function> trace_kernel(const std::string& name, const 
   }
   support::StageTimer timer(support::CompileStage::passes);
   ir::verify(*function);
-  // The plans are made again by each backend; here they report budget and placement errors at trace time.
-  passes::plan_tasks(*function, 1);
-  passes::plan_shared_memory(*function);
+  // Made once, here, so that budget and placement errors come at trace time; the backends lower by them.
+  function->plans = passes::make_kernel_plans(*function);
   return function;
 }
 

@@ -13,6 +13,10 @@
 
 #include "weft/detail/trace.h"
 
+namespace weft::passes {
+struct KernelPlans;  // passes/kernel_plans.h
+}
+
 namespace weft::ir {
 
 using detail::Attrs;
@@ -83,6 +87,9 @@ struct Function {
   std::vector<NodeRef> params;  // Param nodes, in order (Const parameters are not here)
   Region body;
   SourceLoc loc;  // where the Kernel was declared
+  // The tasks' and shared memory's plans, made once after tracing (passes/kernel_plans.h) so that the
+  // backends do not plan again; null for a Function built by hand. Not part of the IR's text.
+  std::shared_ptr<const passes::KernelPlans> plans;
 };
 
 }  // namespace weft::ir

@@ -25,8 +25,7 @@
 #include "codegen/llvm_builders.h"
 #include "passes/pointer_roots.h"
 #include "passes/shared_layouts.h"
-#include "passes/shared_memory_plan.h"
-#include "passes/task_plan.h"
+#include "passes/kernel_plans.h"
 
 namespace weft::codegen::cpu {
 namespace {
@@ -72,11 +71,11 @@ bool uses_block_ops(const ir::Region& r) {
 }
 
 // The runtime's view of the kernel's shared memory and tasks, from the plans the GPU lowering uses too.
-std::shared_ptr<BlockPlan> make_block_plan(const ir::Function& f, int default_warps,
+std::shared_ptr<BlockPlan> make_block_plan(const ir::Function& f, const passes::KernelPlans& plans, int default_warps,
                                            std::unordered_map<const ir::Node*, int32_t>& alloc_index) {
   auto plan = std::make_shared<BlockPlan>();
   plan->kernel = f.name;
-  passes::SharedMemoryPlan memory = passes::plan_shared_memory(f);
+  const passes::SharedMemoryPlan& memory = plans.memory;
   plan->shared_bytes = memory.bytes;
   for (const passes::SharedAllocation& a : memory.allocations) {
     const ir::Node& n = *a.node;
@@ -91,7 +90,7 @@ std::shared_ptr<BlockPlan> make_block_plan(const ir::Function& f, int default_wa
       plan->barriers.back().per_thread = n.attrs.ints.size() > 2 && n.attrs.ints[2] == 1;
     }
   }
-  for (const passes::TaskSlot& s : passes::plan_tasks(f, default_warps).slots)
+  for (const passes::TaskSlot& s : plans.tasks_for(default_warps).slots)
     plan->tasks.push_back({s.name, s.warps, s.replicas});
   return plan;
 }
@@ -104,8 +103,8 @@ class Lowering {
     for (const NodeRef& p : f.params)
       if (p->type.is_value() && p->type.dtype.pointer) pointer_slots_.push_back(static_cast<int32_t>(p->attrs.ints.at(0)));
     if (uses_block_ops(f.body)) {
-      block_ = make_block_plan(f, default_warps, alloc_index_);
-      layouts_ = passes::assign_shared_layouts(f);
+      plans_ = passes::kernel_plans(f);
+      block_ = make_block_plan(f, *plans_, default_warps, alloc_index_);
     }
     mod_ = std::make_unique<llvm::Module>(symbol, c);
     ptr_ = llvm::PointerType::get(c, 0);
@@ -666,12 +665,12 @@ class Lowering {
   // The panel width of a view's buffer when the view spans several panels, else 0.
   int64_t panel_of(const NodeRef& view) {
     const ir::Shape& stored = view->op == Op::LocalTrans ? view->operands[0]->type.shape : view->type.shape;
-    int64_t P = layouts_.panel_of(passes::root_allocation(view.get()));
+    int64_t P = plans_->memory.of(passes::root_allocation(view.get())).panel;
     return stored.size() == 2 && P && P < stored[1] ? P : 0;
   }
   void local_cols(const NodeRef& n) {
     const NodeRef& view = n->operands[0];
-    int64_t P = layouts_.panel_of(passes::root_allocation(n.get())), first = n->attrs.ints[0];
+    int64_t P = plans_->memory.of(passes::root_allocation(n.get())).panel, first = n->attrs.ints[0];
     int64_t rows = view->type.shape[0], eb = n->type.dtype.bytes();
     int64_t bytes = P ? first / P * rows * P * eb : first * eb;
     vals_[n.get()] = {Val::Kind::Scalar, b_.CreateConstInBoundsGEP1_64(i8_, val(view).v, bytes)};
@@ -836,7 +835,7 @@ class Lowering {
   std::unordered_map<const ir::Node*, Val> vals_;
   std::unordered_map<const ir::Node*, Value*> vars_;
   std::shared_ptr<BlockPlan> block_;                         // null without block ops
-  passes::SharedLayouts layouts_;                             // the buffers' column panels
+  std::shared_ptr<const passes::KernelPlans> plans_;         // shared memory (with the buffers' column panels), tasks
   std::unordered_map<const ir::Node*, int32_t> alloc_index_;  // LocalAlloc/AllocBarriers -> BlockPlan index
 };
 

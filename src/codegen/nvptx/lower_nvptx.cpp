@@ -16,7 +16,7 @@ namespace weft::codegen::nvptx::detail {
 Lowering::Lowering(const ir::Function& f, llvm::LLVMContext& c, int num_warps, const ClusterDims& cluster,
                    const std::string& symbol, const passes::WaitSites* debug_waits)
     : f_(f), c_(c), b_(c), ops_(b_, MathTarget::Nvptx, kGlobal), ptx_(b_), patterns_(f),
-      tasks_(passes::plan_tasks(f, num_warps)), allocations_(passes::plan_shared_memory(f)),
+      plans_(passes::kernel_plans(f)), tasks_(plans_->tasks_for(num_warps)), allocations_(plans_->memory),
       threads_(tasks_.threads()), wait_sites_(debug_waits), cluster_(cluster) {
   mod_ = std::make_unique<llvm::Module>(symbol, c);
   // Numbers and pointers travel as 64-bit slots; a TMA descriptor arrives by value (128 bytes, a

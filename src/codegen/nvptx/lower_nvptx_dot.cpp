@@ -67,11 +67,13 @@ void Lowering::dot_wgmma(const NodeRef& n) {
   Value* b_base = b_.CreateAdd(scratch_, i32c(b_at));
   for (int64_t block = 0; block < M / 64; ++block) {
     std::vector<Value*> acc_block(acc.v.begin() + block * N / 2, acc.v.begin() + (block + 1) * N / 2);
+    std::vector<PtxInstructions::WgmmaStep> chain;
     for (int64_t k = 0; k < K / 16; ++k) {
       Value* a_desc = wgmma_descriptor_fields(b_.CreateAdd(a_base, i32c(block * 8 * sbo + k * 256)), 128, sbo, 0);
       Value* b_desc = wgmma_descriptor_fields(b_.CreateAdd(b_base, i32c(k * 256)), 128, sbo, 0);
-      acc_block = ptx_.wgmma({d.scalar, d.scalar}, static_cast<int>(N), a_desc, b_desc, acc_block, false);
+      chain.push_back({{a_desc}, b_desc, true});
     }
+    acc_block = ptx_.wgmma({d.scalar, d.scalar}, static_cast<int>(N), chain, acc_block, false);
     out.v.insert(out.v.end(), acc_block.begin(), acc_block.end());
   }
   ptx_.wgmma_commit_group();
@@ -255,12 +257,14 @@ void Lowering::async_dot(const NodeRef& n) {
   Regs out = empty_regs(Layout::Acc, n->type.shape);
   for (int64_t block = 0; block < M / 64; ++block) {
     std::vector<Value*> d(acc.v.begin() + block * N / 2, acc.v.begin() + (block + 1) * N / 2);
+    std::vector<PtxInstructions::WgmmaStep> chain;  // one asm statement for the block's K steps
     for (int64_t k = 0; k < K / KS; ++k) {
       const Step& st = steps[static_cast<size_t>(block * (K / KS) + k)];
-      bool accumulate = k > 0 || !from_zero;
-      d = a_registers ? ptx_.wgmma_a_registers(types, static_cast<int>(N), st.fragment, st.b_desc, d, b_n_major, accumulate)
-                      : ptx_.wgmma(types, static_cast<int>(N), st.a_desc, st.b_desc, d, b_n_major, accumulate);
+      std::vector<Value*> a = a_registers ? std::vector<Value*>(st.fragment.begin(), st.fragment.end())
+                                          : std::vector<Value*>{st.a_desc};
+      chain.push_back({std::move(a), st.b_desc, k > 0 || !from_zero});
     }
+    d = ptx_.wgmma(types, static_cast<int>(N), chain, d, b_n_major);
     out.v.insert(out.v.end(), d.begin(), d.end());
   }
   ptx_.wgmma_commit_group();

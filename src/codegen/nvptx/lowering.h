@@ -41,6 +41,7 @@
 #include "codegen/nvptx/lower_nvptx.h"
 #include "codegen/nvptx/ptx_instructions.h"
 #include "passes/access_patterns.h"
+#include "passes/kernel_plans.h"
 #include "passes/shared_memory_plan.h"
 #include "passes/task_plan.h"
 
@@ -254,8 +255,9 @@ class Lowering {
   ElementOps ops_;
   PtxInstructions ptx_;
   passes::AccessPatterns patterns_;
+  std::shared_ptr<const passes::KernelPlans> plans_;  // made after tracing (passes/kernel_plans.h)
   passes::TaskPlan tasks_;
-  passes::SharedMemoryPlan allocations_;
+  const passes::SharedMemoryPlan& allocations_;  // plans_->memory
   int64_t threads_;  // of the current group
   const passes::WaitSites* wait_sites_;        // debug mode only
   std::unique_ptr<DebugWaits> debug_waits_;    // debug mode only

@@ -282,30 +282,39 @@ static const char* wgmma_type_name(ScalarType s) {
   }
 }
 
-// One wgmma.mma_async.sync.aligned.m64n{n}k{16|32} with the accumulator's registers tied in and out. `a` is
-// A's shared-memory descriptor (one i64) or its four fragment registers (i32 each).
-std::vector<llvm::Value*> PtxInstructions::wgmma_instruction(WgmmaTypes types, int n, const std::vector<llvm::Value*>& a,
-                                                             llvm::Value* b_desc, const std::vector<llvm::Value*>& acc,
-                                                             bool trans_b, bool accumulate) {
+std::vector<llvm::Value*> PtxInstructions::wgmma(WgmmaTypes types, int n, const std::vector<WgmmaStep>& steps,
+                                                 const std::vector<llvm::Value*>& acc, bool trans_b) {
   size_t k = acc.size();  // n / 2 registers
-  bool a_registers = a.size() == 4;
-  if (types.fp8() && trans_b) throw InternalError("wgmma: fp8 operands have no transposed form");
-  auto arg = [&](size_t i) { return "$" + std::to_string(k + i); };
+  std::vector<llvm::Value*> args;
+  std::string constraints = float_outputs(k);
+  auto operand = [&](llvm::Value* v, const char* constraint) {
+    args.push_back(v);
+    constraints += std::string(",") + constraint;
+    return "$" + std::to_string(k + args.size() - 1);
+  };
   std::string outs;
   for (size_t i = 0; i < k; ++i) outs += (i ? ",$" : "$") + std::to_string(i);
-  std::string a_text = a_registers ? "{" + arg(0) + ", " + arg(1) + ", " + arg(2) + ", " + arg(3) + "}" : arg(0);
-  // Operands: A, b_desc, then scale-d (1: accumulate) as the predicate p, imm-scale-a, imm-scale-b; for
-  // 16-bit types imm-trans-a (only with A in shared memory) and imm-trans-b.
-  std::string transposes = types.fp8() ? "" : std::string(", ") + (a_registers ? "" : "0, ") + (trans_b ? "1" : "0");
-  std::string text = "{ .reg .pred p; setp.ne.b32 p, " + arg(a.size() + 1) + ", 0; wgmma.mma_async.sync.aligned.m64n" +
-                     std::to_string(n) + "k" + std::to_string(types.k()) + ".f32." + wgmma_type_name(types.a) + "." +
-                     wgmma_type_name(types.b) + " {" + outs + "}, " + a_text + ", " + arg(a.size()) + ", p, 1, 1" +
-                     transposes + "; }";
-  std::string constraints = float_outputs(k) + (a_registers ? ",r,r,r,r" : ",l") + ",l,r" + tied_inputs(k);
-  std::vector<llvm::Value*> args(a);
-  args.push_back(b_desc);
-  args.push_back(b_.getInt32(accumulate ? 1 : 0));
-  if (accumulate)
+  if (types.fp8() && trans_b) throw InternalError("wgmma: fp8 operands have no transposed form");
+  const std::string type = std::string(wgmma_type_name(types.a)) + "." + wgmma_type_name(types.b);
+  std::string scale_d[2];  // the operand holding 0 or 1, for the steps' setp: one register each, shared
+  std::string text;
+  for (const WgmmaStep& s : steps) {
+    bool a_registers = s.a.size() == 4;
+    std::string a_text = a_registers ? "{" + operand(s.a[0], "r") + ", " + operand(s.a[1], "r") + ", " +
+                                           operand(s.a[2], "r") + ", " + operand(s.a[3], "r") + "}"
+                                     : operand(s.a.at(0), "l");
+    std::string b_text = operand(s.b_desc, "l");
+    std::string& flag = scale_d[s.accumulate];
+    if (flag.empty()) flag = operand(b_.getInt32(s.accumulate ? 1 : 0), "r");
+    // Operands: A, b_desc, then scale-d as the predicate p, imm-scale-a, imm-scale-b; for 16-bit types
+    // imm-trans-a (only with A in shared memory) and imm-trans-b.
+    std::string transposes = types.fp8() ? "" : std::string(", ") + (a_registers ? "" : "0, ") + (trans_b ? "1" : "0");
+    text += (text.empty() ? "" : "\n\t") + std::string("{ .reg .pred p; setp.ne.b32 p, ") + flag +
+            ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k" + std::to_string(types.k()) + ".f32." +
+            type + " {" + outs + "}, " + a_text + ", " + b_text + ", p, 1, 1" + transposes + "; }";
+  }
+  constraints += tied_inputs(k);
+  if (!steps.empty() && steps.front().accumulate)
     args.insert(args.end(), acc.begin(), acc.end());
   else  // not read: no registers to fill
     args.insert(args.end(), k, llvm::PoisonValue::get(b_.getFloatTy()));
@@ -314,17 +323,6 @@ std::vector<llvm::Value*> PtxInstructions::wgmma_instruction(WgmmaTypes types, i
   std::vector<llvm::Value*> out;
   for (size_t i = 0; i < k; ++i) out.push_back(b_.CreateExtractValue(d, static_cast<unsigned>(i)));
   return out;
-}
-
-std::vector<llvm::Value*> PtxInstructions::wgmma(WgmmaTypes types, int n, llvm::Value* a_desc, llvm::Value* b_desc,
-                                                 const std::vector<llvm::Value*>& acc, bool trans_b, bool accumulate) {
-  return wgmma_instruction(types, n, {a_desc}, b_desc, acc, trans_b, accumulate);
-}
-
-std::vector<llvm::Value*> PtxInstructions::wgmma_a_registers(WgmmaTypes types, int n, const std::array<llvm::Value*, 4>& a,
-                                                             llvm::Value* b_desc, const std::vector<llvm::Value*>& acc,
-                                                             bool trans_b, bool accumulate) {
-  return wgmma_instruction(types, n, {a[0], a[1], a[2], a[3]}, b_desc, acc, trans_b, accumulate);
 }
 
 std::vector<llvm::Value*> PtxInstructions::fence_registers(const std::vector<llvm::Value*>& values) {

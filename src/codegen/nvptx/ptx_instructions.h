@@ -108,18 +108,26 @@ class PtxInstructions {
   void wgmma_fence();                        // wgmma.fence.sync.aligned
   void wgmma_commit_group();                 // wgmma.commit_group.sync.aligned
   void wgmma_wait_group(int pending);        // wgmma.wait_group.sync.aligned pending
-  // wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16,f16}.{bf16,f16} {acc}, a_desc, b_desc, 1, 1, 1, 0, trans_b:
-  // acc (n / 2 f32 registers per thread) += A (64 x 16, from its shared-memory descriptor) * B (16 x n).
-  // fp8 operands (types {f8e4m3|f8e5m2} x {f8e4m3|f8e5m2}): wgmma.mma_async.sync.aligned.m64n{n}k32.f32.
-  // {e4m3,e5m2}.{e4m3,e5m2} {acc}, a_desc, b_desc, 1, 1, 1: 32 of K, no transposes (trans_b must be false).
-  // `accumulate` false: scale-d = 0, D = A * B (acc's registers are not read: pass poison).
-  std::vector<llvm::Value*> wgmma(WgmmaTypes types, int n, llvm::Value* a_desc, llvm::Value* b_desc,
-                                  const std::vector<llvm::Value*>& acc, bool trans_b, bool accumulate = true);
-  // The same with A from registers: four b32 registers of two 16-bit elements each (the A fragment of
-  // m64nNk16): wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16,f16}.{bf16,f16} {acc}, {a}, b_desc, 1, 1, 1, trans_b.
-  std::vector<llvm::Value*> wgmma_a_registers(WgmmaTypes types, int n, const std::array<llvm::Value*, 4>& a,
-                                              llvm::Value* b_desc, const std::vector<llvm::Value*>& acc, bool trans_b,
-                                              bool accumulate = true);
+  // One step of a wgmma chain: A as its shared-memory descriptor (one i64) or as its four b32 fragment
+  // registers (two 16-bit elements each: the A fragment of m64nNk16), B's descriptor, and whether the step
+  // adds to the accumulator (scale-d = 1) or overwrites it (scale-d = 0: D = A * B).
+  struct WgmmaStep {
+    std::vector<llvm::Value*> a;
+    llvm::Value* b_desc = nullptr;
+    bool accumulate = true;
+  };
+  // For each step in order, on one accumulator (n / 2 f32 registers per thread), with A (64 x 16) and B
+  // (16 x n):
+  //   { .reg .pred p; setp.ne.b32 p, scale_d, 0;
+  //     wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16,f16}.{bf16,f16} {acc}, a_desc, b_desc, p, 1, 1, 0, trans_b; }
+  // ({a0, a1, a2, a3} and no imm-trans-a for A in registers). fp8 operands (types {f8e4m3|f8e5m2} x
+  // {f8e4m3|f8e5m2}, A in shared memory): m64n{n}k32.f32.{e4m3,e5m2}.{e4m3,e5m2}, 32 of K per step and no
+  // transpose operands (trans_b must be false). All steps are one inline asm statement with the
+  // accumulator tied in and out once: the instructions issue back to back, and the code generator handles
+  // n / 2 accumulator operands per chain rather than per instruction (its cost grows with those). When the
+  // first step does not accumulate, acc's registers are not read (pass poison).
+  std::vector<llvm::Value*> wgmma(WgmmaTypes types, int n, const std::vector<WgmmaStep>& steps,
+                                  const std::vector<llvm::Value*>& acc, bool trans_b);
   // Keeps the compiler from moving uses of `values` across a wgmma wait: an empty asm that "writes" them.
   std::vector<llvm::Value*> fence_registers(const std::vector<llvm::Value*>& values);
   // shfl.sync.bfly.b32 across the full warp (values of 64 bits take two shuffles).
@@ -130,8 +138,6 @@ class PtxInstructions {
                                            const std::array<llvm::Value*, 2>& b, const std::array<llvm::Value*, 4>& c);
 
  private:
-  std::vector<llvm::Value*> wgmma_instruction(WgmmaTypes types, int n, const std::vector<llvm::Value*>& a, llvm::Value* b_desc,
-                                              const std::vector<llvm::Value*>& acc, bool trans_b, bool accumulate);
   llvm::IRBuilder<>& b_;
 };
 

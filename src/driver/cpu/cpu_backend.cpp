@@ -85,13 +85,19 @@ class CpuBackend final : public Backend {
 
   // The CPU backend accepts exactly the kernels the GPU target accepts: each kernel is first lowered for it
   // (WEFT_TARGET, else sm_90a) and what that lowering rejects -- shared memory including the scratch weft adds
-  // per task, registers, barrier ids, task placement -- is rejected here with the same Error.
+  // per task, registers, barrier ids, task placement -- is rejected here with the same Error. The JIT runs
+  // that check only when it compiles: an object in the compile cache was stored after the check passed for
+  // the same IR, warps, cluster shape and target.
   std::shared_ptr<CompiledKernel> compile(const ir::Function& f, const KernelOptions& options) override {
-    const std::string& target = support::knobs().target;
-    codegen::nvptx::plan_for_target(f, options, {target.starts_with("sm_") ? target : "sm_90a", "+ptx85"});
+    const std::string& knob = support::knobs().target;
+    const codegen::nvptx::PtxTarget target{knob.starts_with("sm_") ? knob : "sm_90a", "+ptx85"};
+    driver::cpu::JitCheck gpu_check{
+        fmt::format("accepted by {} {} in clusters of {} {} {}", target.arch, target.features, options.cluster.x,
+                    options.cluster.y, options.cluster.z),
+        [&] { codegen::nvptx::plan_for_target(f, options, target); }};
     auto k = std::make_shared<CpuKernel>();
     k->name = f.name;
-    k->code = driver::cpu::jit_compile(f, options.num_warps, checks_bounds(options));
+    k->code = driver::cpu::jit_compile(f, options.num_warps, checks_bounds(options), gpu_check);
     k->cluster = options.cluster;
     return k;
   }

@@ -163,28 +163,38 @@ class HostJit {
       throw InternalError("CPU JIT: cannot define the block runtime's symbols: " + to_string(std::move(err)));
   }
 
-  JitKernel compile(const ir::Function& f, int default_warps, bool check_bounds) {
+  JitKernel compile(const ir::Function& f, int default_warps, bool check_bounds, const JitCheck& check) {
     // Each kernel links into a JITDylib of its own, so one symbol name serves every kernel, and an object
     // compiled by another process links here unchanged.
     const std::string symbol = fmt::format("weft_{}", f.name);
+    const support::Knobs& knobs = support::knobs();
+    const bool dumping = knobs.dumps("llvm") || knobs.dumps("llvm-opt");
+    const std::string key = cache_key(f, default_warps, symbol, check_bounds, check.key);
+    // An entry is stored only after the check passed for its key: a hit skips the check.
+    std::optional<std::string> entry = dumping ? std::nullopt : cache::load(key);
+    bool checked = false;
+    auto run_check = [&] {
+      if (checked || !check.run) return;
+      support::StageTimer timer(support::CompileStage::passes);
+      check.run();
+      checked = true;
+    };
+    if (!entry) run_check();
     auto context = std::make_unique<llvm::LLVMContext>();
     std::optional<support::StageTimer> stage(std::in_place, support::CompileStage::llvm_ir);
     codegen::cpu::CpuModule lowered = codegen::cpu::lower_to_cpu(f, *context, symbol, default_warps, check_bounds);
     llvm::Module& m = *lowered.module;
     m.setDataLayout(jit_->getDataLayout());
     m.setTargetTriple(target_machine_->getTargetTriple());
-    if (support::knobs().dumps("llvm")) support::dump("llvm", f.name, "ll", print_module(m));
+    if (knobs.dumps("llvm")) support::dump("llvm", f.name, "ll", print_module(m));
     stage.reset();
 
-    const support::Knobs& knobs = support::knobs();
-    const bool dumping = knobs.dumps("llvm") || knobs.dumps("llvm-opt");
-    const std::string key = cache_key(f, default_warps, symbol, check_bounds);
-    if (!dumping)
-      if (std::optional<std::string> entry = cache::load(key))
-        if (std::optional<JitKernel> k = link(f, symbol, object_of(*entry, lowered.frame_bytes), lowered)) {
-          ++loaded_from_cache_;
-          return *k;
-        }
+    if (entry)
+      if (std::optional<JitKernel> k = link(f, symbol, object_of(*entry, lowered.frame_bytes), lowered)) {
+        ++loaded_from_cache_;
+        return *k;
+      }
+    run_check();  // an entry that does not link is compiled afresh, checked as any other
     std::string object = compile_object(m, f.name);
     ++compiled_;
     std::optional<JitKernel> k = link(f, symbol, object, lowered);
@@ -201,9 +211,11 @@ class HostJit {
   // Everything that decides the object: the IR (with the divisibility the specialization assumes), the
   // warps of the implicit task, the symbol, the host CPU and its features, the optimization level, LLVM
   // and weft itself (whose lowering and block runtime ABI change with its build).
-  std::string cache_key(const ir::Function& f, int default_warps, const std::string& symbol, bool check_bounds) const {
+  std::string cache_key(const ir::Function& f, int default_warps, const std::string& symbol, bool check_bounds,
+                        const std::string& check) const {
     return cache::KeyBuilder()
-        .add("cpu object 1")
+        .add("cpu object 2")
+        .add(check)
         .add(ir::print(f))
         .add(default_warps)
         .add(check_bounds ? "bounds checked" : "unchecked")
@@ -294,8 +306,8 @@ HostJit& host_jit() {
 
 }  // namespace
 
-JitKernel jit_compile(const ir::Function& f, int default_warps, bool check_bounds) {
-  return host_jit().compile(f, default_warps, check_bounds);
+JitKernel jit_compile(const ir::Function& f, int default_warps, bool check_bounds, const JitCheck& check) {
+  return host_jit().compile(f, default_warps, check_bounds, check);
 }
 
 JitStats jit_stats() { return host_jit().stats(); }

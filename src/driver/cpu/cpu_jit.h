@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "codegen/cpu/cpu_abi.h"
 #include "ir/node.h"
@@ -24,7 +26,15 @@ struct JitKernel {
 // (codegen/cpu/cpu_abi.h, LaunchChecks). The object code goes through the compile cache (src/cache), keyed
 // on the IR, `default_warps`, the bounds checks, the host CPU and its features, LLVM's version and weft's
 // build; WEFT_DUMP=llvm or llvm-opt compiles afresh so that there is something to dump.
-JitKernel jit_compile(const ir::Function& f, int default_warps, bool check_bounds);
+//
+// `check`: what must hold before the kernel is compiled (the CPU backend's: the GPU target accepts it), run
+// unless the object comes from the cache; `check.key` names everything the check depends on besides `f`
+// and `default_warps` and goes into the cache key, so that an entry exists only where the check passed.
+struct JitCheck {
+  std::string key;
+  std::function<void()> run;
+};
+JitKernel jit_compile(const ir::Function& f, int default_warps, bool check_bounds, const JitCheck& check = {});
 
 // What the JIT has done in this process: kernels compiled by LLVM, kernels whose object came from the
 // compile cache, kernels whose code is still loaded, and the bytes of code and data the JIT holds for them.
