@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../examples/gemm_fp8.h"
+#include "bench_data.h"
 #include "cublaslt.h"
 #include "gpu_timing.h"
 
@@ -80,46 +81,11 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-struct Rng {  // splitmix64
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  float uniform_pm1() { return float(next() >> 40) * (2.0f / float(1 << 24)) - 1.0f; }
-};
-
-std::vector<f8e4m3> random_e4m3(size_t n, uint64_t seed) {
-  Rng rng{seed};
-  std::vector<f8e4m3> v(n);
-  for (f8e4m3& x : v) x = f8e4m3(rng.uniform_pm1());
-  return v;
-}
-
-template <class T> CUdeviceptr device_ptr(const Buffer<T>& b) { return reinterpret_cast<CUdeviceptr>(b.data()); }
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double rel_frobenius(const std::vector<bf16>& x, const std::vector<bf16>& ref) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    double a = float(x[i]), r = float(ref[i]);
-    if (!std::isfinite(a)) return NAN;
-    diff += (a - r) * (a - r);
-    norm += r * r;
-  }
-  return std::sqrt(diff / norm);
-}
-
-size_t count_not_finite(const std::vector<bf16>& x) {
-  size_t n = 0;
-  for (bf16 v : x) n += !std::isfinite(float(v));
-  return n;
-}
+using bench::count_not_finite;
+using bench::Rng;
+using bench::device_ptr;
+using bench::rel_frobenius;
+using bench::seconds_since;
 
 struct Inputs {
   std::vector<Buffer<f8e4m3>> a, b;  // A [M, K], B [N, K]
@@ -131,7 +97,8 @@ Inputs make_inputs(Device& dev, int M, int N, int K) {
   size_t sets = 1 + (2 * kL2Bytes + set_bytes - 1) / set_bytes;
   Inputs in;
   for (size_t s = 0; s < sets; ++s) {
-    std::vector<f8e4m3> a = random_e4m3(size_t(M) * K, 2 * s + 1), b = random_e4m3(size_t(N) * K, 2 * s + 2);
+    std::vector<f8e4m3> a = bench::random_values<f8e4m3>(size_t(M) * K, 2 * s + 1);
+    std::vector<f8e4m3> b = bench::random_values<f8e4m3>(size_t(N) * K, 2 * s + 2);
     in.a.push_back(dev.upload(a));
     in.b.push_back(dev.upload(b));
     if (s == 0) {
