@@ -51,7 +51,7 @@ size_t count_of(const std::string& text, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("alloc_warp_barriers: every thread of two producer replicas arrives; the consumer sees both stages",
+TEST_CASE("alloc_warp_barriers: every thread of two producer replicas arrives and the consumer sees both stages",
           "[async][warp_barriers]") {
   check_warp_barrier(Device::current());
 }
