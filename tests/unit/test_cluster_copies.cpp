@@ -303,7 +303,7 @@ TEST_CASE("TMA copies with L2 eviction hints and prefetches move the same values
   CHECK(got == want);
 }
 
-TEST_CASE("eviction hints become createpolicy and .L2::cache_hint; prefetches their PTX", "[async][cache_hints][ptx]") {
+TEST_CASE("eviction hints become createpolicy and .L2::cache_hint and prefetches their PTX", "[async][cache_hints][ptx]") {
   std::vector<float> host(size_t(4) * kTile, 1.0f);
   Buffer<float> buf = Device::cpu().upload(host);
   std::string ptx = hinted_copy().ptx(tma(buf, {4 * R, C}, {R, C}), tma(buf, {4 * R, C}, {R, C}));
@@ -350,7 +350,7 @@ TEST_CASE("TMA hints and prefetch: the errors at the user's line", "[async][cach
   }
 }
 
-TEST_CASE("async_load with L2 eviction hints copies the same values; cp.async takes .L2::cache_hint",
+TEST_CASE("async_load with L2 eviction hints copies the same values and cp.async takes .L2::cache_hint",
           "[async][cache_hints]") {
   WEFT_SEEDED_RNG(rng);
   constexpr int rows = 16, cols = 64, n = rows * cols;  // 8 floats per thread of 4 warps: 16-byte cp.async

@@ -529,7 +529,7 @@ TEST_CASE("an empty Buffer or a null pointer given to a launch is an Error namin
   }
 }
 
-TEST_CASE("an empty Buffer uploads and downloads nothing; a non-empty vector into it is an Error", "[errors]") {
+TEST_CASE("an empty Buffer uploads and downloads nothing and a non-empty vector into it is an Error", "[errors]") {
   Buffer<float> none;
   none.upload({});  // nothing to copy, no memory touched
   CHECK(none.download().empty());

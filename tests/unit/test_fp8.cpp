@@ -286,7 +286,7 @@ TEST_CASE("casts to fp8 from f16 bf16 f64 and integers round once", "[ops][fp8][
   run.operator()<bf16, f8e5m2>(b, "bf16 -> f8e5m2");
 }
 
-TEST_CASE("fp8 tiles compute in f32 and round after every op; literals and arguments round once", "[ops][fp8]") {
+TEST_CASE("fp8 tiles compute in f32 and round after every op and literals and arguments round once", "[ops][fp8]") {
   WEFT_SEEDED_RNG(rng);
   std::vector<uint8_t> xa(128), xb(128);
   for (auto& c : xa) c = static_cast<uint8_t>(rng() % 0x7e);  // finite e4m3 codes (b: both signs)
