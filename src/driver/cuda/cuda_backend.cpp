@@ -435,9 +435,10 @@ int cuda_device_count() {
 
 // One backend per device, made at its first use and kept (with the reason when it could not be made).
 Backend* cuda_backend_for(int ordinal, std::string* why_not) {
-  static std::mutex mutex;
-  static std::map<int, Creation>* backends = new std::map<int, Creation>;  // never destroyed (see above)
-  std::lock_guard<std::mutex> lock(mutex);
+  // Never destroyed (see above), the lock neither: Buffers freed by static destructors may still ask.
+  static std::mutex* mutex = new std::mutex;
+  static std::map<int, Creation>* backends = new std::map<int, Creation>;
+  std::lock_guard<std::mutex> lock(*mutex);
   auto it = backends->find(ordinal);
   if (it == backends->end()) it = backends->emplace(ordinal, create_cuda_backend(ordinal)).first;
   if (!it->second.backend && why_not) *why_not = it->second.why_not;
