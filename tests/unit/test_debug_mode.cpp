@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,33 @@ std::string find_ptxas() {
   return std::filesystem::exists("/usr/local/cuda/bin/ptxas") ? "/usr/local/cuda/bin/ptxas" : "";
 }
 
+// ptxas accepts `ptx` for sm_90a (skipped, saying so, where there is no ptxas).
+void check_ptxas_accepts(const std::string& ptx, const std::string& stem) {
+  std::string ptxas = find_ptxas();
+  if (ptxas.empty()) {
+    WARN("SKIPPED the ptxas check: no ptxas on PATH or at /usr/local/cuda/bin/ptxas");
+    return;
+  }
+  auto file = std::filesystem::temp_directory_path() / (stem + ".ptx");
+  std::ofstream(file) << ptx;
+  std::string command = ptxas + " -arch=sm_90a " + file.string() + " -o /dev/null 2>&1";
+  CHECK(std::system(command.c_str()) == 0);
+  std::filesystem::remove(file);
+}
+
+// The CUDA device, or nullopt with the reason printed where there is none (the case then ends).
+std::optional<Device> gpu_or_skip() {
+  std::string why_not;
+  if (!driver::cuda::cuda_available(&why_not)) {
+    WARN("SKIPPED on the GPU: " << why_not);
+    return std::nullopt;
+  }
+  detail::Backend* backend = detail::cuda_backend_or_null(&why_not);
+  INFO(why_not);
+  REQUIRE(backend != nullptr);
+  return Device::from_backend(*backend);
+}
+
 }  // namespace
 
 TEST_CASE("debug mode: mbarrier waits time out by %globaltimer then record and trap", "[async][debug]") {
@@ -101,16 +129,7 @@ TEST_CASE("debug mode: mbarrier waits time out by %globaltimer then record and t
   CHECK(count(ptx, "trap;") == 1);
   CHECK_THAT(ptx, Contains("exit;"));
 
-  std::string ptxas = find_ptxas();
-  if (ptxas.empty()) {
-    WARN("SKIPPED the ptxas check: no ptxas on PATH or at /usr/local/cuda/bin/ptxas");
-    return;
-  }
-  auto file = std::filesystem::temp_directory_path() / "weft-test-debug-mode.ptx";
-  std::ofstream(file) << ptx;
-  std::string command = ptxas + " -arch=sm_90a " + file.string() + " -o /dev/null 2>&1";
-  CHECK(std::system(command.c_str()) == 0);
-  std::filesystem::remove(file);
+  check_ptxas_accepts(ptx, "weft-test-debug-mode");
 }
 
 TEST_CASE("debug mode: a debug kernel's PTX goes through WEFT_CHECK_PTX like any other", "[async][debug]") {
@@ -193,30 +212,16 @@ TEST_CASE("debug mode: a kernel whose waits complete runs as without it", "[gpu]
     CHECK(out.download() == expected);
   };
   run_on(Device::cpu());
-  std::string why_not;
-  if (!driver::cuda::cuda_available(&why_not)) {
-    WARN("SKIPPED on the GPU: " << why_not);
-    return;
-  }
-  detail::Backend* backend = detail::cuda_backend_or_null(&why_not);
-  INFO(why_not);
-  REQUIRE(backend != nullptr);
-  run_on(Device::from_backend(*backend));
+  if (std::optional<Device> gpu = gpu_or_skip()) run_on(*gpu);
 }
 
 // Traps on purpose: the CUDA context of this process is unusable afterwards. ctest runs each case in its
 // own process; run it alone (or last) when running the binary by hand.
 TEST_CASE("debug mode: a deadlock on the GPU throws an Error naming who waited where instead of hanging",
           "[gpu][debug]") {
-  std::string why_not;
-  if (!driver::cuda::cuda_available(&why_not)) {
-    WARN("SKIPPED: " << why_not);
-    return;
-  }
-  detail::Backend* backend = detail::cuda_backend_or_null(&why_not);
-  INFO(why_not);
-  REQUIRE(backend != nullptr);
-  Device gpu = Device::from_backend(*backend);
+  std::optional<Device> found = gpu_or_skip();
+  if (!found) return;
+  Device gpu = *found;
   Lines lines;
   Kernel k("stuck_consumer", [&](Ptr<float> out) { stuck_consumer_body(out, lines); },
            KernelOptions{.num_warps = 4, .debug = true});
@@ -296,16 +301,7 @@ TEST_CASE("debug mode: named barriers become counters in shared memory that time
   CHECK_THAT(message, Contains("  task 'consumer' replica 1 (thread 160) waits at named barrier 1 of 288 threads; 256 of "
                                "them had arrived   " + at(named_wait_line) + "\n"));
 
-  std::string ptxas = find_ptxas();
-  if (ptxas.empty()) {
-    WARN("SKIPPED the ptxas check: no ptxas on PATH or at /usr/local/cuda/bin/ptxas");
-    return;
-  }
-  auto file = std::filesystem::temp_directory_path() / "weft-test-debug-named.ptx";
-  std::ofstream(file) << ptx;
-  std::string command = ptxas + " -arch=sm_90a " + file.string() + " -o /dev/null 2>&1";
-  CHECK(std::system(command.c_str()) == 0);
-  std::filesystem::remove(file);
+  check_ptxas_accepts(ptx, "weft-test-debug-named");
 }
 
 // The counters must compute what bar.sync / bar.arrive do: a writer and a reader hand one shared buffer
@@ -346,28 +342,14 @@ TEST_CASE("debug mode: named barriers hand a buffer back and forth as without it
     CHECK(out.download() == want);
   };
   run_on(Device::cpu());
-  std::string why_not;
-  if (!driver::cuda::cuda_available(&why_not)) {
-    WARN("SKIPPED on the GPU: " << why_not);
-    return;
-  }
-  detail::Backend* backend = detail::cuda_backend_or_null(&why_not);
-  INFO(why_not);
-  REQUIRE(backend != nullptr);
-  run_on(Device::from_backend(*backend));
+  if (std::optional<Device> gpu = gpu_or_skip()) run_on(*gpu);
 }
 
 // Traps on purpose, like the mbarrier case above (run it alone when running the binary by hand).
 TEST_CASE("debug mode: a deadlock at a named barrier on the GPU throws an Error instead of hanging", "[gpu][debug]") {
-  std::string why_not;
-  if (!driver::cuda::cuda_available(&why_not)) {
-    WARN("SKIPPED: " << why_not);
-    return;
-  }
-  detail::Backend* backend = detail::cuda_backend_or_null(&why_not);
-  INFO(why_not);
-  REQUIRE(backend != nullptr);
-  Device gpu = Device::from_backend(*backend);
+  std::optional<Device> found = gpu_or_skip();
+  if (!found) return;
+  Device gpu = *found;
   Kernel k("stuck_named", [&](Ptr<float> out) { stuck_named_body(out); }, KernelOptions{.num_warps = 4, .debug = true});
   Buffer<float> out = gpu.alloc<float>(32);
   k.compile(gpu);
