@@ -45,16 +45,13 @@ template <class TA, class TB, int M, int N, int K> void check_fp8_dot(Rng& rng) 
   std::vector<double> want(M * N), tol(M * N);
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
-      double s = 0, mag = 0;
-      for (int q = 0; q < K; ++q) {
-        double p = double(float(a[i * K + q])) * double(float(b[j * K + q]));
-        s += p;
-        mag += std::fabs(p);
-      }
-      want[i * N + j] = 2 * s;
-      // The CPU backend sums exactly and rounds to f32 per async_dot; the tensor cores keep about 14 bits
-      // while adding fp8 products (2^-13 of the magnitudes summed, per product of the chain).
-      tol[i * N + j] = 0x1p-12 * 2 * mag + 1e-6;
+      std::vector<double> products;
+      for (int q = 0; q < K; ++q) products.push_back(double(float(a[i * K + q])) * double(float(b[j * K + q])));
+      // Two chained products into one accumulator: the second continues from the first's sum.
+      double s = 0, bound = add_fp8_wgmma_steps(products, s);
+      bound += add_fp8_wgmma_steps(products, s);
+      want[i * N + j] = s;
+      tol[i * N + j] = bound + 1e-6;
     }
   check_within<float>(c, want, tol, "C = 2 A B^T");
 }

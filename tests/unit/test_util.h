@@ -97,6 +97,24 @@ template <class T> constexpr double eps() {
   else return 0x1p-52;
 }
 
+// fp8 tensor-core accumulation: one wgmma m64nNk32 step adds 32 products to the accumulator after
+// aligning all 33 terms to the largest one's exponent and keeping about 13 bits below it (truncated), so a
+// step may lose up to 33 * 2^-13 of its largest term. Adds `products` (in K order, 32 per step) to `acc`
+// exactly and returns twice that bound summed over the steps: what the GPU's sum may differ by. (The CPU
+// backend sums exactly and rounds to f32 once per async_dot, well within it.)
+inline double add_fp8_wgmma_steps(const std::vector<double>& products, double& acc) {
+  double bound = 0;
+  for (size_t g = 0; g < products.size(); g += 32) {
+    double largest = std::fabs(acc);
+    for (size_t k = g; k < std::min(products.size(), g + 32); ++k) {
+      acc += products[k];
+      largest = std::max(largest, std::fabs(products[k]));
+    }
+    bound += 33 * 0x1p-12 * std::max(largest, std::fabs(acc));
+  }
+  return bound;
+}
+
 // Wrapping integer arithmetic on int64 (the low bits are right for every narrower type).
 inline int64_t wrap_add(int64_t a, int64_t b) { return static_cast<int64_t>(uint64_t(a) + uint64_t(b)); }
 inline int64_t wrap_sub(int64_t a, int64_t b) { return static_cast<int64_t>(uint64_t(a) - uint64_t(b)); }
