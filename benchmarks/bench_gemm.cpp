@@ -171,7 +171,8 @@ struct Row {
   size_t cublas_algo_workspace;
   bool pass;
   std::string set;             // "square" or "sweep"
-  std::string config;          // weft's configuration ("+pad": operands copied to padded buffers first)
+  std::string config;          // weft's configuration ("+pad": operands copied to padded buffers first;
+                               // "small_m": the plain-load kernel for M <= 16 with rows TMA cannot stride)
   std::string problem;         // the shape bucket it was chosen for
   bool tuned_now = false;      // tuned in this run (else from the process's or the disk's cache, or untuned)
   double tune_ms = 0, compile_ms = 0;  // of that tuning
@@ -199,7 +200,7 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
   GemmChoice choice = gemm(in.a[0], in.b[0], c_weft, M, N, K, b_is_nk);
   dev.synchronize();
   row.weft_first_call_ms = seconds_since(t0) * 1e3;
-  row.config = choice.config.name() + (choice.padded ? "+pad" : "");
+  row.config = choice.small_m ? "small_m" : choice.config.name() + (choice.padded ? "+pad" : "");
   row.problem = choice.problem;
   row.tuned_now = !choice.report.from_cache && choice.report.tried > 0;
   row.tune_ms = choice.report.tune_ms;

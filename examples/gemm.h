@@ -9,8 +9,11 @@
 //   WEFT_AUTOTUNE=0 that one runs untuned. Tuning compiles the candidates on host threads at once, times
 //   them on the caller's buffers (C is overwritten, then written again by the winner) and remembers the
 //   winner in the process and on disk (weft's compile cache), so a later process does not tune again.
-// - Otherwise (N or K not a multiple of 8, a buffer not 16-byte aligned: rows TMA cannot stride or
-//   address): the operands that need it are copied into scratch buffers with K and N rounded up to a
+// - M <= 16 and rows TMA cannot stride or address (N or K not a multiple of 8, a buffer not 16-byte
+//   aligned): a plain-load kernel reads A and B where they are (no copies: a product this thin is
+//   bound by reading B once), all M rows in one tensor-core tile, B's columns over the grid and K split
+//   over it too when there are few column blocks (f32 partial sums, then the split-K reduction).
+// - Otherwise (larger M with such rows): the operands that need it are copied into scratch buffers with K and N rounded up to a
 //   multiple of 8 (zeros in the new columns, which add nothing to the sums), the product runs as above on
 //   those, and C's first N columns are copied out. The copies are bandwidth-bound: a few percent of a large
 //   product, comparable to the product itself when M is small.
@@ -36,6 +39,7 @@
 // What one gemm() call ran.
 struct GemmChoice {
   bool padded = false;    // the operands were copied to buffers with N and K rounded up to multiples of 8
+  bool small_m = false;   // M <= 16 with rows TMA cannot stride: the plain-load kernel ran (config unused)
   GemmConfig config;
   std::string problem;    // the shape bucket it was tuned for
   weft::AutotuneReport report;  // of the tuning (or the cache hit) that chose `config`, on the bucket's first call
@@ -166,6 +170,73 @@ inline bool tma_can_describe(const weft::Buffer<weft::bf16>& a, const weft::Buff
   return N % 8 == 0 && K % 8 == 0 && aligned(a.data()) && aligned(b.data()) && aligned(c.data());
 }
 
+// M <= 16 rows of C, rows of A and B wherever they are (any N, K, alignment): program (j, s) computes
+// columns [j * BN, j * BN + BN) of all rows over K slice s ([s * k_slice, s * k_slice + k_slice)), one
+// 16-row tensor-core tile (rows past M masked). With one slice it writes C; with several, f32 partial sums
+// into the split-K workspace [slices * M, N], which make_gemm_splitk_reduce sums in order.
+inline constexpr int kSmallM = 16;
+inline weft::Kernel make_gemm_small_m(bool b_is_nk, bool sliced) {
+  using namespace weft;
+  std::string name = std::string("gemm_small_m_") + (b_is_nk ? "nk" : "kn") + (sliced ? "_sliced" : "");
+  return Kernel(name, [b_is_nk, sliced](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> c, Ptr<float> w, Int M, Int N, Int K,
+                                        Int k_slice, Const<int> BN, Const<int> BK) {
+    Int rows = arange(0, kSmallM);                   // [16]
+    Int cols = program_id(0) * BN + arange(0, BN);   // [BN]
+    Int k_begin = program_id(1) * k_slice;
+    Int k_end = minimum(K, k_begin + k_slice);
+    Long row_off = expand_dims(cast<int64_t>(rows), 1), col_off = expand_dims(cast<int64_t>(cols), 0);
+    Bool row_in = expand_dims(rows < M, 1), col_in = expand_dims(cols < N, 0);
+    Var acc = zeros<float>({kSmallM, BN});
+    for_range(k_begin, k_end, BK, [&](Int k0) {
+      Int ka = k0 + arange(0, BK);
+      Long k_row = expand_dims(cast<int64_t>(ka), 0), k_col = expand_dims(cast<int64_t>(ka), 1);
+      Tile<bf16> a_tile = load(a + row_off * cast<int64_t>(K) + k_row, row_in & expand_dims(ka < k_end, 0), 0);
+      Tile<bf16> b_tile =
+          b_is_nk ? trans(load(b + expand_dims(cast<int64_t>(cols), 1) * cast<int64_t>(K) + k_row,
+                               expand_dims(cols < N, 1) & expand_dims(ka < k_end, 0), 0))  // [BN, BK] -> [BK, BN]
+                  : load(b + k_col * cast<int64_t>(N) + col_off, expand_dims(ka < k_end, 1) & col_in, 0);
+      acc = dot(a_tile, b_tile, acc);
+    });
+    if (sliced)
+      store(w + (cast<int64_t>(program_id(1)) * cast<int64_t>(M) + row_off) * cast<int64_t>(N) + col_off, acc.read(),
+            row_in & col_in);
+    else
+      store(c + row_off * cast<int64_t>(N) + col_off, cast<bf16>(acc.read()), row_in & col_in);
+  });
+}
+
+inline const weft::Kernel& small_m_kernel(bool b_is_nk, bool sliced) {
+  static const weft::Kernel kernels[2][2] = {{make_gemm_small_m(false, false), make_gemm_small_m(false, true)},
+                                             {make_gemm_small_m(true, false), make_gemm_small_m(true, true)}};
+  return kernels[b_is_nk][sliced];
+}
+
+// Launches the small-M product: 32-column blocks, and K cut into slices (multiples of BK) until there are
+// about four programs per multiprocessor, no slice shorter than 4 BK.
+inline void gemm_small_m(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
+                         const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk, const weft::Device& dev,
+                         weft::SourceLoc loc) {
+  constexpr int BN = 32, BK = 128;
+  const int64_t col_blocks = cdiv64(N, BN);
+  const int64_t k_blocks = cdiv64(K, BK);
+  const int64_t wanted = cdiv64(4 * int64_t(dev.multiprocessors()), col_blocks);
+  const int64_t slices_max = std::max<int64_t>(1, k_blocks / 4);
+  int64_t slices = std::clamp<int64_t>(wanted, 1, slices_max);
+  const int64_t k_slice = cdiv64(k_blocks, slices) * BK;
+  slices = cdiv64(K, k_slice);
+  const weft::Stream stream = dev.stream();
+  // One slice: the kernel writes C and does not touch the workspace (passed for the signature's sake).
+  weft::Buffer<float> w = workspace(dev, slices == 1 ? 1 : size_t(slices) * M * N, loc);
+  if (slices == 1) {
+    small_m_kernel(b_is_nk, false)
+        .launch(stream, weft::Grid(int(col_blocks), 1, 1, loc), a, b, c, w, M, N, K, int(k_slice), BN, BK);
+    return;
+  }
+  small_m_kernel(b_is_nk, true)
+      .launch(stream, weft::Grid(int(col_blocks), int(slices), 1, loc), a, b, c, w, M, N, K, int(k_slice), BN, BK);
+  splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(slices));
+}
+
 inline int bucket_m(int M) {
   int b = 8;
   while (b < M) b *= 2;
@@ -191,6 +262,11 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   gemm_detail::check_sizes("gemm", a, b, c, M, N, K, loc);
   Device dev = Device::from_backend(*a.backend());
   GemmChoice choice;
+  if (M <= gemm_detail::kSmallM && !gemm_detail::tma_can_describe(a, b, c, N, K)) {
+    gemm_detail::gemm_small_m(a, b, c, M, N, K, b_is_nk, dev, loc);
+    choice.small_m = true;
+    return choice;
+  }
   if (!gemm_detail::tma_can_describe(a, b, c, N, K)) {
     // Copies with rows TMA can stride and address: K and N up to multiples of 8, zeros in the new rows and
     // columns. A buffer already fine (right shape, aligned) is used as it is.

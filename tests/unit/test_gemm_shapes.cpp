@@ -161,19 +161,22 @@ TEST_CASE("gemm(): the model's configuration per shape (WEFT_AUTOTUNE=0), and pa
   Device dev = Device::current();
   struct Case {
     int M, N, K;
-    bool padded;
+    bool padded, small_m;
   };
   // Small M (swapped operands with B N x K), a long K (split-K), ragged tiles, and N or K not a multiple of
-  // 8 (TMA cannot stride such rows: copies with K and N rounded up to multiples of 8).
-  for (Case s : {Case{1, 200, 136, false}, Case{16, 64, 1024, false}, Case{136, 200, 200, false},
-                 Case{37, 100, 30, true}, Case{70, 33, 64, true}}) {
+  // 8 (TMA cannot stride such rows): M <= 16 reads them in place (the plain-load kernel, with one K slice
+  // or several), larger M copies them with K and N rounded up to multiples of 8.
+  for (Case s : {Case{1, 200, 136, false, false}, Case{16, 64, 1024, false, false}, Case{136, 200, 200, false, false},
+                 Case{37, 100, 30, true, false}, Case{70, 33, 64, true, false}, Case{16, 100, 30, false, true},
+                 Case{1, 33, 1031, false, true}, Case{7, 200, 1030, false, true}}) {
     Problem p = make_problem(rng, s.M, s.N, s.K);
     for (bool b_is_nk : {true, false}) {
       INFO("M " << s.M << " N " << s.N << " K " << s.K << " B " << (b_is_nk ? "N x K" : "K x N"));
       GemmChoice choice;
       check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { choice = gemm(a, b, c, s.M, s.N, s.K, b_is_nk); });
       CHECK(choice.padded == s.padded);
-      {
+      CHECK(choice.small_m == s.small_m);
+      if (!s.small_m) {
         GemmConfig first = gemm_candidates(gemm_detail::bucket_m(s.M), gemm_detail::bucket_nk((s.N + 7) / 8 * 8),
                                            gemm_detail::bucket_nk((s.K + 7) / 8 * 8), b_is_nk, dev.multiprocessors())[0];
         CHECK(choice.config.name() == first.name());
@@ -184,18 +187,22 @@ TEST_CASE("gemm(): the model's configuration per shape (WEFT_AUTOTUNE=0), and pa
   }
 }
 
-TEST_CASE("gemm(): a buffer TMA cannot address (not 16-byte aligned) is copied first", "[async][gemm][cpu-only]") {
+TEST_CASE("gemm(): a buffer TMA cannot address (not 16-byte aligned) is copied first or read in place", "[async][gemm][cpu-only]") {
   EnvAutotune off("0");
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::cpu();
-  Problem p = make_problem(rng, 24, 64, 64);
-  std::vector<bf16> storage(p.a.size() + 8);
-  std::copy(p.a.begin(), p.a.end(), storage.begin() + 1);  // 2 bytes past an aligned start
-  Buffer<bf16> a = dev.wrap(storage.data() + 1, p.a.size()), b = dev.upload(p.b_nk);
-  Buffer<bf16> c = dev.upload(std::vector<bf16>(size_t(p.M) * p.N, poison_value<bf16>()));
-  GemmChoice choice = gemm(a, b, c, p.M, p.N, p.K, true);
-  CHECK(choice.padded);
-  check_within<bf16>(c.download(), p.want, p.tol, "C");
+  // M 24: copied with K and N rounded up; M 8: read in place by the small-M kernel.
+  for (int M : {24, 8}) {
+    Problem p = make_problem(rng, M, 64, 64);
+    std::vector<bf16> storage(p.a.size() + 8);
+    std::copy(p.a.begin(), p.a.end(), storage.begin() + 1);  // 2 bytes past an aligned start
+    Buffer<bf16> a = dev.wrap(storage.data() + 1, p.a.size()), b = dev.upload(p.b_nk);
+    Buffer<bf16> c = dev.upload(std::vector<bf16>(size_t(p.M) * p.N, poison_value<bf16>()));
+    GemmChoice choice = gemm(a, b, c, p.M, p.N, p.K, true);
+    CHECK(choice.padded == (M > 16));
+    CHECK(choice.small_m == (M <= 16));
+    check_within<bf16>(c.download(), p.want, p.tol, "C");
+  }
 }
 
 TEST_CASE("gemm(): tunes a shape's bucket once, then reuses the winner", "[async][gemm][autotune]") {
