@@ -17,8 +17,9 @@
 //   multiple of 8 (zeros in the new columns, which add nothing to the sums), the product runs as above on
 //   those, and C's first N columns are copied out. The copies are bandwidth-bound: a few percent of a large
 //   product, comparable to the product itself when M is small.
-// Launches on the default stream of the buffers' device and returns without waiting. `loc` is the
-// caller's line, which every Error of the call names.
+// Launches on the default stream of the buffers' device and returns without waiting; calls from several
+// host threads on one device take turns (their scratch is shared). `loc` is the caller's line, which every
+// Error of the call names.
 #pragma once
 
 #include <algorithm>
@@ -261,6 +262,7 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   using namespace weft;
   gemm_detail::check_sizes("gemm", a, b, c, M, N, K, loc);
   Device dev = Device::from_backend(*a.backend());
+  auto hold = gemm_detail::lock_scratch(dev);  // scratch and workspace are this call's until its last launch
   GemmChoice choice;
   if (M <= gemm_detail::kSmallM && !gemm_detail::tma_can_describe(a, b, c, N, K)) {
     gemm_detail::gemm_small_m(a, b, c, M, N, K, b_is_nk, dev, loc);

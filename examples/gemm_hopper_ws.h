@@ -333,6 +333,24 @@ inline weft::Buffer<float> workspace(const weft::Device& dev, size_t elements, w
   return b;
 }
 
+// The scratch of gemm() and gemm_hopper_ws() (the split-K workspace, the padded copies) is one per device,
+// and a call uses it between two of its launches. So a call holds its device's lock from taking scratch to
+// its last launch: two host threads calling on one device do not interleave their launches around it (all
+// go to the device's default stream, whose order then keeps each call's launches together). Recursive:
+// gemm() calls itself on padded copies.
+inline std::unique_lock<std::recursive_mutex> lock_scratch(const weft::Device& dev) {
+  static std::mutex mutex;
+  static std::map<weft::detail::Backend*, std::unique_ptr<std::recursive_mutex>> locks;
+  std::recursive_mutex* lock;
+  {
+    std::lock_guard<std::mutex> guard(mutex);
+    std::unique_ptr<std::recursive_mutex>& l = locks[&dev.backend()];
+    if (!l) l = std::make_unique<std::recursive_mutex>();
+    lock = l.get();
+  }
+  return std::unique_lock<std::recursive_mutex>(*lock);
+}
+
 // Everything one launch of a configuration needs: the descriptors (built once per call), the grid.
 struct GemmLaunch {
   const weft::Kernel* kernel;
@@ -433,5 +451,6 @@ inline void gemm_hopper_ws(const weft::Buffer<weft::bf16>& a, const weft::Buffer
                            const GemmConfig& cfg = GemmConfig{}, weft::SourceLoc loc = weft::SourceLoc::current()) {
   gemm_detail::check_sizes("gemm_hopper_ws", a, b, c, M, N, K, loc);
   weft::Device dev = weft::Device::from_backend(*a.backend());
+  auto hold = gemm_detail::lock_scratch(dev);
   gemm_detail::plan_gemm(cfg, a, b, c, M, N, K, b_is_nk, loc).run(dev.stream(), loc);
 }

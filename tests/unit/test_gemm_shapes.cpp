@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../examples/gemm.h"
@@ -331,5 +332,49 @@ TEST_CASE("gemm() on the GPU: tuned per shape, a second call reuses the winner, 
       CHECK(second.config.name() == first.config.name());
       check_sampled(p, dc.download(), rng, 256);
     }
+  }
+}
+
+TEST_CASE("gemm() from two host threads at once on one device: scratch and split-K workspace are not shared mid-call", "[async][gemm][threads]") {
+  // Each thread multiplies its own operands many times: small M with a K TMA cannot stride (K sliced over
+  // the grid: the split-K workspace between two launches), a larger M with it (padded copies in scratch
+  // between launches), and a long K on few tiles (the WS kernel's split-K). A call's launches must not
+  // interleave with another's use of the same scratch.
+  EnvAutotune off("0");
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  struct Shape {
+    int M, N, K;
+  };
+  const std::vector<Shape> shapes = {{1, 40, 1031}, {24, 40, 135}, {16, 64, 1024}};
+  std::vector<Problem> problems[2];
+  for (auto& list : problems)
+    for (Shape s : shapes) list.push_back(make_problem(rng, s.M, s.N, s.K));
+  std::vector<std::string> failures[2];
+  auto work = [&](int t) {
+    try {
+      for (int round = 0; round < 6; ++round)
+        for (const Problem& p : problems[t]) {
+          Buffer<bf16> a = dev.upload(p.a), b = dev.upload(p.b_nk);
+          Buffer<bf16> c = dev.upload(std::vector<bf16>(size_t(p.M) * p.N, poison_value<bf16>()));
+          gemm(a, b, c, p.M, p.N, p.K, true);
+          std::vector<bf16> got = c.download();
+          size_t bad = 0;
+          for (size_t i = 0; i < got.size(); ++i) bad += !(std::fabs(double(float(got[i])) - p.want[i]) <= p.tol[i]);
+          if (bad)
+            failures[t].push_back("thread " + std::to_string(t) + " round " + std::to_string(round) + " M " +
+                                  std::to_string(p.M) + " K " + std::to_string(p.K) + ": " + std::to_string(bad) +
+                                  " wrong");
+        }
+    } catch (const std::exception& e) {
+      failures[t].push_back(e.what());
+    }
+  };
+  std::thread first(work, 0), second(work, 1);
+  first.join();
+  second.join();
+  for (auto& list : failures) {
+    for (const std::string& f : list) UNSCOPED_INFO(f);
+    CHECK(list.empty());
   }
 }
