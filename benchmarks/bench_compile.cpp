@@ -239,7 +239,7 @@ int main(int argc, char** argv) try {
     else
       std::printf("all %zu kernels, new Kernels after a warm-up, median of %d processes: one after the other %.1f ms, "
                   "compile_async on %u compile threads %.1f ms (the longest single compile: %.1f ms)\n",
-                  cases().size(), runs, median(serial), median(together), threads, median(longest));
+                  cases().size(), runs, median(serial), threads, median(together), median(longest));
     return 0;
   }
 
