@@ -29,7 +29,7 @@ struct ProgramCtx {
   int32_t replica = 0;    // which replica of that task
   int32_t fiber = 0;      // the fiber's index in its block
   int32_t cluster_rank = 0;  // the block's rank in its thread-block cluster (0 without clusters)
-  void* block = nullptr;  // the block's runtime state (driver/cpu/block_runtime.cpp)
+  void* block = nullptr;  // the block's runtime state (driver/cpu/block_runtime_state.h)
   const struct LaunchChecks* checks = nullptr;  // kernels compiled with bounds checks only
 };
 

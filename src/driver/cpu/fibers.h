@@ -22,7 +22,7 @@ class FiberPool {
 
   // Sets up `count` fresh fibers; fiber i runs body(arg, i) when first resumed. Fibers of a previous
   // start that never finished are abandoned: their stacks are reused as they are (nothing on them owns
-  // anything, see block_runtime.cpp).
+  // anything, see block_runtime_abi.cpp).
   void start(int count, Body body, void* arg);
   // Runs fiber i until it suspends or its body returns; returns true once the body has returned.
   bool resume(int i);
