@@ -19,7 +19,6 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-std::string here(int line) { return std::string(__FILE__) + ":" + std::to_string(line); }
 
 std::vector<float> random_floats(size_t n) {
   std::mt19937 rng(std::random_device{}());
