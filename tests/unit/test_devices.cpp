@@ -19,7 +19,6 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-
 std::vector<float> random_floats(size_t n) {
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<float> uniform(-8.0f, 8.0f);
