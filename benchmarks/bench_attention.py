@@ -58,6 +58,7 @@ else:
 TOKENS = 16384                                    # B * S for every benchmark shape
 SEQS = [512, 1024, 2048, 4096, 8192, 16384]
 CONFIGS = [(128, 16, "bf16"), (128, 16, "fp16"), (64, 32, "bf16")]   # (D, H, dtype)
+ON_REQUEST_CONFIGS = [(256, 8, "bf16")]  # run only when --shapes names them (e.g. 'd256-*')
 QUICK_SEQS = [1024, 4096]
 QUICK_CONFIGS = [(128, 16, "bf16")]
 
@@ -602,7 +603,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", required=True, help="path of libweft_attention.so")
     ap.add_argument("--quick", action="store_true", help=f"S in {QUICK_SEQS}, hd128 bf16 only; ragged bf16 only")
-    ap.add_argument("--shapes", default="", help="comma-separated globs on names like d128-bf16-causal-s4096")
+    ap.add_argument("--shapes", default="",
+                    help="comma-separated globs on names like d128-bf16-causal-s4096 (d256-bf16-* on request only)")
     ap.add_argument("--skip-ragged", action="store_true", help="no correctness pass at ragged sizes")
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--plot", help="write the TFLOP/s plot here (PNG)")
@@ -666,6 +668,8 @@ def main():
 
     configs, seqs = (QUICK_CONFIGS, QUICK_SEQS) if args.quick else (CONFIGS, SEQS)
     globs = [g for g in args.shapes.split(",") if g]
+    if globs:
+        configs = configs + ON_REQUEST_CONFIGS
     for D, H, dt in configs:
         for causal in (False, True):
             for S in seqs:
