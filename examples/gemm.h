@@ -13,10 +13,10 @@
 //   aligned): a plain-load kernel reads A and B where they are (no copies: a product this thin is
 //   bound by reading B once), all M rows in one tensor-core tile, B's columns over the grid and K split
 //   over it too when there are few column blocks (f32 partial sums, then the split-K reduction).
-// - Otherwise (larger M with such rows): the operands that need it are copied into scratch buffers with K and N rounded up to a
-//   multiple of 8 (zeros in the new columns, which add nothing to the sums), the product runs as above on
-//   those, and C's first N columns are copied out. The copies are bandwidth-bound: a few percent of a large
-//   product, comparable to the product itself when M is small.
+// - Larger M with such rows: the operands that need it are copied into scratch buffers with K and N
+//   rounded up to a multiple of 8 (zeros in the new columns, which add nothing to the sums), the product
+//   runs as above on those, and C's first N columns are copied out. The copies are bandwidth-bound: a few
+//   percent of a large product.
 // Launches on the default stream of the buffers' device and returns without waiting; calls from several
 // host threads on one device take turns (their scratch is shared). `loc` is the caller's line, which every
 // Error of the call names.
