@@ -131,6 +131,13 @@ TEST_CASE("async_remote_shmem_copy gathers the partial tiles of a cluster of 4 i
       }
   check_near<float>(parts, want_parts);
   check_near<float>(sums, want_sums);
+  // The device is still usable after the gather: a kernel launched next runs and its result arrives (an
+  // error the gather left behind would surface here, not in some later test of the same process).
+  Device::current().synchronize();
+  Kernel after("after_gather", [](Ptr<float> out) { store(out + arange(0, kTile), full<float>({kTile}, 7.0)); });
+  Output<float> sevens(kTile);
+  launch(after, Grid(1), sevens);
+  check_near<float>(sevens, std::vector<float>(kTile, 7.0f));
 }
 
 TEST_CASE("async_remote_shmem_copy: the destination reads as poison until the receiving barrier's phase completes",
