@@ -264,12 +264,13 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   Device dev = Device::from_backend(*a.backend());
   auto hold = gemm_detail::lock_scratch(dev);  // scratch and workspace are this call's until its last launch
   GemmChoice choice;
-  if (M <= gemm_detail::kSmallM && !gemm_detail::tma_can_describe(a, b, c, N, K)) {
+  const bool tma_fits = gemm_detail::tma_can_describe(a, b, c, N, K);
+  if (M <= gemm_detail::kSmallM && !tma_fits) {
     gemm_detail::gemm_small_m(a, b, c, M, N, K, b_is_nk, dev, loc);
     choice.small_m = true;
     return choice;
   }
-  if (!gemm_detail::tma_can_describe(a, b, c, N, K)) {
+  if (!tma_fits) {
     // Copies with rows TMA can stride and address: K and N up to multiples of 8, zeros in the new rows and
     // columns. A buffer already fine (right shape, aligned) is used as it is.
     const int Kp = (K + 7) / 8 * 8, Np = (N + 7) / 8 * 8;
