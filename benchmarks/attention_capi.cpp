@@ -34,7 +34,7 @@ void run(const weft::Device& device, void* q, void* k, void* v, void* o, float* 
   auto lb = device.wrap(lse, lse_count);
   // WEFT_ATTENTION_CONFIG="BN,stages,pingpong,overlap,persistent" (e.g. "128,2,1,1,1"; the flags may be left
   // off) overrides the tiling, for tuning.
-  AttentionConfig cfg = attention_config(p.D);
+  AttentionConfig cfg = attention_config(p);
   if (const char* env = std::getenv("WEFT_ATTENTION_CONFIG")) {
     int bn = 0, stages = 0, pingpong = 1, overlap = 1, persistent = 1;
     if (std::sscanf(env, "%d,%d,%d,%d,%d", &bn, &stages, &pingpong, &overlap, &persistent) >= 2) {

@@ -45,16 +45,29 @@ struct AttentionConfig {
   // intra-warp-group overlap): 6-10% faster on the H200 (benchmarks/NOTES.md, run 19).
   bool overlap = true;
   // One program per multiprocessor walks the tiles (the next tile's Q, K and V load while this one ends),
-  // instead of one program per tile. Off by default until measured (benchmarks/NOTES.md): the tile loop
-  // keeps more values live, and the consumers spill a little at D 128 and much at D 256.
+  // instead of one program per tile. The tile loop keeps more values live (the consumers spill a little at
+  // D 128 and much at D 256), so it pays only where tiles are short: see attention_config(params).
   bool persistent = false;
 };
 
-// The configuration weft uses for head dimension D (what fits 227 KB of shared memory and 240 registers).
+// The tiling weft uses for head dimension D at any sequence length (what fits 227 KB of shared memory and
+// 240 registers). D 256 issues S_j and P_{j-1} V_{j-1} one after the other: with both in flight its
+// consumers spill, and on the H200 it ran 3-5% slower (benchmarks/NOTES.md, session 7).
 inline AttentionConfig attention_config(int D) {
   if (D <= 64) return {128, 128, 3, true, true, false};
   if (D <= 128) return {128, 128, 2, true, true, false};
-  return {128, 64, 2, true, true, false};
+  return {128, 64, 2, true, false, false};
+}
+
+// The tiling for one problem: attention_config(D), made persistent where each (batch, head) has few keys.
+// There a tile is short, and a program per tile spends a tenth of its time waiting for its first Q and K
+// tiles; one program per multiprocessor loads the next tile's while this one ends. Measured on the H200
+// (bf16, non-causal, B * S = 16k): +8% at D 128 and +13% at D 64 with S = 512, +1-2% at 1k, -2% at 2k.
+// Not at D 256, whose persistent consumers spill 240 bytes.
+inline AttentionConfig attention_config(const AttentionParams& p) {
+  AttentionConfig cfg = attention_config(p.D);
+  if (!p.causal && p.Sk <= 1024 && p.D <= 128) cfg.persistent = true;
+  return cfg;
 }
 
 template <class T>
@@ -99,11 +112,20 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
       return OutputTile{bh, bh / group, q0, cdiv(maximum(key_end, 0), BN)};
     };
     // Runs body(tile, i) for this program's tiles, i counting them from 0 (the parity of Q's barriers): a loop
-    // when persistent, else the one tile of the program.
+    // when persistent, else the one tile of the program. Persistent program p takes one tile per round of
+    // P = num_programs tiles: tile p of even rounds, tile P - 1 - p of odd ones (a snake). Causal tiles differ
+    // in length, and P is often a multiple of M (132 programs, M = 4 query blocks): with p every round,
+    // program p would always get the same query block, the longest for a quarter of the programs. A partial
+    // last round is taken in order.
     auto for_each_tile = [&](auto&& body) {
       if (!cfg.persistent) return body(tile_at(program_id(0)), scalar<int32_t>(0));
-      for_range(program_id(0), M * BH, num_programs(0),
-                [&](Int t) { body(tile_at(t), (t - program_id(0)) / num_programs(0)); });
+      Int P = num_programs(0), tiles = M * BH;
+      for_range(program_id(0), tiles, P, [&](Int t) {
+        Int round = t / P;
+        Int reversed = round * P + (P - 1 - program_id(0));
+        Int snake = where(round % 2 == 1 && (round + 1) * P <= tiles, reversed, t);
+        body(tile_at(snake), round);
+      });
     };
 
     async_tasks(
@@ -272,7 +294,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
 
 // Checks the arguments (sizes of the buffers, heads, head dimension) and launches on `stream`.
 // q: [B, Hq, Sq, D], k and v: [B, Hkv, Sk, D], o: [B, Hq, Sq, D], lse: [B, Hq, Sq], all contiguous.
-// `cfg`: the tiling (attention_config(D) when not given); BN and stages must fit shared memory.
+// `cfg`: the tiling (attention_config(p) when not given); BN and stages must fit shared memory.
 template <class T>
 void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const weft::Buffer<T>& k,
                    const weft::Buffer<T>& v, const weft::Buffer<T>& o, const weft::Buffer<float>& lse,
@@ -301,7 +323,7 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
   if ((p.Sq + 127) / 128 * bhq > 2147483647u)
     fail("B * Hq * Sq / 128 must stay below 2^31 (tiles are counted in 32 bits)");
 
-  AttentionConfig cfg = cfg_or_null ? *cfg_or_null : attention_config(p.D);
+  AttentionConfig cfg = cfg_or_null ? *cfg_or_null : attention_config(p);
   if (cfg.BM != 128 || cfg.BN < 16 || cfg.BN > 256 || cfg.BN % 16 != 0 || cfg.stages < 1)
     fail("config: BM must be 128 and BN a multiple of 16 up to 256, with at least one stage");
   static std::mutex mutex;
