@@ -257,6 +257,13 @@ TEST_CASE("async_remote_shmem_copy between buffers of different layouts is an er
 }
 
 TEST_CASE("async_remote_shmem_copy to a rank outside the cluster is an error at its line", "[async][cluster_copy][cpu-only]") {
+  // Only the CPU backend checks a run-time rank; on a GPU this kernel faults and takes the process's CUDA
+  // context with it (every later case of the process then fails), so it never runs there, even when a test
+  // spec selects it under WEFT_BACKEND=cuda.
+  if (Device::current().kind() != BackendKind::cpu) {
+    WARN("SKIPPED: the copy to a rank outside the cluster would fault the GPU's context");
+    return;
+  }
   int line = 0;
   Kernel k("copy_bad_rank", [&](Ptr<float> out) {
     auto a = local_alloc<float>({R, C}, 1, "a");
