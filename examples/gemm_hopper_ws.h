@@ -18,6 +18,8 @@
 // - swap_ab (B stored N x K only): C^T = B A^T, so N fills wgmma's 64-row M dimension and M (as small as
 //   1) becomes wgmma's N (a multiple of 8): BM tiles N and BN tiles M; the consumers transpose their
 //   result in registers and store C directly. For M <= 64-ish, where BM = 64 rows of A would be mostly zero.
+// - epilogue_buffers = 2: two C staging tiles per consumer, so that the TMA store of one chunk of C reads
+//   shared memory while the consumer writes the next one (with one, each chunk waits for the last store).
 // The default configuration is the large-square kernel (128 x 256 x 64, 4 stages, two consumers).
 #pragma once
 
