@@ -3,6 +3,7 @@
 // them) against cuBLASLt in the same run.
 //
 //   bench_gemm [--json] [--runs N] [--sizes 4096,8192] [--sweep] [--m 1,16,...] [--tune]
+//   bench_gemm --compare-epilogue [--runs N] [--sizes 4096,8192]
 //
 // Squares (M = N = K, --sizes; the default) and, with --sweep, M in {1, 16, 64, 256, 1024, 4096, 16384}
 // (--m picks some) x (N, K) of LLM layers {(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
@@ -22,6 +23,13 @@
 // host once and uploaded; calls rotate among enough input sets that no set's bytes are still in the L2
 // when it comes round again. TFLOP/s = 2 M N K / time. The summary: the geometric mean of cuBLAS time /
 // weft time over the rows, and the five worst rows.
+//
+// --compare-epilogue times fixed configurations of gemm_hopper_ws instead of gemm()'s choice, on the
+// squares of --sizes, both B layouts: the default configuration, the same with two C staging buffers per
+// consumer (epilogue_buffers = 2, "_eb2"), and that with 32-column stores ("_e32_eb2", the default's
+// shared memory). Each is checked against cuBLASLt first; then cuBLASLt and the configurations are timed
+// interleaved, three rounds of --runs calls each, and each row gives a configuration's median, cuBLAS
+// time / its time and the first configuration's (the default's) time / its time: > 1 means faster.
 //
 // Exit status 1, with the reason on stderr: no CUDA device, no usable cuBLASLt (see benchmarks/cublaslt.h
 // for where it is looked for; $WEFT_CUBLASLT overrides), any CUDA/cuBLAS/weft error, or a failed check.
@@ -55,7 +63,7 @@ struct Options {
   bool json = false;
   int runs = 30;
   std::vector<int> sizes = {4096, 8192};
-  bool sweep = false, tune = false;
+  bool sweep = false, tune = false, compare_epilogue = false;
   std::vector<int> sweep_m = {1, 16, 64, 256, 1024, 4096, 16384};
 };
 
@@ -81,7 +89,8 @@ Options parse(int argc, char** argv) {
   auto usage = [&](const std::string& why) {
     std::fprintf(stderr,
                  "bench_gemm: %s\nusage: bench_gemm [--json] [--runs N>=20] [--sizes 4096,8192] [--sweep] "
-                 "[--m 1,16,64,256,1024,4096,16384] [--tune]\n",
+                 "[--m 1,16,64,256,1024,4096,16384] [--tune]\n       bench_gemm --compare-epilogue [--runs N>=20] "
+                 "[--sizes 4096,8192]\n",
                  why.c_str());
     std::exit(2);
   };
@@ -104,10 +113,14 @@ Options parse(int argc, char** argv) {
       o.sweep = true;
     } else if (arg == "--tune") {
       o.tune = true;
+    } else if (arg == "--compare-epilogue") {
+      o.compare_epilogue = true;
     } else {
       usage("unknown argument '" + arg + "'");
     }
   }
+  if (o.compare_epilogue && (o.sweep || o.tune || o.json))
+    usage("--compare-epilogue times fixed configurations on the --sizes squares: no --sweep, --tune or --json");
   return o;
 }
 
@@ -261,6 +274,84 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
   return row;
 }
 
+// --compare-epilogue: `configs` of gemm_hopper_ws and cuBLASLt on one shape, each checked against cuBLAS,
+// then timed interleaved (rounds x runs calls each, rotating the input sets). Prints one row per
+// configuration; returns false when a check failed.
+bool compare_configs(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8_t>& workspace,
+                     const Inputs& in, int M, int N, int K, bool b_is_nk, int runs,
+                     const std::vector<GemmConfig>& configs) {
+  bench::cublaslt::Bf16Gemm cublas(lt, M, N, K, b_is_nk, reinterpret_cast<CUdeviceptr>(workspace.data()),
+                                   workspace.bytes());
+  const size_t sets = in.a.size();
+  const std::vector<bf16> poison(size_t(M) * N, bf16::from_bits(0x7fc0));
+  Buffer<bf16> c_cublas = dev.upload(poison), c_weft = dev.upload(poison);
+  cublas.run(device_ptr(in.a[0]), device_ptr(in.b[0]), device_ptr(c_cublas), nullptr);
+  dev.synchronize();
+  const std::vector<bf16> want = c_cublas.download();
+  const SourceLoc loc = SourceLoc::current();
+  // Every configuration's launches, planned (descriptors built) once per input set and compiled before
+  // any timing.
+  std::vector<std::vector<gemm_detail::GemmLaunch>> plans(configs.size());
+  bool pass = true;
+  std::vector<double> errors;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    for (size_t s = 0; s < sets; ++s)
+      plans[i].push_back(gemm_detail::plan_gemm(configs[i], in.a[s], in.b[s], c_weft, M, N, K, b_is_nk, loc));
+    plans[i][0].compile(dev);
+    c_weft.upload(poison);
+    plans[i][0].run(dev.stream(), loc);
+    dev.synchronize();
+    std::vector<bf16> got = c_weft.download();
+    errors.push_back(rel_frobenius(got, want));
+    if (!(errors.back() < kMaxRelError)) {
+      pass = false;
+      std::fprintf(stderr,
+                   "CHECK FAILED: weft %s (%d x %d x %d, B %s): relative Frobenius error %.3e against cuBLAS, %zu "
+                   "elements not finite\n",
+                   configs[i].name().c_str(), M, N, K, layout_name(b_is_nk), errors.back(), count_not_finite(got));
+    }
+  }
+  std::vector<size_t> next(configs.size() + 1, 0);
+  auto run_one = [&](size_t which) {  // 0: cuBLAS, i + 1: configs[i]
+    size_t s = next[which]++ % sets;
+    if (which == 0) cublas.run(device_ptr(in.a[s]), device_ptr(in.b[s]), device_ptr(c_cublas), nullptr);
+    else plans[which - 1][s].run(dev.stream(), loc);
+  };
+  constexpr int kRounds = 3;
+  std::vector<std::vector<double>> all(configs.size() + 1), round_medians(configs.size() + 1);
+  for (int round = 0; round < kRounds; ++round)
+    for (size_t which = 0; which <= configs.size(); ++which) {
+      std::vector<double> t = bench::gpu_times_ms_queued([&] { run_one(which); }, 3, runs);
+      round_medians[which].push_back(bench::median(t));
+      all[which].insert(all[which].end(), t.begin(), t.end());
+    }
+  dev.synchronize();
+  auto tflops = [&](double ms) { return 2.0 * M * N * K / (ms * 1e-3) / 1e12; };
+  auto rounds_text = [&](size_t which) {
+    std::string t;
+    for (double r : round_medians[which]) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.4f", t.empty() ? "" : "/", r);
+      t += buf;
+    }
+    return t;
+  };
+  const double cublas_ms = bench::median(all[0]);
+  std::printf("%5d x %5d x %5d B %s  %-28s %9.4f ms %7.1f TFLOP/s  (rounds %s)\n", M, N, K,
+              layout_name(b_is_nk), "cuBLASLt", cublas_ms, tflops(cublas_ms), rounds_text(0).c_str());
+  const double default_ms = bench::median(all[1]);
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const double ms = bench::median(all[i + 1]);
+    std::printf("%5d x %5d x %5d B %s  %-28s %9.4f ms %7.1f TFLOP/s  cuBLAS/this %.3fx  first/this %.3fx  "
+                "(rounds %s, rel.err %.1e)%s\n",
+                M, N, K, layout_name(b_is_nk), configs[i].name().c_str(), ms, tflops(ms), cublas_ms / ms,
+                default_ms / ms, rounds_text(i + 1).c_str(), errors[i],
+                errors[i] < kMaxRelError ? "" : " CHECK FAILED");
+  }
+  std::fflush(stdout);
+  return pass;
+}
+
 std::string version_string(size_t v) {  // cublasLtGetVersion: major * 10000 + minor * 100 + patch
   return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
@@ -290,6 +381,26 @@ int main(int argc, char** argv) try {
                dev.name().c_str(), version_string(lt->version()).c_str(), lt->path().c_str(),
                cache_on ? "on" : "off (WEFT_CACHE=0)");
 
+  if (opt.compare_epilogue) {
+    // The default, with two staging buffers (224 KB of shared memory), and with two of half the width
+    // (the default's 208 KB: eight 32-column stores per consumer and tile).
+    const std::vector<GemmConfig> configs{GemmConfig{}, GemmConfig{.epilogue_buffers = 2},
+                                          GemmConfig{.epilogue_n = 32, .epilogue_buffers = 2}};
+    std::printf("bf16 GEMM epilogue configurations against cuBLASLt %s on %s (median of 3 interleaved rounds of %d "
+                "calls)\n",
+                version_string(lt->version()).c_str(), dev.name().c_str(), opt.runs);
+    bool pass = true;
+    for (int n : opt.sizes) {
+      Inputs in = make_inputs(dev, n, n, n);
+      for (bool b_is_nk : {false, true})
+        pass = compare_configs(dev, *lt, workspace, in, n, n, n, b_is_nk, opt.runs, configs) && pass;
+    }
+    if (!pass) {
+      std::fprintf(stderr, "bench_gemm: FAILED: a result check failed (see CHECK FAILED above)\n");
+      return 1;
+    }
+    return 0;
+  }
   if (opt.tune) setenv("WEFT_AUTOTUNE", "force", 1);  // every bucket tuned now, its time reported
   std::vector<Row> rows;
   auto run_shape = [&](int M, int N, int K, const char* set) {

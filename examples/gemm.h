@@ -88,7 +88,8 @@ inline double gemm_model_us(const GemmConfig& c, int M, int N, int K, int sms) {
 
 // The configurations worth trying for an M x N x K product (B N x K when b_is_nk) on `sms`
 // multiprocessors: every supported tile shape, consumer count, split-K, operand order and cluster, ranked by
-// gemm_model_us, the best `count` first.
+// gemm_model_us, the best `count` first; for large products, then the best one's variants with
+// double-buffered C stores.
 inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk, int sms, size_t count = 8) {
   using gemm_detail::cdiv64;
   std::vector<std::pair<double, GemmConfig>> scored;
@@ -128,6 +129,20 @@ inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk
     out.push_back(c);
   }
   if (out.empty()) out.push_back(GemmConfig{});
+  // Large products (C at least 1024 x 1024, a tile per multiprocessor or more): the model's favourite
+  // also with two C staging buffers per consumer (epilogue_buffers = 2), at its epilogue_n and at 32
+  // columns (the same shared memory as one buffer of 64). The model does not see the epilogue's stores;
+  // only timing can rank these. After the ranked ones, so that WEFT_AUTOTUNE=0 still runs the model's
+  // favourite.
+  const GemmConfig best = out.front();
+  const int64_t best_tiles = cdiv64(best.swap_ab ? N : M, best.BM) * cdiv64(best.swap_ab ? M : N, best.BN);
+  if (M >= 1024 && N >= 1024 && best.split_k == 1 && best_tiles >= sms)
+    for (int en : {best.epilogue_n, 32}) {
+      GemmConfig c = best;
+      c.epilogue_n = en;
+      c.epilogue_buffers = 2;
+      if (c.problems(b_is_nk).empty() && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    }
   return out;
 }
 

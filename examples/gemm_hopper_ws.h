@@ -18,6 +18,8 @@
 // - swap_ab (B stored N x K only): C^T = B A^T, so N fills wgmma's 64-row M dimension and M (as small as
 //   1) becomes wgmma's N (a multiple of 8): BM tiles N and BN tiles M; the consumers transpose their
 //   result in registers and store C directly. For M <= 64-ish, where BM = 64 rows of A would be mostly zero.
+// - epilogue_buffers = 2: two C staging tiles per consumer, so that the TMA store of one chunk of C reads
+//   shared memory while the consumer writes the next one (with one, each chunk waits for the last store).
 // The default configuration is the large-square kernel (128 x 256 x 64, 4 stages, two consumers).
 #pragma once
 
@@ -42,12 +44,14 @@ struct GemmConfig {
   bool swap_ab = false;              // C^T = B A^T (B N x K only): BM tiles N, BN tiles M
   int cluster_m = 1;                 // 2: blocks in clusters of two along M, each loading half of the shared
                                      // B tile and multicasting it to both (TMA multicast)
+  int epilogue_buffers = 1;          // C staging tiles per consumer: 2 lets the TMA store of one chunk of C
+                                     // read shared memory while the consumer writes the next chunk
 
   int rows_per_consumer() const { return BM / consumers; }
   bool is_default() const { return *this == GemmConfig{}; }
   friend bool operator==(const GemmConfig&, const GemmConfig&) = default;
 
-  // A stable, distinct name: "128x256x64_s4_g8_c2", then "_k<split>" and "_swap" when set.
+  // A stable, distinct name: "128x256x64_s4_g8_c2", then "_k<split>", "_swap", "_eb2" when set.
   std::string name() const {
     std::string s = std::to_string(BM) + "x" + std::to_string(BN) + "x" + std::to_string(BK) + "_s" +
                     std::to_string(stages) + "_g" + std::to_string(group) + "_c" + std::to_string(consumers);
@@ -55,16 +59,18 @@ struct GemmConfig {
     if (split_k > 1) s += "_k" + std::to_string(split_k);
     if (swap_ab) s += "_swap";
     if (cluster_m > 1) s += "_cl" + std::to_string(cluster_m);
+    if (epilogue_buffers != 1) s += "_eb" + std::to_string(epilogue_buffers);
     return s;
   }
 
-  // Shared memory the kernel needs (bytes): the ring, one C staging tile per consumer and, swapped, the
-  // consumers' exchange space for transposing their accumulators (weft's scratch: at most the f32 tile).
+  // Shared memory the kernel needs (bytes): the ring, epilogue_buffers C staging tiles per consumer and,
+  // swapped, the consumers' exchange space for transposing their accumulators (weft's scratch: at most the
+  // f32 tile).
   int64_t shared_bytes() const {
     int64_t ring = int64_t(stages) * (BM + BN) * BK * 2;
     int64_t c_tile = swap_ab ? int64_t(BN) * epilogue_n * 2 : int64_t(rows_per_consumer()) * epilogue_n * 2;
     int64_t exchange = swap_ab ? int64_t(rows_per_consumer()) * BN * 4 : 0;
-    return ring + consumers * (c_tile + exchange);
+    return ring + consumers * (epilogue_buffers * c_tile + exchange);
   }
 
   // Empty when the configuration is one the kernel supports for this B layout, else every broken rule.
@@ -89,6 +95,12 @@ struct GemmConfig {
          swap_ab ? "BN must be 8, 16, 32, 64, 128 or 256" : "BN must be 16, 32, 64, 128 or 256");
     if (!y_nk) rule(BN % 64 == 0, "with B stored K x N, BN must be a multiple of 64 (B's 128-byte column panels)");
     if (swap_ab) rule(rows_per_consumer() % epilogue_n == 0, "BM / consumers must be a multiple of epilogue_n");
+    rule(epilogue_buffers == 1 || epilogue_buffers == 2, "epilogue_buffers must be 1 or 2");
+    // With one store per tile there is nothing to overlap (the next tile's main loop separates the stores).
+    if (epilogue_buffers == 2)
+      rule((swap_ab ? rows_per_consumer() : BN) >= 2 * epilogue_n,
+           swap_ab ? "epilogue_buffers = 2 needs at least two stores per tile: BM / consumers >= 2 * epilogue_n"
+                   : "epilogue_buffers = 2 needs at least two stores per tile: BN >= 2 * epilogue_n");
     rule(cluster_m == 1 || cluster_m == 2, "cluster_m must be 1 or 2");
     if (cluster_m == 2) {
       rule(split_k == 1 && !swap_ab, "cluster_m = 2 needs split_k = 1 and swap_ab off");
@@ -98,8 +110,11 @@ struct GemmConfig {
     }
     rule(int64_t(rows_per_consumer()) * BN <= 64 * 256,
          "BM / consumers * BN must be at most 64 * 256 (the f32 accumulator: 128 registers per thread)");
-    rule(shared_bytes() <= 220 * 1024, "the stages and C tiles need " + std::to_string(shared_bytes()) +
-                                           " bytes of shared memory; at most 220 KB: fewer stages or smaller tiles");
+    // 227 KB per block (what the compiler's shared-memory plan allows on sm_90) less 2 KB for what
+    // shared_bytes() leaves out: the mbarriers and the 1024-byte alignment of the buffers. (220 KB until
+    // epilogue_buffers: the default tile with two staging buffers needs 224 KB.)
+    rule(shared_bytes() <= 225 * 1024, "the stages and C tiles need " + std::to_string(shared_bytes()) +
+                                           " bytes of shared memory; at most 225 KB: fewer stages or smaller tiles");
     return out;
   }
 };
@@ -134,7 +149,9 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
   Int R = swap ? N : M, Q = swap ? M : N;
   auto a_s = local_alloc<bf16>({BM, BK}, S, "a_s");
   auto b_s = y_nk ? local_alloc<bf16>({BN, BK}, S, "b_s") : local_alloc<bf16>({BK, BN}, S, "b_s");
-  auto c_s = swap ? local_alloc<Out>({BN, EN}, CONS, "c_s") : local_alloc<Out>({HALF, EN}, CONS, "c_s");  // one per consumer
+  // EB staging tiles per consumer: consumer r's buffer b is stage r * EB + b.
+  const int EB = cfg.epilogue_buffers;
+  auto c_s = swap ? local_alloc<Out>({BN, EN}, CONS * EB, "c_s") : local_alloc<Out>({HALF, EN}, CONS * EB, "c_s");
   auto full = alloc_barriers(S, 1, "full");     // the producer's expect_bytes, then TMA bytes
   const int CL = cfg.cluster_m;
   auto empty = alloc_barriers(S, CONS * CL, "empty");  // every consumer (of every block of the cluster) releases a stage
@@ -248,22 +265,33 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
             release(done);
             done.advance();
           });
+          // Store j of a tile: its staging buffer is free once the stores issued since its last use (the
+          // EB - 1 newest) are all that still read shared memory. One buffer: every store waits for the
+          // previous one. Two: store j uses buffer j % 2 and waits only for store j - 2, so that store
+          // j - 1 reads shared memory while this consumer converts and writes chunk j. The next tile's
+          // chunk 0 takes buffer 0 again, the older of the two when a tile has an even number of chunks
+          // (it does: a power of two, at least 2 by problems()); with an odd number it would wait for all.
+          const int chunks = swap ? HALF / EN : BN / EN;
+          auto wait_staging = [&](int j) {
+            async_store_wait(EB == 1 || (j == 0 && chunks % 2 != 0) ? 0 : EB - 1);
+          };
+          auto staging = [&](int j) { return EB == 1 ? c_s[r] : c_s[r * EB + j % EB]; };
           if (!swap) {
-            for (int j = 0; j < BN / EN; ++j) {
-              async_store_wait(0);  // the previous store has read c_s[r]
-              local_store(c_s[r], to_out<Out>(result.slice(1, j * EN, EN)));
+            for (int j = 0; j < chunks; ++j) {
+              wait_staging(j);
+              local_store(staging(j), to_out<Out>(result.slice(1, j * EN, EN)));
               if (SPLIT == 1)
-                async_descriptor_store(C, c_s[r], {m * BM + r * HALF, n * BN + j * EN});
+                async_descriptor_store(C, staging(j), {m * BM + r * HALF, n * BN + j * EN});
               else
-                async_descriptor_store(C, c_s[r], {w.c_row0 + m * BM + r * HALF, n * BN + j * EN});
+                async_descriptor_store(C, staging(j), {w.c_row0 + m * BM + r * HALF, n * BN + j * EN});
             }
           } else {
             // result: [rows of C^T (N), columns of C^T (M)]; C gets its transpose, EN columns at a time.
-            for (int j = 0; j < HALF / EN; ++j) {
-              async_store_wait(0);
-              local_store(c_s[r], to_out<Out>(trans(result.slice(0, j * EN, EN))));
+            for (int j = 0; j < chunks; ++j) {
+              wait_staging(j);
+              local_store(staging(j), to_out<Out>(trans(result.slice(0, j * EN, EN))));
               Int c_row = SPLIT == 1 ? n * BN : w.c_row0 + n * BN;
-              async_descriptor_store(C, c_s[r], {c_row, m * BM + r * HALF + j * EN});
+              async_descriptor_store(C, staging(j), {c_row, m * BM + r * HALF + j * EN});
             }
           }
         });

@@ -138,6 +138,37 @@ TEST_CASE("GEMM with swapped operands for small M (C^T = B A^T), with and withou
   }
 }
 
+TEST_CASE("GEMM with two C staging buffers per consumer (epilogue_buffers = 2)", "[async][gemm]") {
+  WEFT_SEEDED_RNG(rng);
+  // 264 x 520: 3 x 3 tiles of 128 x 256, 5 x 5 of 64 x 128, none full at the edges; more tiles than the CPU
+  // backend's blocks (one per core), so that a block's next tile reuses the buffers its last stores read.
+  // K = 136: 2 k-tiles and a tail.
+  Problem p = make_problem(rng, 264, 520, 136);
+  const std::vector<GemmConfig> configs{
+      {.epilogue_buffers = 2},                                                         // the default tile: 4 stores
+      {.BM = 64, .BN = 128, .stages = 3, .consumers = 1, .epilogue_buffers = 2},     // 2 stores per tile
+      {.BM = 128, .BN = 128, .stages = 3, .epilogue_n = 32, .epilogue_buffers = 2},  // 4 stores of 32 columns
+      {.BM = 64, .BN = 128, .consumers = 1, .split_k = 2, .epilogue_buffers = 2},    // f32 partials: 4 stores
+      {.BM = 128, .BN = 128, .stages = 3, .cluster_m = 2, .epilogue_buffers = 2},
+  };
+  for (const GemmConfig& cfg : configs)
+    for (bool b_is_nk : {true, false}) {
+      INFO(cfg.name() << " B " << (b_is_nk ? "N x K" : "K x N"));
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { gemm_hopper_ws(a, b, c, p.M, p.N, p.K, b_is_nk, cfg); });
+    }
+  // Swapped (small M): C^T's rows in stores of epilogue_n columns of C, with and without split-K.
+  for (int M : {13, 40}) {
+    Problem q = make_problem(rng, M, 520, 136);
+    for (GemmConfig cfg :
+         {GemmConfig{.BM = 64, .BN = 16, .epilogue_n = 32, .consumers = 1, .swap_ab = true, .epilogue_buffers = 2},
+          GemmConfig{.BM = 128, .BN = 64, .consumers = 1, .swap_ab = true, .epilogue_buffers = 2},
+          GemmConfig{.BM = 128, .BN = 32, .consumers = 1, .split_k = 2, .swap_ab = true, .epilogue_buffers = 2}}) {
+      INFO("M " << M << " " << cfg.name());
+      check_gemm(q, true, [&](auto& a, auto& b, auto& c) { gemm_hopper_ws(a, b, c, q.M, q.N, q.K, true, cfg); });
+    }
+  }
+}
+
 TEST_CASE("GEMM configuration errors name the caller's line", "[async][gemm][errors]") {
   Device dev = Device::cpu();
   Buffer<bf16> a = dev.alloc<bf16>(64 * 64), b = dev.alloc<bf16>(64 * 64), c = dev.alloc<bf16>(64 * 64);
@@ -154,6 +185,10 @@ TEST_CASE("GEMM configuration errors name the caller's line", "[async][gemm][err
   line = __LINE__ + 1;
   CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, true, GemmConfig{.stages = 8}),
                     Catch::Contains("bytes of shared memory") && Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, true, GemmConfig{.BN = 64, .epilogue_buffers = 2}),
+                    Catch::Contains("epilogue_buffers = 2 needs at least two stores per tile") &&
+                        Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
 }
 
 TEST_CASE("gemm(): the model's configuration per shape (WEFT_AUTOTUNE=0), and padded copies where TMA cannot go", "[async][gemm]") {
