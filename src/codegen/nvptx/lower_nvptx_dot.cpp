@@ -166,11 +166,34 @@ Value* Lowering::wgmma_descriptor(Value* offset, int64_t row_bytes, int64_t pane
 }
 
 // The descriptor from its fields: leading and stride byte offsets, swizzle mode (0: none, 1: 128 bytes,
-// 2: 64, 3: 32).
+// 2: 64, 3: 32). Built as zext(low word) | constant high word, so that wgmma_descriptor_plus can step it
+// with one 32-bit add.
 Value* Lowering::wgmma_descriptor_fields(Value* offset, int64_t lbo, int64_t sbo, uint64_t mode) {
-  Value* address = b_.CreateZExt(b_.CreateLShr(b_.CreateAnd(shared_address(offset), i32c(0x3FFFF)), i32c(4)), b_.getInt64Ty());
-  uint64_t fixed = (uint64_t((lbo >> 4) & 0x3FFF) << 16) | (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (mode << 62);
-  return b_.CreateOr(address, b_.getInt64(fixed));
+  Value* address = b_.CreateLShr(b_.CreateAnd(shared_address(offset), i32c(0x3FFFF)), i32c(4));
+  Value* low = b_.CreateOr(address, i32c(((lbo >> 4) & 0x3FFF) << 16));
+  uint64_t high = (uint64_t((sbo >> 4) & 0x3FFF)) | (mode << 30);
+  return descriptor_words(low, i32c(static_cast<int32_t>(high)));
+}
+
+// A 64-bit descriptor from its two 32-bit words, kept apart (mov.b64 {low, high}) so that a constant high
+// word stays a constant: built as an i64 or/add, LLVM folds it into a 64-bit add of every step.
+Value* Lowering::descriptor_words(Value* low, Value* high) {
+  llvm::Type* pair = llvm::FixedVectorType::get(b_.getInt32Ty(), 2);
+  Value* v = b_.CreateInsertElement(llvm::PoisonValue::get(pair), low, uint64_t(0));
+  v = b_.CreateInsertElement(v, high, uint64_t(1));
+  return b_.CreateBitCast(v, b_.getInt64Ty());
+}
+
+// The descriptor of the operand `bytes` (a multiple of 16) past the one `desc` describes: its start address
+// field (bits 0-13, the address >> 4) plus bytes >> 4. Shared memory ends below 2^18 bytes, so the field
+// cannot carry into the leading byte offset above it: the add stays in the low word, where LLVM and ptxas
+// see one integer add instead of each step's mask, shift and or.
+Value* Lowering::wgmma_descriptor_plus(Value* desc, int64_t bytes) {
+  if (bytes == 0) return desc;
+  if (bytes % 16 != 0) throw InternalError("wgmma descriptor stepped by a byte count that is not a multiple of 16");
+  Value* words = b_.CreateBitCast(desc, llvm::FixedVectorType::get(b_.getInt32Ty(), 2));
+  Value* low = b_.CreateAdd(b_.CreateExtractElement(words, uint64_t(0)), i32c(static_cast<int32_t>(bytes >> 4)));
+  return descriptor_words(low, b_.CreateExtractElement(words, uint64_t(1)));
 }
 
 // Two 16-bit elements (in their compute type) as one 32-bit register, the first in the low half (one
@@ -234,19 +257,21 @@ void Lowering::async_dot(const NodeRef& n) {
     Value* a_desc = nullptr;
     Value* b_desc = nullptr;
   };
+  // Each operand's descriptor is encoded once; the steps add their byte offsets to it.
+  Value* b_desc = b_n_major ? wgmma_descriptor(b_base, b_row, K * b_row) : wgmma_descriptor(b_base, b_row);
+  Value* a_desc = a_registers ? nullptr : wgmma_descriptor(a_base, a_row);
   std::vector<Step> steps;
   for (int64_t block = 0; block < M / 64; ++block)
     for (int64_t k = 0; k < K / KS; ++k) {
       Step st;
-      st.b_desc = b_n_major ? wgmma_descriptor(b_.CreateAdd(b_base, i32c(k * 16 * b_row)), b_row, K * b_row)
-                            : wgmma_descriptor(b_.CreateAdd(b_base, i32c(k_step_offset(b_panel, N, k))), b_row);
+      st.b_desc = wgmma_descriptor_plus(b_desc, b_n_major ? k * 16 * b_row : k_step_offset(b_panel, N, k));
       if (a_registers) {
         for (int p = 0; p < 4; ++p) {
           size_t r = static_cast<size_t>(block * K / 2 + k * 8 + 2 * p);
           st.fragment[p] = pack_pair(o[0]->type.dtype, a_regs.v[r], a_regs.v[r + 1]);
         }
       } else {
-        st.a_desc = wgmma_descriptor(b_.CreateAdd(a_base, i32c(block * 64 * a_row + k_step_offset(a_panel, M, k))), a_row);
+        st.a_desc = wgmma_descriptor_plus(a_desc, block * 64 * a_row + k_step_offset(a_panel, M, k));
       }
       steps.push_back(st);
     }

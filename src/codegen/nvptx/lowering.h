@@ -232,6 +232,8 @@ class Lowering {
   void dot_cuda_cores(const NodeRef& n);
   Value* wgmma_descriptor(Value* offset, int64_t row_bytes, int64_t panel_bytes = 16);
   Value* wgmma_descriptor_fields(Value* offset, int64_t lbo, int64_t sbo, uint64_t mode);
+  Value* wgmma_descriptor_plus(Value* desc, int64_t bytes);
+  Value* descriptor_words(Value* low, Value* high);
   Value* pack_pair(DType d, Value* lo, Value* hi);
   void async_dot(const NodeRef& n);
 
