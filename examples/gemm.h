@@ -11,7 +11,7 @@
 //   winner in the process and on disk (weft's compile cache), so a later process does not tune again.
 // - M <= 16 and rows TMA cannot stride or address (N or K not a multiple of 8, a buffer not 16-byte
 //   aligned): a plain-load kernel reads A and B where they are (no copies: a product this thin is
-//   bound by reading B once), all M rows in one tensor-core tile, B's columns over the grid and K split
+//   bound by reading B once), with FMA in f32 instead of tensor cores, B's columns over the grid and K split
 //   over it too when there are few column blocks (f32 partial sums, then the split-K reduction).
 // - Larger M with such rows: the operands that need it are copied into scratch buffers with K and N
 //   rounded up to a multiple of 8 (zeros in the new columns, which add nothing to the sums), the product
@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,7 +41,7 @@
 // What one gemm() call ran.
 struct GemmChoice {
   bool padded = false;    // the operands were copied to buffers with N and K rounded up to multiples of 8
-  bool small_m = false;   // M <= 16 with rows TMA cannot stride: the plain-load kernel ran (config unused)
+  bool small_m = false;   // M <= 16 with rows TMA cannot stride: the plain-load FMA kernel ran (config unused)
   GemmConfig config;
   std::string problem;    // the shape bucket it was tuned for
   weft::AutotuneReport report;  // of the tuning (or the cache hit) that chose `config`, on the bucket's first call
@@ -186,39 +187,128 @@ inline bool tma_can_describe(const weft::Buffer<weft::bf16>& a, const weft::Buff
   return N % 8 == 0 && K % 8 == 0 && aligned(a.data()) && aligned(b.data()) && aligned(c.data());
 }
 
-// M <= 16 rows of C, rows of A and B wherever they are (any N, K, alignment): program (j, s) computes
-// columns [j * BN, j * BN + BN) of all rows over K slice s ([s * k_slice, s * k_slice + k_slice)), one
-// 16-row tensor-core tile (rows past M masked). With one slice it writes C; with several, f32 partial sums
-// into the split-K workspace [slices * M, N], which make_gemm_splitk_reduce sums in order.
+// M <= 16 rows of C with the rows of A and B wherever they are (any N, K, alignment). A product this thin
+// is bound by reading B once, so the kernel is built for bandwidth: no tensor cores and no shared memory in
+// its loop, B streamed with coalesced 2-byte loads (rows that need not be 4-byte aligned), products summed
+// with FMA in f32. Each thread keeps R slots of B (separate one-register tiles, so that a warp's lanes read
+// consecutive elements and no load sits behind an alignment check), U k-steps of them loaded before any is
+// used, and MP x R accumulators; A's elements (tiny, cached) are read where they are needed and each one
+// serves the R slots. Rows of A past M and columns of B past N are clamped to the last real ones, so that
+// the main loop needs no masks: their sums are computed and never stored.
+// - B K x N (rows N-contiguous): a program owns 32 R columns (slot r: columns 32 r .. 32 r + 31) and its
+//   K slice; its kSmallMWarps warps take turns over the rows of B (warp w: rows k + w, k + w + W, ...), and
+//   the warps' sums are added once at the end.
+// - B N x K (columns of C are rows of B): a program of one warp owns R rows of B (slot r: row n0 + r) and
+//   its K slice, 32 U elements of each row per step (lane l: k + 32 u + l); a sum over the warp (shuffles)
+//   gives each output at the end.
+// Program (j, s) covers K slice s ([s k_slice, s k_slice + k_slice)); k_slice is a multiple of the step.
+// With one slice it writes C; with several, f32 partial sums into the split-K workspace [slices * M, N],
+// which make_gemm_splitk_reduce sums in order.
 inline constexpr int kSmallM = 16;
+inline constexpr int kSmallMWarps = 8;  // of the K x N kernel (the N x K one has one warp)
+
+struct SmallMShape {
+  int mp;  // M rounded up to 1, 2, 4, 8 or 16
+  int r;   // slots of B per thread
+  int u;   // k-steps per loop iteration
+  int columns_per_program(bool b_is_nk) const { return b_is_nk ? r : 32 * r; }
+  int k_step(bool b_is_nk) const { return b_is_nk ? 32 * u : kSmallMWarps * u; }
+};
+
+// Slots and steps per padded M: enough loads in flight per thread (R U of them), A's reads shared by R
+// slots, and MP R accumulators that leave room for the rest (ptxas -v of each specialization: README).
+inline SmallMShape small_m_shape(int M, bool b_is_nk) {
+  int mp = 1;
+  while (mp < M) mp *= 2;
+  if (b_is_nk) return mp <= 4 ? SmallMShape{mp, 8, 2} : SmallMShape{mp, 4, 2};
+  return mp <= 2 ? SmallMShape{mp, 2, 4} : SmallMShape{mp, 4, 2};
+}
+
 inline weft::Kernel make_gemm_small_m(bool b_is_nk, bool sliced) {
   using namespace weft;
   std::string name = std::string("gemm_small_m_") + (b_is_nk ? "nk" : "kn") + (sliced ? "_sliced" : "");
+  KernelOptions options;
+  options.num_warps = b_is_nk ? 1 : kSmallMWarps;
   return Kernel(name, [b_is_nk, sliced](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> c, Ptr<float> w, Int M, Int N, Int K,
-                                        Int k_slice, Const<int> BN, Const<int> BK) {
-    Int rows = arange(0, kSmallM);                   // [16]
-    Int cols = program_id(0) * BN + arange(0, BN);   // [BN]
+                                        Int k_slice, Const<int> MP, Const<int> R, Const<int> U) {
+    const int W = b_is_nk ? 1 : kSmallMWarps;
+    const int step = b_is_nk ? 32 * U : W * U;
     Int k_begin = program_id(1) * k_slice;
     Int k_end = minimum(K, k_begin + k_slice);
-    Long row_off = expand_dims(cast<int64_t>(rows), 1), col_off = expand_dims(cast<int64_t>(cols), 0);
-    Bool row_in = expand_dims(rows < M, 1), col_in = expand_dims(cols < N, 0);
-    Var acc = zeros<float>({kSmallM, BN});
-    for_range(k_begin, k_end, BK, [&](Int k0) {
-      Int ka = k0 + arange(0, BK);
-      Long k_row = expand_dims(cast<int64_t>(ka), 0), k_col = expand_dims(cast<int64_t>(ka), 1);
-      Tile<bf16> a_tile = load(a + row_off * cast<int64_t>(K) + k_row, row_in & expand_dims(ka < k_end, 0), 0);
-      Tile<bf16> b_tile =
-          b_is_nk ? trans(load(b + expand_dims(cast<int64_t>(cols), 1) * cast<int64_t>(K) + k_row,
-                               expand_dims(cols < N, 1) & expand_dims(ka < k_end, 0), 0))  // [BN, BK] -> [BK, BN]
-                  : load(b + k_col * cast<int64_t>(N) + col_off, expand_dims(ka < k_end, 1) & col_in, 0);
-      acc = dot(a_tile, b_tile, acc);
+    Int k_main = k_begin + (k_end - k_begin) / step * step;  // whole steps; the rest, one row at a time
+    Long Kl = cast<int64_t>(K), Nl = cast<int64_t>(N);
+    // Row m of A (the last real row for padding rows).
+    std::vector<Ptr<bf16>> a_row;
+    for (int m = 0; m < MP; ++m) a_row.push_back(a + cast<int64_t>(minimum(M - 1, m)) * Kl);
+    // A tile of the program's shape: [W, 32], warp by lane (one element per thread).
+    const Shape tile = b_is_nk ? Shape{32} : Shape{W, 32};
+    Int lane = b_is_nk ? arange(0, 32) : expand_dims(arange(0, 32), 0);
+    Int warp = b_is_nk ? Int() : expand_dims(arange(0, W), 1);
+    std::deque<Var<float>> acc;  // acc[m * R + r]
+    for (int i = 0; i < MP * R; ++i) acc.emplace_back(zeros<float>(tile));
+
+    // The B elements of slot r at k-step k (K x N: row k of this warp; N x K: element k of row r), and
+    // the A element of row m that multiplies them.
+    std::vector<Long> slot_base;  // per slot: offset of its first element in B
+    Int n0 = program_id(0) * (b_is_nk ? int(R) : 32 * R);
+    for (int r = 0; r < R; ++r) {
+      if (b_is_nk) slot_base.push_back(cast<int64_t>(minimum(N - 1, n0 + r)) * Kl);
+      else slot_base.push_back(cast<int64_t>(minimum(N - 1, n0 + 32 * r + lane)));
+    }
+    // (K x N: one 64-bit product per loop iteration, the step's rows at offsets that stay out of the loop.)
+    auto b_at = [&](int r, Int k, int u) {
+      return b_is_nk ? b + slot_base[r] + cast<int64_t>(k + u * 32 + lane)
+                     : b + slot_base[r] + cast<int64_t>(k + warp) * Nl + Nl * int64_t(u * W);
+    };
+    auto a_at = [&](int m, Int k) {  // K x N: one element per warp, in every lane
+      return b_is_nk ? a_row[m] + (k + lane) : a_row[m] + broadcast_to(k + warp, tile);
+    };
+    // `rows` k-steps from k, their B elements `bv` (slot r of step u at u * R + r) already loaded.
+    auto in_k = [&](Int kk) { return b_is_nk ? kk + lane < k_end : broadcast_to(kk + warp < k_end, tile); };
+    auto multiply = [&](Int k, int rows, bool masked, const std::vector<Tile<bf16>>& bv) {
+      for (int u = 0; u < rows; ++u) {
+        Int kk = k + u * (b_is_nk ? 32 : W);
+        for (int m = 0; m < MP; ++m) {
+          Float av = cast<float>(masked ? load(a_at(m, kk), in_k(kk), 0) : load(a_at(m, kk)));
+          for (int r = 0; r < R; ++r) acc[m * R + r] = fma(av, cast<float>(bv[u * R + r]), acc[m * R + r]);
+        }
+      }
+    };
+    // The whole steps, software-pipelined: each iteration loads the next step's B (the last one loads its
+    // own step again, so that no address leaves the slice) before it multiplies the current one, so that a
+    // thread has a step of loads in flight while it computes.
+    std::deque<Var<bf16>> next;
+    for (int i = 0; i < U * R; ++i) next.emplace_back(zeros<bf16>(tile));
+    auto load_step = [&](Int k) {
+      for (int u = 0; u < U; ++u)
+        for (int r = 0; r < R; ++r) next[u * R + r] = load(b_at(r, k, u));
+    };
+    if_(k_main > k_begin, [&] { load_step(k_begin); });
+    for_range(k_begin, k_main, step, [&](Int k) {
+      std::vector<Tile<bf16>> bv;
+      for (int i = 0; i < U * R; ++i) bv.push_back(next[i].read());
+      load_step(minimum(k + step, k_main - step));
+      multiply(k, U, false, bv);
     });
-    if (sliced)
-      store(w + (cast<int64_t>(program_id(1)) * cast<int64_t>(M) + row_off) * cast<int64_t>(N) + col_off, acc.read(),
-            row_in & col_in);
-    else
-      store(c + row_off * cast<int64_t>(N) + col_off, cast<bf16>(acc.read()), row_in & col_in);
-  });
+    // The rest of the slice (fewer than a step): one masked step of 32 (N x K) or W rows (K x N) at a time.
+    for_range(k_main, k_end, b_is_nk ? 32 : W, [&](Int k) {
+      std::vector<Tile<bf16>> bv;
+      for (int r = 0; r < R; ++r) bv.push_back(load(b_at(r, k, 0), in_k(k), 0));
+      multiply(k, 1, true, bv);
+    });
+
+    Long s = cast<int64_t>(program_id(1));
+    for (int m = 0; m < MP; ++m)
+      for (int r = 0; r < R; ++r) {
+        // Output (m, n): the sum over the warp (N x K) or over the warps (K x N).
+        Int n = b_is_nk ? n0 + r : n0 + 32 * r + arange(0, 32);
+        Float sum_mr = sum(acc[m * R + r].read(), 0);
+        Bool keep = (n < N) & (M > m);
+        Long at = Nl * int64_t(m) + cast<int64_t>(n);
+        if (sliced) store(w + s * cast<int64_t>(M) * Nl + at, sum_mr, keep);
+        else store(c + at, cast<bf16>(sum_mr), keep);
+      }
+  }, options);
 }
 
 inline const weft::Kernel& small_m_kernel(bool b_is_nk, bool sliced) {
@@ -227,30 +317,39 @@ inline const weft::Kernel& small_m_kernel(bool b_is_nk, bool sliced) {
   return kernels[b_is_nk][sliced];
 }
 
-// Launches the small-M product: 32-column blocks, and K cut into slices (multiples of BK) until there are
-// about four programs per multiprocessor, no slice shorter than 4 BK.
+// How the small-M product runs on `sms` multiprocessors: the grid's columns from N, and K cut into slices
+// (whole steps) until there are about 48 warps per multiprocessor, no slice shorter than 4 steps, and the
+// partial sums' traffic (slices x M x N f32, written and read back) at most about a quarter of B's bytes.
+struct SmallMPlan {
+  SmallMShape shape;
+  int64_t col_blocks, slices, k_slice;
+};
+inline SmallMPlan plan_small_m(int M, int N, int K, bool b_is_nk, int sms) {
+  SmallMPlan p;
+  p.shape = small_m_shape(M, b_is_nk);
+  p.col_blocks = cdiv64(N, p.shape.columns_per_program(b_is_nk));
+  const int64_t step = p.shape.k_step(b_is_nk);
+  const int64_t k_steps = cdiv64(K, step);
+  const int64_t warps = b_is_nk ? 1 : kSmallMWarps;
+  const int64_t wanted = cdiv64(cdiv64(48 * int64_t(sms), warps), p.col_blocks);
+  const int64_t slices_max = std::max<int64_t>(1, std::min<int64_t>(k_steps / 4, K / (16 * int64_t(M))));
+  p.k_slice = cdiv64(k_steps, std::clamp<int64_t>(wanted, 1, slices_max)) * step;
+  p.slices = cdiv64(K, p.k_slice);
+  return p;
+}
+
 inline void gemm_small_m(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
                          const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk, const weft::Device& dev,
                          weft::SourceLoc loc) {
-  constexpr int BN = 32, BK = 128;
-  const int64_t col_blocks = cdiv64(N, BN);
-  const int64_t k_blocks = cdiv64(K, BK);
-  const int64_t wanted = cdiv64(4 * int64_t(dev.multiprocessors()), col_blocks);
-  const int64_t slices_max = std::max<int64_t>(1, k_blocks / 4);
-  int64_t slices = std::clamp<int64_t>(wanted, 1, slices_max);
-  const int64_t k_slice = cdiv64(k_blocks, slices) * BK;
-  slices = cdiv64(K, k_slice);
+  const SmallMPlan p = plan_small_m(M, N, K, b_is_nk, dev.multiprocessors());
   const weft::Stream stream = dev.stream();
+  const weft::Grid grid(int(p.col_blocks), int(p.slices), 1, loc);
   // One slice: the kernel writes C and does not touch the workspace (passed for the signature's sake).
-  weft::Buffer<float> w = workspace(dev, slices == 1 ? 1 : size_t(slices) * M * N, loc);
-  if (slices == 1) {
-    small_m_kernel(b_is_nk, false)
-        .launch(stream, weft::Grid(int(col_blocks), 1, 1, loc), a, b, c, w, M, N, K, int(k_slice), BN, BK);
-    return;
-  }
-  small_m_kernel(b_is_nk, true)
-      .launch(stream, weft::Grid(int(col_blocks), int(slices), 1, loc), a, b, c, w, M, N, K, int(k_slice), BN, BK);
-  splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(slices));
+  weft::Buffer<float> w = workspace(dev, p.slices == 1 ? 1 : size_t(p.slices) * M * N, loc);
+  small_m_kernel(b_is_nk, p.slices > 1)
+      .launch(stream, grid, a, b, c, w, M, N, K, int(p.k_slice), p.shape.mp, p.shape.r, p.shape.u);
+  if (p.slices > 1)
+    splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(p.slices));
 }
 
 inline int bucket_m(int M) {

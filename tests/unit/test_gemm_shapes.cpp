@@ -241,6 +241,55 @@ TEST_CASE("gemm(): a buffer TMA cannot address (not 16-byte aligned) is copied f
   }
 }
 
+TEST_CASE("gemm(): the small-M kernel across M, both B layouts, odd N and K, one K slice or several", "[async][gemm]") {
+  EnvAutotune off("0");
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  struct Case {
+    int M, N, K;
+  };
+  // M 1, 2, 3 (rows padded to 4) and 16; N and K odd. Planned for 2 multiprocessors (a 2-core CPU),
+  // 16 x 200 x 4095 cuts K into slices with both layouts and 1 x 4095 x 1031 does not (checked below); a
+  // GPU cuts both.
+  for (Case s : {Case{1, 4095, 1031}, Case{2, 33, 1031}, Case{3, 200, 257}, Case{16, 200, 4095}}) {
+    Problem p = make_problem(rng, s.M, s.N, s.K);
+    for (bool b_is_nk : {true, false}) {
+      INFO("M " << s.M << " N " << s.N << " K " << s.K << " B " << (b_is_nk ? "N x K" : "K x N"));
+      GemmChoice choice;
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { choice = gemm(a, b, c, s.M, s.N, s.K, b_is_nk); });
+      CHECK(choice.small_m);
+    }
+  }
+  for (bool b_is_nk : {true, false}) {
+    CHECK(gemm_detail::plan_small_m(16, 200, 4095, b_is_nk, 2).slices > 1);
+    CHECK(gemm_detail::plan_small_m(1, 4095, 1031, b_is_nk, 2).slices == 1);
+    CHECK(gemm_detail::plan_small_m(1, 4095, 1031, b_is_nk, 132).slices > 1);
+  }
+}
+
+TEST_CASE("gemm(): the small-M kernel reads A, B and C at unaligned addresses", "[async][gemm][cpu-only]") {
+  EnvAutotune off("0");
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::cpu();
+  // Each operand in turn starts 2 bytes past an aligned address (the others aligned).
+  Problem p = make_problem(rng, 3, 37, 129);
+  for (bool b_is_nk : {true, false})
+    for (int odd : {0, 1, 2}) {
+      INFO("operand " << odd << " unaligned, B " << (b_is_nk ? "N x K" : "K x N"));
+      auto place = [&](std::vector<bf16>& storage, const std::vector<bf16>& values, bool shift) {
+        storage.assign(values.size() + 8, bf16(0.f));
+        std::copy(values.begin(), values.end(), storage.begin() + (shift ? 1 : 0));
+        return dev.wrap(storage.data() + (shift ? 1 : 0), values.size());
+      };
+      std::vector<bf16> sa, sb, sc;
+      Buffer<bf16> a = place(sa, p.a, odd == 0), b = place(sb, b_is_nk ? p.b_nk : p.b_kn, odd == 1);
+      Buffer<bf16> c = place(sc, std::vector<bf16>(size_t(p.M) * p.N, poison_value<bf16>()), odd == 2);
+      GemmChoice choice = gemm(a, b, c, p.M, p.N, p.K, b_is_nk);
+      CHECK(choice.small_m);
+      check_within<bf16>(c.download(), p.want, p.tol, "C");
+    }
+}
+
 TEST_CASE("gemm(): tunes a shape's bucket once, then reuses the winner", "[async][gemm][autotune]") {
   unsetenv("WEFT_AUTOTUNE");
   weft::test::ScratchCache cache;  // no winner from an earlier run: this one tunes
