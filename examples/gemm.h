@@ -9,8 +9,8 @@
 //   WEFT_AUTOTUNE=0 that one runs untuned. Tuning compiles the candidates on host threads at once, times
 //   them on the caller's buffers (C is overwritten, then written again by the winner) and remembers the
 //   winner in the process and on disk (weft's compile cache), so a later process does not tune again.
-// - M <= 16 and rows TMA cannot stride or address (N or K not a multiple of 8, a buffer not 16-byte
-//   aligned): a plain-load kernel reads A and B where they are (no copies: a product this thin is
+// - M <= 8 (B N x K) or 4 (B K x N) and rows TMA cannot stride or address (N or K not a multiple of 8, a
+//   buffer not 16-byte aligned): a plain-load kernel reads A and B where they are (no copies: a product this thin is
 //   bound by reading B once), with FMA in f32 instead of tensor cores, B's columns over the grid and K split
 //   over it too when there are few column blocks (f32 partial sums, then the split-K reduction).
 // - Larger M with such rows: the operands that need it are copied into scratch buffers with K and N
@@ -41,7 +41,7 @@
 // What one gemm() call ran.
 struct GemmChoice {
   bool padded = false;    // the operands were copied to buffers with N and K rounded up to multiples of 8
-  bool small_m = false;   // M <= 16 with rows TMA cannot stride: the plain-load FMA kernel ran (config unused)
+  bool small_m = false;   // M <= small_m_limit with rows TMA cannot stride: the plain-load FMA kernel ran (config unused)
   GemmConfig config;
   std::string problem;    // the shape bucket it was tuned for
   weft::AutotuneReport report;  // of the tuning (or the cache hit) that chose `config`, on the bucket's first call
@@ -204,7 +204,13 @@ inline bool tma_can_describe(const weft::Buffer<weft::bf16>& a, const weft::Buff
 // Program (j, s) covers K slice s ([s k_slice, s k_slice + k_slice)); k_slice is a multiple of the step.
 // With one slice it writes C; with several, f32 partial sums into the split-K workspace [slices * M, N],
 // which make_gemm_splitk_reduce sums in order.
-inline constexpr int kSmallM = 16;
+inline constexpr int kSmallM = 16;  // the most rows the small-M kernel takes
+
+// The rows of C up to which gemm() reads rows TMA cannot stride in place (the small-M kernel) instead of
+// copying them: on the H200 (benchmarks/NOTES.md, session 7) the kernel is 1.8-2.2x faster than the
+// padded copies at M 1, but 1.2-2x slower at M 16 (each thread's FMAs and re-reads of A), with the
+// crossover near M 8 for B N x K and near M 4 for B K x N.
+inline int small_m_limit(bool b_is_nk) { return b_is_nk ? 8 : 4; }
 inline constexpr int kSmallMWarps = 8;  // of the K x N kernel (the N x K one has one warp)
 
 struct SmallMShape {
@@ -379,7 +385,7 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   auto hold = gemm_detail::lock_scratch(dev);  // scratch and workspace are this call's until its last launch
   GemmChoice choice;
   const bool tma_fits = gemm_detail::tma_can_describe(a, b, c, N, K);
-  if (M <= gemm_detail::kSmallM && !tma_fits) {
+  if (M <= gemm_detail::small_m_limit(b_is_nk) && !tma_fits) {
     gemm_detail::gemm_small_m(a, b, c, M, N, K, b_is_nk, dev, loc);
     choice.small_m = true;
     return choice;

@@ -197,22 +197,23 @@ TEST_CASE("gemm(): the model's configuration per shape (WEFT_AUTOTUNE=0), and pa
   Device dev = Device::current();
   struct Case {
     int M, N, K;
-    bool padded, small_m;
   };
   // Small M (swapped operands with B N x K), a long K (split-K), ragged tiles, and N or K not a multiple of
-  // 8 (TMA cannot stride such rows): M <= 16 reads them in place (the plain-load kernel, with one K slice
-  // or several), larger M copies them with K and N rounded up to multiples of 8.
-  for (Case s : {Case{1, 200, 136, false, false}, Case{16, 64, 1024, false, false}, Case{136, 200, 200, false, false},
-                 Case{37, 100, 30, true, false}, Case{70, 33, 64, true, false}, Case{16, 100, 30, false, true},
-                 Case{1, 33, 1031, false, true}, Case{7, 200, 1030, false, true}}) {
+  // 8 (TMA cannot stride such rows): up to small_m_limit rows read them in place (the plain-load kernel,
+  // with one K slice or several), larger M copies them with K and N rounded up to multiples of 8 (M 7: read
+  // in place with B N x K, copied with B K x N).
+  for (Case s : {Case{1, 200, 136}, Case{16, 64, 1024}, Case{136, 200, 200}, Case{37, 100, 30}, Case{70, 33, 64},
+                 Case{16, 100, 30}, Case{1, 33, 1031}, Case{7, 200, 1030}}) {
     Problem p = make_problem(rng, s.M, s.N, s.K);
     for (bool b_is_nk : {true, false}) {
       INFO("M " << s.M << " N " << s.N << " K " << s.K << " B " << (b_is_nk ? "N x K" : "K x N"));
+      const bool fits = s.N % 8 == 0 && s.K % 8 == 0;
+      const bool small_m = !fits && s.M <= gemm_detail::small_m_limit(b_is_nk);
       GemmChoice choice;
       check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { choice = gemm(a, b, c, s.M, s.N, s.K, b_is_nk); });
-      CHECK(choice.padded == s.padded);
-      CHECK(choice.small_m == s.small_m);
-      if (!s.small_m) {
+      CHECK(choice.padded == (!fits && !small_m));
+      CHECK(choice.small_m == small_m);
+      if (!small_m) {
         GemmConfig first = gemm_candidates(gemm_detail::bucket_m(s.M), gemm_detail::bucket_nk((s.N + 7) / 8 * 8),
                                            gemm_detail::bucket_nk((s.K + 7) / 8 * 8), b_is_nk, dev.multiprocessors())[0];
         CHECK(choice.config.name() == first.name());
@@ -235,8 +236,8 @@ TEST_CASE("gemm(): a buffer TMA cannot address (not 16-byte aligned) is copied f
     Buffer<bf16> a = dev.wrap(storage.data() + 1, p.a.size()), b = dev.upload(p.b_nk);
     Buffer<bf16> c = dev.upload(std::vector<bf16>(size_t(p.M) * p.N, poison_value<bf16>()));
     GemmChoice choice = gemm(a, b, c, p.M, p.N, p.K, true);
-    CHECK(choice.padded == (M > 16));
-    CHECK(choice.small_m == (M <= 16));
+    CHECK(choice.padded == (M > gemm_detail::small_m_limit(true)));
+    CHECK(choice.small_m == (M <= gemm_detail::small_m_limit(true)));
     check_within<bf16>(c.download(), p.want, p.tol, "C");
   }
 }
@@ -248,16 +249,22 @@ TEST_CASE("gemm(): the small-M kernel across M, both B layouts, odd N and K, one
   struct Case {
     int M, N, K;
   };
-  // M 1, 2, 3 (rows padded to 4) and 16; N and K odd. Planned for 2 multiprocessors (a 2-core CPU),
-  // 16 x 200 x 4095 cuts K into slices with both layouts and 1 x 4095 x 1031 does not (checked below); a
-  // GPU cuts both.
+  // M 1, 2, 3 (rows padded to 4) and 16 (more than gemm() sends it: the kernel called directly); N and K
+  // odd. Planned for 2 multiprocessors (a 2-core CPU), 16 x 200 x 4095 cuts K into slices with both layouts
+  // and 1 x 4095 x 1031 does not (checked below); a GPU cuts both.
   for (Case s : {Case{1, 4095, 1031}, Case{2, 33, 1031}, Case{3, 200, 257}, Case{16, 200, 4095}}) {
     Problem p = make_problem(rng, s.M, s.N, s.K);
     for (bool b_is_nk : {true, false}) {
       INFO("M " << s.M << " N " << s.N << " K " << s.K << " B " << (b_is_nk ? "N x K" : "K x N"));
       GemmChoice choice;
-      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { choice = gemm(a, b, c, s.M, s.N, s.K, b_is_nk); });
-      CHECK(choice.small_m);
+      if (s.M <= gemm_detail::small_m_limit(b_is_nk)) {
+        check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { choice = gemm(a, b, c, s.M, s.N, s.K, b_is_nk); });
+        CHECK(choice.small_m);
+      } else {
+        check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) {
+          gemm_detail::gemm_small_m(a, b, c, s.M, s.N, s.K, b_is_nk, dev, SourceLoc::current());
+        });
+      }
     }
   }
   for (bool b_is_nk : {true, false}) {
