@@ -8,15 +8,15 @@
 // j <= i + Sk - Sq. A query row that sees no key (causal, Sq > Sk) gets O = 0 and LSE = +inf (what
 // FlashAttention writes: a backward pass then gets exp(s - LSE) = 0).
 //
-// One block computes BM = 128 query rows of one (batch, head) against all of its keys:
+// One block computes BM = 128 (or 192) query rows of one (batch, head) against all of its keys:
 // - a producer warp group (24 registers per thread) loads the Q tile once and K / V tiles into a ring of
 //   `stages` shared-memory stages with TMA, in 64-column panels (the 128-byte swizzle's width), each stage
 //   guarded by its own `k_full` / `v_full` mbarrier so QK^T can start while V is still on its way;
-// - two consumer warp groups (240 registers) each own 64 of the rows: S = Q K^T with wgmma, the online
+// - BM / 64 consumer warp groups (two with 240 registers, or three with 160) each own 64 of the rows: S = Q K^T with wgmma, the online
 //   softmax on the accumulator in registers (row max and sum by shuffles, exp2 with the scale folded in),
 //   P converted in registers and fed to wgmma as its A operand for O += P V, then the stage released;
 //   S_{j+1} and P_j V_j are issued together and the softmax of S_{j+1} runs while P_j V_j is in flight,
-//   while the other consumer waits for its turn on the tensor cores (ping-pong).
+//   while the other consumers wait for their turns on the tensor cores (ping-pong, in a ring).
 // The epilogue writes O through the consumer's own Q stage with TMA stores (which clip rows past Sq) and
 // the LSE with a masked store. Causal grids run the longest query blocks first.
 #pragma once
@@ -37,7 +37,9 @@ struct AttentionParams {
 };
 
 struct AttentionConfig {
-  int BM = 128;           // query rows per block: two consumer warp groups of 64
+  // Query rows per block: 128 (two consumer warp groups of 64) or 192 (three, with 160 registers each:
+  // D <= 64 only). Three keep the tensor cores busier where the softmax, not the products, takes the time.
+  int BM = 128;
   int BN = 128;           // keys per step
   int stages = 2;         // depth of the K and of the V ring
   bool pingpong = true;   // the consumers take turns on the tensor cores (named barriers)
@@ -73,26 +75,27 @@ inline AttentionConfig attention_config(const AttentionParams& p) {
 template <class T>
 weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
   using namespace weft;
-  std::string name = "attention_fwd_d" + std::to_string(D) + (causal ? "_causal" : "") + "_bn" +
+  std::string name = "attention_fwd_d" + std::to_string(D) + (causal ? "_causal" : "") +
+                     (cfg.BM != 128 ? "_bm" + std::to_string(cfg.BM) : "") + "_bn" +
                      std::to_string(cfg.BN) + "_s" + std::to_string(cfg.stages) + (cfg.pingpong ? "_pingpong" : "") +
                      (cfg.overlap ? "_overlap" : "") + (cfg.persistent ? "_persistent" : "");
   return Kernel(name, [cfg, D, causal](TensorDesc<T, 3> Q, TensorDesc<T, 3> K, TensorDesc<T, 3> V, TensorDesc<T, 3> O,
                                        Ptr<float> LSE, Int Sq, Int Sk, Int BH, Int group, Float scale_log2) {
-    const int BM = cfg.BM, BN = cfg.BN, S = cfg.stages, HALF = BM / 2, PANEL = 64, PANELS = D / PANEL;
-    auto q_s = local_alloc<T>({HALF, D}, 2, "q_s");  // stage r: consumer r's rows
+    const int BM = cfg.BM, BN = cfg.BN, S = cfg.stages, HALF = 64, CONS = BM / HALF, PANEL = 64, PANELS = D / PANEL;
+    auto q_s = local_alloc<T>({HALF, D}, CONS, "q_s");  // stage r: consumer r's rows
     auto k_s = local_alloc<T>({BN, D}, S, "k_s");
     auto v_s = local_alloc<T>({BN, D}, S, "v_s");
     // O leaves through a buffer of its own when one fits (Q of the next tile can then come while this one's
     // last products and epilogue run), else through the consumer's Q stage.
-    const bool own_o = (4 * HALF + 2 * S * BN) * D * int(sizeof(T)) <= 200 * 1024;
+    const bool own_o = (2 * CONS * HALF + 2 * S * BN) * D * int(sizeof(T)) <= 200 * 1024;
     std::optional<SharedBuffer<T>> o_s;
-    if (own_o) o_s = local_alloc<T>({HALF, D}, 2, "o_s");
+    if (own_o) o_s = local_alloc<T>({HALF, D}, CONS, "o_s");
     auto q_full = alloc_barriers(1, 1, "q_full");
-    auto q_empty = alloc_barriers(1, 2, "q_empty");  // both consumers are done with Q
+    auto q_empty = alloc_barriers(1, CONS, "q_empty");  // every consumer is done with Q
     auto k_full = alloc_barriers(S, 1, "k_full");
     auto v_full = alloc_barriers(S, 1, "v_full");
-    auto k_empty = alloc_barriers(S, 2, "k_empty");  // both consumers release each stage
-    auto v_empty = alloc_barriers(S, 2, "v_empty");
+    auto k_empty = alloc_barriers(S, CONS, "k_empty");  // every consumer releases each stage
+    auto v_empty = alloc_barriers(S, CONS, "v_empty");
 
     // Output tiles: (query block of BM rows, batch * Hq + head), M * BH of them, taken in turn by the programs
     // of the grid (program p: tiles p, p + programs, ...; a grid of one program per tile runs each once).
@@ -134,8 +137,8 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           for_each_tile([&](const OutputTile& tile, Int i) {
             // Q of this tile once both consumers are done with the last one's.
             if_(i > 0, [&] { barrier_wait(q_empty[0], (i - 1) % 2); });
-            barrier_expect_bytes(q_full[0], 2 * q_s.stage_bytes());
-            for (int r = 0; r < 2; ++r)
+            barrier_expect_bytes(q_full[0], CONS * q_s.stage_bytes());
+            for (int r = 0; r < CONS; ++r)
               for (int p = 0; p < PANELS; ++p)
                 async_descriptor_load(Q, q_s[r].cols(p * PANEL, PANEL), {tile.bh, tile.q0 + r * HALF, p * PANEL},
                                       q_full[0]);
@@ -155,15 +158,24 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
             });
           });
         }),
-        task("consumer", {.warps = 4, .regs = 240, .replicas = 2}, [&] {
+        task("consumer", {.warps = 4, .regs = CONS == 2 ? 240 : 160, .replicas = CONS}, [&] {
           Int r = task_replica_id();
-          // Ping-pong: the two consumers take turns issuing their wgmmas (named barriers 1 and 2), so that
-          // one's softmax runs while the other's products occupy the tensor cores.
+          // Ping-pong: the consumers take turns issuing their wgmmas, in a ring (consumer i waits on named
+          // barrier 1 + i, then lets consumer i + 1 go), so that one's softmax runs while another's products
+          // occupy the tensor cores.
+          // body(i) as consumer i (barrier ids are constants): if r == 0 ... else if r == 1 ... else the last.
+          auto on_replica = [&](auto&& body) {
+            auto from = [&](auto&& self, int i) -> void {
+              if (i == CONS - 1) return body(i);
+              if_(r == i, [&] { body(i); }, [&] { self(self, i + 1); });
+            };
+            from(from, 0);
+          };
           auto my_turn = [&] {
-            if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); }, [&] { named_barrier_wait(2, 256); });
+            if (cfg.pingpong) on_replica([&](int i) { named_barrier_wait(1 + i, 256); });
           };
           auto your_turn = [&] {
-            if (cfg.pingpong) if_(r == 0, [&] { named_barrier_arrive(2, 256); }, [&] { named_barrier_arrive(1, 256); });
+            if (cfg.pingpong) on_replica([&](int i) { named_barrier_arrive(1 + (i + 1) % CONS, 256); });
           };
           Pipeline kp(S), vp(S);
           for_each_tile([&](const OutputTile& tile, Int i) {
@@ -224,7 +236,8 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               next_k();
               return scores;
             };
-            if (cfg.pingpong) if_(r == 1 && n_blocks > 0, [&] { named_barrier_arrive(1, 256); });  // consumer 0 first
+            // Consumer 0 goes first: the last consumer's arrival opens its barrier.
+            if (cfg.pingpong) if_(r == CONS - 1 && n_blocks > 0, [&] { named_barrier_arrive(1, 256); });
             if (!cfg.overlap) {  // each step in turn: S_j, its softmax, then P_j V_j
               auto step = [&](Int j, Mask mask) {
                 auto [p, alpha] = softmax(j, scores_alone(), mask);
@@ -266,7 +279,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
                 vp.wait(v_full);
                 acc = async_dot_wait(0, async_dot(p_prev, v_s[vp.index()], acc));
                 next_v();
-                if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); });  // consumer 1's last arrival
+                if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); });  // the last consumer's last arrival
               });
             }
             // Epilogue: O = acc / l, through shared memory and TMA stores (which clip rows past Sq).
@@ -327,19 +340,22 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
     fail("B * Hq * Sq / 128 must stay below 2^31 (tiles are counted in 32 bits)");
 
   AttentionConfig cfg = cfg_or_null ? *cfg_or_null : attention_config(p);
-  if (cfg.BM != 128 || cfg.BN < 16 || cfg.BN > 256 || cfg.BN % 16 != 0 || cfg.stages < 1)
-    fail("config: BM must be 128 and BN a multiple of 16 up to 256, with at least one stage");
+  if ((cfg.BM != 128 && cfg.BM != 192) || cfg.BN < 16 || cfg.BN > 256 || cfg.BN % 16 != 0 || cfg.stages < 1)
+    fail("config: BM must be 128 or 192 and BN a multiple of 16 up to 256, with at least one stage");
+  if (cfg.BM == 192 && p.D > 64)
+    fail("config: BM = 192 (three consumers of 160 registers) needs D <= 64; D = " + std::to_string(p.D) +
+         " takes BM = 128");
   static std::mutex mutex;
-  static std::map<std::tuple<int, bool, int, int, bool, bool, bool>, Kernel> kernels;
+  static std::map<std::tuple<int, bool, int, int, int, bool, bool, bool>, Kernel> kernels;
   const Kernel* kernel;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    auto key = std::make_tuple(p.D, p.causal, cfg.BN, cfg.stages, cfg.pingpong, cfg.overlap, cfg.persistent);
+    auto key = std::make_tuple(p.D, p.causal, cfg.BM, cfg.BN, cfg.stages, cfg.pingpong, cfg.overlap, cfg.persistent);
     auto it = kernels.find(key);
     if (it == kernels.end()) it = kernels.emplace(key, make_attention_fwd<T>(cfg, p.D, p.causal)).first;
     kernel = &it->second;
   }
-  const int HALF = cfg.BM / 2;
+  const int HALF = 64;  // rows of one consumer
   float scale = p.scale > 0 ? p.scale : 1.f / std::sqrt(float(p.D));
   const int64_t bq = int64_t(bhq), bk = int64_t(bhk);
   auto q_desc = tma(q, {bq, p.Sq, p.D}, {1, HALF, 64}, {}, loc);

@@ -116,6 +116,20 @@ TEST_CASE("attention forward: every variant of the kernel (overlap, ping-pong, t
   }
 }
 
+TEST_CASE("attention forward: three consumers (BM 192) at D 64, every schedule", "[attention][async]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  for (AttentionConfig cfg : {AttentionConfig{192, 128, 3, true, true}, AttentionConfig{192, 128, 2, true, false},
+                              AttentionConfig{192, 64, 2, false, true}, AttentionConfig{192, 128, 3, true, true, true}}) {
+    INFO("BN " << cfg.BN << " stages " << cfg.stages << " pingpong " << cfg.pingpong << " overlap " << cfg.overlap
+               << " persistent " << cfg.persistent);
+    // 250 query rows: one full block of 192 and a partial one; GQA; causal with Sq < Sk and Sq > Sk.
+    check_attention<bf16>(dev, {1, 2, 1, 250, 300, 64, true}, rng, 0, &cfg);
+    check_attention<f16>(dev, {2, 2, 2, 250, 130, 64, false}, rng, 0, &cfg);
+    check_attention<bf16>(dev, {1, 1, 1, 300, 200, 64, true}, rng, 0, &cfg);
+  }
+}
+
 TEST_CASE("attention forward: the same result under shuffled CPU fiber schedules", "[attention][async][cpu-only]") {
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::cpu();
@@ -169,4 +183,14 @@ TEST_CASE("attention forward: bad arguments are Errors at the caller's line", "[
   CHECK_THROWS_WITH(attention_fwd(dev.stream(), q, kv, kv, o, lse, p), Catch::Contains("use 64, 128 or 256"));
   p.D = 64;
   CHECK_THROWS_WITH(attention_fwd(dev.stream(), q, kv, kv, o, lse, p), Catch::Contains("k holds 3072 elements"));
+  // Three consumers need D <= 64; BM is 128 or 192.
+  Buffer<bf16> q128 = buf(4 * 16 * 128), kv128 = buf(4 * 16 * 128), o128 = buf(4 * 16 * 128);
+  AttentionParams p128{1, 4, 4, 16, 16, 128, false, 0.f};
+  AttentionConfig three = attention_config(128);
+  three.BM = 192;
+  CHECK_THROWS_WITH(attention_fwd(dev.stream(), q128, kv128, kv128, o128, lse, p128, &three),
+                    Catch::Contains("BM = 192 (three consumers of 160 registers) needs D <= 64"));
+  three.BM = 256;
+  CHECK_THROWS_WITH(attention_fwd(dev.stream(), q128, kv128, kv128, o128, lse, p128, &three),
+                    Catch::Contains("BM must be 128 or 192"));
 }
