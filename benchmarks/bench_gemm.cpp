@@ -26,8 +26,9 @@
 //
 // --compare-epilogue times fixed configurations of gemm_hopper_ws instead of gemm()'s choice, on the
 // squares of --sizes, both B layouts: the default configuration, the same with two C staging buffers per
-// consumer (epilogue_buffers = 2, "_eb2"), and that with 32-column stores ("_e32_eb2", the default's
-// shared memory). Each is checked against cuBLASLt first; then cuBLASLt and the configurations are timed
+// consumer (epilogue_buffers = 2, "_eb2"), that with 32-column stores ("_e32_eb2", the default's shared
+// memory), and ping-pong configurations ("_pp": two consumers computing alternate whole tiles, one's
+// epilogue under the other's main loop) of 128 x 128 and 64 x 256 tiles per consumer. Each is checked against cuBLASLt first; then cuBLASLt and the configurations are timed
 // interleaved, three rounds of --runs calls each, and each row gives a configuration's median, cuBLAS
 // time / its time and the first configuration's (the default's) time / its time: > 1 means faster.
 //
@@ -383,9 +384,16 @@ int main(int argc, char** argv) try {
 
   if (opt.compare_epilogue) {
     // The default, with two staging buffers (224 KB of shared memory), and with two of half the width
-    // (the default's 208 KB: eight 32-column stores per consumer and tile).
-    const std::vector<GemmConfig> configs{GemmConfig{}, GemmConfig{.epilogue_buffers = 2},
-                                          GemmConfig{.epilogue_n = 32, .epilogue_buffers = 2}};
+    // (the default's 208 KB: eight 32-column stores per consumer and tile). Then ping-pong: 128 x 128 tiles
+    // per consumer with 5 and 6 stages (192 and 224 KB), with 5 stages and two staging buffers (224 KB),
+    // and 64 x 256 tiles with 5 stages (216 KB).
+    const std::vector<GemmConfig> configs{GemmConfig{},
+                                          GemmConfig{.epilogue_buffers = 2},
+                                          GemmConfig{.epilogue_n = 32, .epilogue_buffers = 2},
+                                          GemmConfig{.BM = 128, .BN = 128, .stages = 5, .pingpong = true},
+                                          GemmConfig{.BM = 128, .BN = 128, .stages = 6, .pingpong = true},
+                                          GemmConfig{.BM = 128, .BN = 128, .stages = 5, .epilogue_buffers = 2, .pingpong = true},
+                                          GemmConfig{.BM = 64, .BN = 256, .stages = 5, .pingpong = true}};
     std::printf("bf16 GEMM epilogue configurations against cuBLASLt %s on %s (median of 3 interleaved rounds of %d "
                 "calls)\n",
                 version_string(lt->version()).c_str(), dev.name().c_str(), opt.runs);

@@ -90,7 +90,7 @@ inline double gemm_model_us(const GemmConfig& c, int M, int N, int K, int sms) {
 // The configurations worth trying for an M x N x K product (B N x K when b_is_nk) on `sms`
 // multiprocessors: every supported tile shape, consumer count, split-K, operand order and cluster, ranked by
 // gemm_model_us, the best `count` first; for large products, then the best one's variants with
-// double-buffered C stores.
+// double-buffered C stores and two ping-pong configurations.
 inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk, int sms, size_t count = 8) {
   using gemm_detail::cdiv64;
   std::vector<std::pair<double, GemmConfig>> scored;
@@ -142,6 +142,15 @@ inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk
       GemmConfig c = best;
       c.epilogue_n = en;
       c.epilogue_buffers = 2;
+      if (c.problems(b_is_nk).empty() && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    }
+  // The same products also in ping-pong (pingpong: two consumers computing alternate whole tiles, one's
+  // epilogue under the other's main loop), 128 x 128 and 64 x 256 tiles per consumer, with as many stages
+  // as fit in 225 KB. The model does not see that overlap either.
+  if (M >= 1024 && N >= 1024 && best.split_k == 1 && best_tiles >= sms)
+    for (auto [BM, BN] : {std::pair{128, 128}, {64, 256}}) {
+      GemmConfig c{.BM = BM, .BN = BN, .BK = 64, .stages = 2, .pingpong = true};
+      while (c.stages < 8 && c.shared_bytes() + (c.BM + c.BN) * c.BK * 2 <= 225 * 1024) ++c.stages;
       if (c.problems(b_is_nk).empty() && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
     }
   return out;

@@ -20,11 +20,17 @@
 //   result in registers and store C directly. For M <= 64-ish, where BM = 64 rows of A would be mostly zero.
 // - epilogue_buffers = 2: two C staging tiles per consumer, so that the TMA store of one chunk of C reads
 //   shared memory while the consumer writes the next one (with one, each chunk waits for the last store).
+// - pingpong (CUTLASS's "ping-pong" schedule): each of the two consumers computes whole BM x BN tiles, the
+//   block's tiles taken alternately (consumer 0 its 1st, 3rd, ...; consumer 1 its 2nd, 4th, ...), and their
+//   main loops take turns on the tensor cores (two named barriers), so that one consumer's epilogue runs
+//   while the other's wgmmas run. Both read the one ring, which the producer fills tile after tile; each
+//   stage goes to one consumer, which passes over the other's stages.
 // The default configuration is the large-square kernel (128 x 256 x 64, 4 stages, two consumers).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,12 +52,14 @@ struct GemmConfig {
                                      // B tile and multicasting it to both (TMA multicast)
   int epilogue_buffers = 1;          // C staging tiles per consumer: 2 lets the TMA store of one chunk of C
                                      // read shared memory while the consumer writes the next chunk
+  bool pingpong = false;             // two consumers, each computing whole tiles (BM rows), alternate tiles,
+                                     // main loops in turn: one's epilogue under the other's wgmmas
 
-  int rows_per_consumer() const { return BM / consumers; }
+  int rows_per_consumer() const { return pingpong ? BM : BM / consumers; }
   bool is_default() const { return *this == GemmConfig{}; }
   friend bool operator==(const GemmConfig&, const GemmConfig&) = default;
 
-  // A stable, distinct name: "128x256x64_s4_g8_c2", then "_k<split>", "_swap", "_eb2" when set.
+  // A stable, distinct name: "128x256x64_s4_g8_c2", then "_k<split>", "_swap", "_eb2", "_pp" when set.
   std::string name() const {
     std::string s = std::to_string(BM) + "x" + std::to_string(BN) + "x" + std::to_string(BK) + "_s" +
                     std::to_string(stages) + "_g" + std::to_string(group) + "_c" + std::to_string(consumers);
@@ -60,6 +68,7 @@ struct GemmConfig {
     if (swap_ab) s += "_swap";
     if (cluster_m > 1) s += "_cl" + std::to_string(cluster_m);
     if (epilogue_buffers != 1) s += "_eb" + std::to_string(epilogue_buffers);
+    if (pingpong) s += "_pp";
     return s;
   }
 
@@ -80,9 +89,14 @@ struct GemmConfig {
       if (!ok) out += (out.empty() ? "" : "; ") + what;
     };
     rule(consumers == 1 || consumers == 2, "consumers must be 1 or 2");
-    if (consumers == 1 || consumers == 2)
+    if (pingpong) {
+      rule(consumers == 2, "pingpong needs consumers = 2 (they take turns)");
+      rule(split_k == 1 && !swap_ab && cluster_m == 1, "pingpong needs split_k = 1, swap_ab off and cluster_m = 1");
+      rule(BM == 64 || BM == 128, "with pingpong each consumer computes the whole tile: BM must be 64 or 128");
+    } else if (consumers == 1 || consumers == 2) {
       rule(BM % consumers == 0 && (rows_per_consumer() == 64 || rows_per_consumer() == 128),
            "BM / consumers must be 64 or 128 (wgmma's 64-row blocks; BM 64, 128 or 256)");
+    }
     rule(BK == 32 || BK == 64, "BK must be 32 or 64 (rows of 64 or 128 bytes: one swizzle span)");
     rule(stages >= 2 && stages <= 16, "stages must be 2 to 16");
     rule(group >= 1, "group must be at least 1");
@@ -154,7 +168,10 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
   auto c_s = swap ? local_alloc<Out>({BN, EN}, CONS * EB, "c_s") : local_alloc<Out>({HALF, EN}, CONS * EB, "c_s");
   auto full = alloc_barriers(S, 1, "full");     // the producer's expect_bytes, then TMA bytes
   const int CL = cfg.cluster_m;
-  auto empty = alloc_barriers(S, CONS * CL, "empty");  // every consumer (of every block of the cluster) releases a stage
+  // Every consumer (of every block of the cluster) releases a stage; with ping-pong, the one consumer whose
+  // tile it holds.
+  const bool PP = cfg.pingpong;
+  auto empty = alloc_barriers(S, PP ? 1 : CONS * CL, "empty");
   Int tiles_q = cdiv(Q, BN);  // (before tiles_r: the order the default kernel's IR has always had)
   Int tiles_r = cdiv(R, BM);
   // With split-K the scheduler's columns are (tile column, slice) pairs, the slice fastest.
@@ -246,20 +263,25 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
         // One wgmma group stays in flight: step k waits for step k - 1's group, then releases its stage
         // (`done` trails `p` by one step).
         Pipeline p(S), done(S);
-        for_each_tile([&](Int m, Int nq) {
+        // Tile (m, nq): its main loop, then its epilogue. `issued` runs between them, once every wgmma of
+        // the main loop has been issued and before the last one is waited for (ping-pong: where the other
+        // consumer's turn begins).
+        auto consume = [&](Int m, Int nq, const std::function<void()>& issued) {
           Work w = work_of(nq);
           Int n = w.n;
           Var acc = zeros<float>({HALF, BN});
           for_range(0, w.count, [&](Int k) {
             p.wait(full);
             SharedView<bf16> b = y_nk ? local_trans(b_s[p.index()]) : b_s[p.index()];
-            acc = async_dot_wait(1, async_dot(a_s[p.index()].rows(r * HALF, HALF), b, acc));
+            SharedView<bf16> a = PP ? a_s[p.index()] : a_s[p.index()].rows(r * HALF, HALF);
+            acc = async_dot_wait(1, async_dot(a, b, acc));
             if_(k > 0, [&] {
               release(done);
               done.advance();
             });
             p.advance();
           });
+          if (issued) issued();
           Tile<float> result = async_dot_wait(0, acc);
           if_(w.count > 0, [&] {
             release(done);
@@ -276,12 +298,14 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
             async_store_wait(EB == 1 || (j == 0 && chunks % 2 != 0) ? 0 : EB - 1);
           };
           auto staging = [&](int j) { return EB == 1 ? c_s[r] : c_s[r * EB + j % EB]; };
+          // This consumer's first row of C: its half of the tile, or (ping-pong) the whole tile.
+          auto first_row = [&] { return PP ? m * BM : m * BM + r * HALF; };
           if (!swap) {
             for (int j = 0; j < chunks; ++j) {
               wait_staging(j);
               local_store(staging(j), to_out<Out>(result.slice(1, j * EN, EN)));
               if (SPLIT == 1)
-                async_descriptor_store(C, staging(j), {m * BM + r * HALF, n * BN + j * EN});
+                async_descriptor_store(C, staging(j), {first_row(), n * BN + j * EN});
               else
                 async_descriptor_store(C, staging(j), {w.c_row0 + m * BM + r * HALF, n * BN + j * EN});
             }
@@ -294,7 +318,39 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
               async_descriptor_store(C, staging(j), {c_row, m * BM + r * HALF + j * EN});
             }
           }
-        });
+        };
+        if (!PP) {
+          for_each_tile([&](Int m, Int nq) { consume(m, nq, nullptr); });
+        } else {
+          // Ping-pong. The block's tiles are t = program, program + programs, ...; consumer r takes the
+          // (r + 1)-th, (r + 3)-th, ... of them. Tile i of the block holds ring positions i * k_tiles to
+          // (i + 1) * k_tiles - 1 (split_k is 1), so consumer 1 starts k_tiles positions in and each consumer
+          // skips the other's k_tiles after each of its own tiles.
+          //
+          // Turns: consumer r waits for its turn on named barrier 1 + r before each tile but the block's
+          // first, and after issuing its tile's last wgmma gives the turn to the other (an arrival on the
+          // other's barrier) when the block has a tile after this one. So the k-th wait on a barrier meets
+          // the k-th arrival there, whatever the number of tiles (0, 1, odd, even): nothing is left over
+          // at the end. The order matters for more than speed: a consumer's first wait on a stage of a new
+          // tile comes after the other consumer has waited on every stage of the tile before, so no stage
+          // is then two fills behind (a parity wait cannot tell phase p from p - 2).
+          Int programs = num_programs(0), first = program_id(0), total = tiles.count();
+          auto my_turn = [&] {
+            if_(r == 0, [&] { named_barrier_wait(1, 256); }, [&] { named_barrier_wait(2, 256); });
+          };
+          auto your_turn = [&] {
+            if_(r == 0, [&] { named_barrier_arrive(2, 256); }, [&] { named_barrier_arrive(1, 256); });
+          };
+          p.advance(r * k_tiles);
+          done.advance(r * k_tiles);
+          for_range(first + r * programs, total, 2 * programs, [&](Int t) {
+            auto [m, nq] = tiles.tile(t);
+            if_(t > first, my_turn);
+            consume(m, nq, [&] { if_(t + programs < total, your_turn); });
+            p.advance(k_tiles);
+            done.advance(k_tiles);
+          });
+        }
         async_store_wait(0);
       }));
 }

@@ -362,6 +362,16 @@ class Pipeline {
     index_ = Operand<int32_t>(where(wrap, 0, next), loc);
     phase_ = Operand<int32_t>(where(wrap, phase_.read(loc) ^ 1, phase_.read(loc)), loc);
   }
+  // Moves on `steps` stages at once (steps >= 0, a run-time value): where `steps` calls of advance() would
+  // leave it (the ring wraps (index + steps) / stages times, each wrap flipping the phase). For a task that
+  // shares a ring with others and passes over their stages without touching them: the ping-pong GEMM's
+  // consumers take alternate tiles of one ring, each skipping the other's k-steps.
+  void advance(Operand<int32_t> steps) {
+    SourceLoc loc = steps.loc;
+    Int position = index_.read(loc) + Int(steps.node);
+    index_ = Operand<int32_t>(position % stages_, loc);
+    phase_ = Operand<int32_t>(phase_.read(loc) ^ (position / stages_ % 2), loc);
+  }
 
  private:
   int stages_;
@@ -573,16 +583,29 @@ void async_remote_shmem_copy(const SharedView<T>& dst, const SharedView<T>& src,
 class TileScheduler {
  public:
   TileScheduler(Int tiles_m, Int tiles_n, int group = 8) : tiles_m_(tiles_m), tiles_n_(tiles_n), group_(group) {}
-  // body(m, n) for each tile of this program, in order.
+  // body(m, n) for each tile of this program, in order: tile(t) for t = program, program + programs, ...
   template <class Body> void for_each(Body&& body, SourceLoc loc = SourceLoc::current()) const {
-    Int total = tiles_m_ * tiles_n_;
+    Int total = count();
     for_range(program_id(0), total, num_programs(0), [&](Int t) {
-      Int per_group = tiles_n_ * group_;
-      Int first_m = (t / per_group) * group_;
-      Int rows = minimum(tiles_m_ - first_m, Int(scalar<int32_t>(group_, loc)));
-      Int within = t % per_group;
-      body(first_m + within % rows, within / rows);
+      auto [m, n] = tile(t, loc);
+      body(m, n);
     }, loc);
+  }
+  // The number of tiles, tiles_m * tiles_n.
+  Int count() const { return tiles_m_ * tiles_n_; }
+  // Tile t (0 <= t < count()) of the grouped order as (m, n): for loops of one's own over a program's tiles
+  // (e.g. two consumers that take turns: one takes t = program, program + 2 * programs, ..., the other the
+  // rest).
+  std::pair<Int, Int> tile(const Int& t, SourceLoc loc = SourceLoc::current()) const {
+    Int per_group = tiles_n_ * group_;
+    Int first_m = (t / per_group) * group_;
+    Int rows = minimum(tiles_m_ - first_m, Int(scalar<int32_t>(group_, loc)));
+    Int within = t % per_group;
+    // n's nodes before m's: the order in which for_each built them before tile() existed (its call
+    // body(m, n) evaluated the arguments right to left), which kernels' code and cache keys depend on.
+    Int n = within / rows;
+    Int m = first_m + within % rows;
+    return {m, n};
   }
 
  private:

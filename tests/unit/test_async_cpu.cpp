@@ -207,6 +207,99 @@ TEST_CASE("Pipeline with two consumer replicas, each storing its half of the row
   }
 }
 
+TEST_CASE("Pipeline::advance(steps) lands where steps calls of advance() do", "[async]") {
+  const int programs = 23;
+  for (int stages : {1, 3, 4}) {
+    // Program p: (p % 5) single steps, then advance(p); its index and phase go to out[2p], out[2p + 1].
+    Kernel k("pipeline_advance_steps", [=](Ptr<int32_t> out) {
+      Pipeline p(stages);
+      for_range(0, program_id(0) % 5, [&](Int) { p.advance(); });
+      p.advance(program_id(0));
+      store(out + program_id(0) * 2, p.index());
+      store(out + program_id(0) * 2 + 1, p.phase());
+    });
+    Output<int32_t> out(programs * 2);
+    launch(k, Grid(programs), out);
+    std::vector<int32_t> want(programs * 2);
+    for (int p = 0; p < programs; ++p) {
+      int position = p % 5 + p;
+      want[p * 2] = position % stages;
+      want[p * 2 + 1] = position / stages % 2;
+    }
+    INFO(stages << " stages");
+    CHECK(out.read() == want);
+  }
+}
+
+TEST_CASE("two consumers take alternate runs of one ring's stages, each passing over the other's with "
+          "Pipeline::advance(steps), in turns",
+          "[async]") {
+  WEFT_SEEDED_RNG(rng);
+  const int programs = 2;
+  // The ping-pong GEMM's pattern: the producer fills `runs` runs of `run` stages in order; consumer r takes
+  // runs r, r + 2, ... and skips the other's with advance(run). Runs longer than the ring need the turns
+  // (named barriers 1 and 2): without them a consumer could wait on a stage two fills behind, which a
+  // parity wait takes for done. Odd, even, one and zero runs: the turns' arrivals and waits must balance.
+  struct Case {
+    int stages, run, runs;
+  };
+  for (Case c : {Case{2, 1, 7}, Case{3, 2, 6}, Case{2, 3, 5}, Case{3, 7, 4}, Case{4, 4, 1}, Case{2, 5, 0}}) {
+    Kernel k("ring_alternate_runs", [=](Ptr<float> x, Ptr<float> out, Int run, Int runs) {
+      auto ring = local_alloc<float>({R, C}, c.stages, "ring");
+      auto full = alloc_barriers(c.stages, 1, "full");
+      auto empty = alloc_barriers(c.stages, 1, "empty");  // each stage is read by one consumer
+      Int offs = tile_offsets();
+      Int first = program_id(0) * run * runs;
+      async_tasks(
+          task("producer", {.warps = 1}, [&] {
+            Pipeline p(c.stages);
+            for_range(0, run * runs, [&](Int i) {
+              p.acquire(empty);
+              local_store(ring[p.index()], load(x + (first + i) * kTile + offs));
+              barrier_arrive(full[p.index()]);
+              p.advance();
+            });
+          }),
+          task("consumer", {.warps = 4, .replicas = 2}, [&] {
+            Int r = task_replica_id();
+            Pipeline p(c.stages);
+            p.advance(r * run);
+            for_range(r, runs, 2, [&](Int j) {
+              if_(j > 0, [&] {
+                if_(r == 0, [&] { named_barrier_wait(1, 256); }, [&] { named_barrier_wait(2, 256); });
+              });
+              for_range(0, run, [&](Int i) {
+                p.wait(full);
+                Tile<float> v = local_load(ring[p.index()]);
+                p.release(empty);
+                store(out + (first + j * run + i) * kTile + offs, v * 2.0f + cast<float>(r));
+                p.advance();
+              });
+              if_(j + 1 < runs, [&] {
+                if_(r == 0, [&] { named_barrier_arrive(2, 256); }, [&] { named_barrier_arrive(1, 256); });
+              });
+              p.advance(run);
+            });
+          }));
+    });
+    const size_t items = size_t(programs) * c.run * c.runs;
+    std::vector<float> x = whole_floats(rng, items * kTile), want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      size_t item = i / kTile % (size_t(c.run) * c.runs);  // within its program
+      want[i] = static_cast<float>(double(x[i]) * 2 + double(item / c.run % 2));
+    }
+    for (const auto& schedule : kSchedules) {
+      INFO(c.stages << " stages, runs of " << c.run << " x " << c.runs << ", " << schedule_name(schedule));
+      ScopedEnv env("WEFT_CPU_SCHED_SEED", schedule);
+      Output<float> out(std::max<size_t>(x.size(), 1));
+      launch(k, Grid(programs), Input<float>(x.empty() ? std::vector<float>{0.f} : x), out, c.run, c.runs);
+      std::vector<float> got = out.read();
+      got.resize(x.size());
+      CHECK(got == want);
+    }
+  }
+}
+
 // ---- named barriers -------------------------------------------------------------------------------------
 
 TEST_CASE("named barriers hand one shared buffer back and forth between two tasks", "[async]") {

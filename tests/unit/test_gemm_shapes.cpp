@@ -169,6 +169,72 @@ TEST_CASE("GEMM with two C staging buffers per consumer (epilogue_buffers = 2)",
   }
 }
 
+TEST_CASE("GEMM ping-pong: two consumers take alternate whole tiles, their main loops in turn", "[async][gemm]") {
+  WEFT_SEEDED_RNG(rng);
+  // 264 x 520: 3 x 5 tiles of 128 x 128, 5 x 3 of 64 x 256, 5 x 5 of 64 x 128, none full at the edges.
+  // K = 200: 4 k-tiles of 64 (7 of 32) and a tail, more than the ring's stages, so that a consumer's
+  // tile spans the ring and the other's stages are skipped by more than a lap.
+  Problem p = make_problem(rng, 264, 520, 200);
+  Device dev = Device::current();
+  // With `grid` blocks (0: the plan's, one per multiprocessor at most): 15 tiles on 2 blocks are 8 and 7
+  // per block (even and odd), on 4 blocks 4, 4, 4 and 3, on 15 one each; on 17 two blocks have none.
+  auto run = [&](const GemmConfig& cfg, bool b_is_nk, int grid) {
+    check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) {
+      gemm_detail::GemmLaunch l = gemm_detail::plan_gemm(cfg, a, b, c, p.M, p.N, p.K, b_is_nk, SourceLoc::current());
+      if (grid > 0) l.grid = grid;
+      l.run(dev.stream(), SourceLoc::current());
+    });
+  };
+  const std::vector<GemmConfig> configs{
+      {.BM = 128, .BN = 128, .stages = 3, .pingpong = true},
+      {.BM = 64, .BN = 256, .stages = 2, .pingpong = true},
+      {.BM = 128, .BN = 128, .stages = 4, .epilogue_buffers = 2, .pingpong = true},
+      {.BM = 64, .BN = 128, .BK = 32, .stages = 5, .pingpong = true},
+  };
+  for (const GemmConfig& cfg : configs)
+    for (bool b_is_nk : {true, false})
+      for (int grid : {0, 2, 15, 17}) {
+        INFO(cfg.name() << " B " << (b_is_nk ? "N x K" : "K x N") << " grid " << grid);
+        run(cfg, b_is_nk, grid);
+      }
+  // Fiber orders shuffled (the CPU backend's WEFT_CPU_SCHED_SEED), 4 tiles or 3 per block.
+  for (const char* seed : {"1", "2", "7"}) {
+    setenv("WEFT_CPU_SCHED_SEED", seed, 1);
+    for (bool b_is_nk : {true, false}) {
+      INFO("WEFT_CPU_SCHED_SEED=" << seed << " B " << (b_is_nk ? "N x K" : "K x N"));
+      run(configs[0], b_is_nk, 4);
+    }
+    unsetenv("WEFT_CPU_SCHED_SEED");
+  }
+}
+
+TEST_CASE("GEMM ping-pong: configuration rules, name and shared memory", "[async][gemm][errors]") {
+  GemmConfig pp{.BM = 128, .BN = 128, .pingpong = true};
+  CHECK(pp.name() == "128x128x64_s4_g8_c2_pp");
+  CHECK(pp.rows_per_consumer() == 128);
+  // 4 stages of 128 x 64 A and 64 x 128 B, and a 128 x 64 C staging tile per consumer.
+  CHECK(pp.shared_bytes() == 4 * 256 * 64 * 2 + 2 * 128 * 64 * 2);
+  CHECK(pp.problems(true).empty());
+  CHECK(GemmConfig{.BM = 128, .BN = 128, .stages = 6, .pingpong = true}.problems(false).empty());
+  CHECK(GemmConfig{.BM = 64, .BN = 256, .stages = 5, .pingpong = true}.problems(false).empty());
+  auto broken = [](GemmConfig c, const char* why) {
+    INFO(c.name());
+    CHECK_THAT(c.problems(true), Catch::Contains(why));
+  };
+  broken({.BM = 128, .BN = 128, .consumers = 1, .pingpong = true}, "pingpong needs consumers = 2");
+  broken({.BM = 128, .BN = 128, .split_k = 2, .pingpong = true}, "pingpong needs split_k = 1");
+  broken({.BM = 128, .BN = 128, .swap_ab = true, .pingpong = true}, "pingpong needs split_k = 1, swap_ab off");
+  broken({.BM = 128, .BN = 128, .cluster_m = 2, .pingpong = true}, "cluster_m = 1");
+  broken({.BM = 256, .BN = 64, .pingpong = true}, "BM must be 64 or 128");
+  broken({.BM = 128, .BN = 256, .stages = 2, .pingpong = true}, "the f32 accumulator: 128 registers per thread");
+  Device dev = Device::cpu();
+  Buffer<bf16> a = dev.alloc<bf16>(64 * 64), b = dev.alloc<bf16>(64 * 64), c = dev.alloc<bf16>(64 * 64);
+  int line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, true, GemmConfig{.BN = 64, .consumers = 1, .pingpong = true}),
+                    Catch::Contains("pingpong needs consumers = 2") &&
+                        Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+}
+
 TEST_CASE("GEMM configuration errors name the caller's line", "[async][gemm][errors]") {
   Device dev = Device::cpu();
   Buffer<bf16> a = dev.alloc<bf16>(64 * 64), b = dev.alloc<bf16>(64 * 64), c = dev.alloc<bf16>(64 * 64);
