@@ -116,6 +116,20 @@ TEST_CASE("attention forward: every variant of the kernel (overlap, ping-pong, t
   }
 }
 
+TEST_CASE("attention_config(params): persistent for short keys, three consumers for longer D 64", "[attention]") {
+  auto pick = [](int D, int Sk, bool causal) { return attention_config(AttentionParams{1, 1, 1, 512, Sk, D, causal}); };
+  CHECK(pick(128, 1024, false).persistent);
+  CHECK(pick(128, 1024, true).persistent);
+  CHECK(!pick(128, 1025, false).persistent);
+  CHECK(pick(128, 4096, true).BM == 128);
+  CHECK(!pick(256, 512, false).persistent);  // its persistent consumers spill
+  CHECK(!pick(256, 512, false).overlap);
+  CHECK(pick(64, 512, false).persistent);
+  CHECK(pick(64, 512, false).BM == 128);
+  CHECK(pick(64, 2048, true).BM == 192);
+  CHECK(!pick(64, 2048, true).persistent);
+}
+
 TEST_CASE("attention forward: three consumers (BM 192) at D 64, every schedule", "[attention][async]") {
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
@@ -164,6 +178,9 @@ TEST_CASE("attention forward on the GPU: ragged 1 / 77 / 1000, GQA, D 64 / 128 /
       check_attention<f16>(dev, {3, 2, 1, 1, 1000, D, causal}, rng);
     }
   check_attention<bf16>(dev, {2, 16, 16, 4096, 4096, 128, true}, rng, 4);
+  // D 64 with more than 1024 keys: attention_config(params) takes three consumers (BM 192).
+  check_attention<bf16>(dev, {2, 8, 2, 2000, 2000, 64, false}, rng, 16);
+  check_attention<f16>(dev, {1, 8, 8, 1500, 3000, 64, true}, rng, 16);
 }
 
 TEST_CASE("attention forward: bad arguments are Errors at the caller's line", "[attention][errors]") {
