@@ -12,13 +12,15 @@
 // - a producer warp group (24 registers per thread) loads the Q tile once and K / V tiles into a ring of
 //   `stages` shared-memory stages with TMA, in 64-column panels (the 128-byte swizzle's width), each stage
 //   guarded by its own `k_full` / `v_full` mbarrier so QK^T can start while V is still on its way;
-// - BM / 64 consumer warp groups (two with 240 registers, or three with 160) each own 64 of the rows: S = Q K^T with wgmma, the online
-//   softmax on the accumulator in registers (row max and sum by shuffles, exp2 with the scale folded in),
+// - BM / 64 consumer warp groups (two with 240 registers, or three with 160) each own 64 of the rows:
+//   S = Q K^T with wgmma, the online softmax on the accumulator in registers (row max and sum by
+//   shuffles, exp2 with the scale folded in),
 //   P converted in registers and fed to wgmma as its A operand for O += P V, then the stage released;
 //   S_{j+1} and P_j V_j are issued together and the softmax of S_{j+1} runs while P_j V_j is in flight,
 //   while the other consumers wait for their turns on the tensor cores (ping-pong, in a ring).
-// The epilogue writes O through the consumer's own Q stage with TMA stores (which clip rows past Sq) and
-// the LSE with a masked store. Causal grids run the longest query blocks first.
+// The epilogue writes O (acc times 1 / l) through a shared-memory stage with TMA stores (which clip rows
+// past Sq) and the LSE with a masked store. Causal grids run the longest query blocks first; persistent
+// programs walk the tiles in a snake order.
 #pragma once
 
 #include <cmath>
