@@ -17,8 +17,9 @@
 //      cuBLAS's by relative Frobenius error (host, double; must be < 1e-2), and both against a host
 //      double-precision reference at sampled elements (so that a wrong cuBLAS call is caught as such).
 //   2. time: events around each call, calls queued back to back, warm-up first, two rounds of --runs
-//      (default 30) calls per implementation, interleaved cuBLAS, weft, cuBLAS, weft; the median over both
-//      rounds is reported, and the difference between the rounds' medians as a measure of noise.
+//      (default 30) calls per implementation, cuBLAS and weft alternating call by call (so that both see the
+//      same clocks: the H200's drift under its power cap); the median over both rounds is reported, and the
+//      difference between the rounds' medians as a measure of noise.
 // Inputs are uniform in [-1, 1] (never zeros: they run faster and hide unwritten outputs), generated on the
 // host once and uploaded; calls rotate among enough input sets that no set's bytes are still in the L2
 // when it comes round again. TFLOP/s = 2 M N K / time. The summary: the geometric mean of cuBLAS time /
@@ -28,8 +29,9 @@
 // squares of --sizes, both B layouts: the default configuration, the same with two C staging buffers per
 // consumer (epilogue_buffers = 2, "_eb2"), that with 32-column stores ("_e32_eb2", the default's shared
 // memory), and ping-pong configurations ("_pp": two consumers computing alternate whole tiles, one's
-// epilogue under the other's main loop) of 128 x 128 and 64 x 256 tiles per consumer. Each is checked against cuBLASLt first; then cuBLASLt and the configurations are timed
-// interleaved, three rounds of --runs calls each, and each row gives a configuration's median, cuBLAS
+// epilogue under the other's main loop) of 128 x 128 and 64 x 256 tiles per consumer. Each is checked against
+// cuBLASLt first; then cuBLASLt and the configurations are timed interleaved call by call, three rounds of
+// --runs calls each, and each row gives a configuration's median, cuBLAS
 // time / its time and the first configuration's (the default's) time / its time: > 1 means faster.
 //
 // Exit status 1, with the reason on stderr: no CUDA device, no usable cuBLASLt (see benchmarks/cublaslt.h
@@ -254,8 +256,8 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
   };
   std::vector<double> cublas_all, weft_all, cublas_round, weft_round;
   for (int round = 0; round < 2; ++round) {
-    std::vector<double> c = bench::gpu_times_ms_queued(run_cublas, 3, runs);
-    std::vector<double> w = bench::gpu_times_ms_queued(run_weft, 3, runs);
+    std::vector<std::vector<double>> t = bench::gpu_times_ms_interleaved({run_cublas, run_weft}, 3, runs);
+    const std::vector<double>&c = t[0], &w = t[1];
     cublas_round.push_back(bench::median(c));
     weft_round.push_back(bench::median(w));
     cublas_all.insert(cublas_all.end(), c.begin(), c.end());
@@ -320,12 +322,15 @@ bool compare_configs(Device& dev, const bench::cublaslt::CublasLt& lt, const Buf
   };
   constexpr int kRounds = 3;
   std::vector<std::vector<double>> all(configs.size() + 1), round_medians(configs.size() + 1);
-  for (int round = 0; round < kRounds; ++round)
+  std::vector<std::function<void()>> contenders;
+  for (size_t which = 0; which <= configs.size(); ++which) contenders.push_back([&, which] { run_one(which); });
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<std::vector<double>> t = bench::gpu_times_ms_interleaved(contenders, 3, runs);
     for (size_t which = 0; which <= configs.size(); ++which) {
-      std::vector<double> t = bench::gpu_times_ms_queued([&] { run_one(which); }, 3, runs);
-      round_medians[which].push_back(bench::median(t));
-      all[which].insert(all[which].end(), t.begin(), t.end());
+      round_medians[which].push_back(bench::median(t[which]));
+      all[which].insert(all[which].end(), t[which].begin(), t[which].end());
     }
+  }
   dev.synchronize();
   auto tflops = [&](double ms) { return 2.0 * M * N * K / (ms * 1e-3) / 1e12; };
   auto rounds_text = [&](size_t which) {

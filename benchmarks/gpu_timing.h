@@ -69,4 +69,44 @@ inline std::vector<double> gpu_times_ms_queued(const std::function<void()>& work
   return times;
 }
 
+// Milliseconds of each contender's `runs` runs, the contenders interleaved call by call: run i calls every
+// contender once, starting with contender i % n (so none always follows the same one), each call between
+// its own pair of events, all queued back to back and waited for once. Contenders then share the GPU's
+// clock and temperature history: under a power cap the H200's clocks drift by 10-20% over a few hundred
+// milliseconds of dense GEMMs, which blocks of one contender's calls at a time turn into a bias.
+inline std::vector<std::vector<double>> gpu_times_ms_interleaved(const std::vector<std::function<void()>>& works,
+                                                                 int warmup = 3, int runs = 20) {
+  using namespace weft::driver::cuda;
+  const CudaDriver& cu = cuda_driver();
+  const size_t n = works.size();
+  std::vector<CUevent> start(n * runs), stop(n * runs);
+  for (size_t i = 0; i < n * runs; ++i) {
+    check(cu.cuEventCreate(&start[i], 0), "cuEventCreate", "benchmark");
+    check(cu.cuEventCreate(&stop[i], 0), "cuEventCreate", "benchmark");
+  }
+  for (int i = 0; i < warmup; ++i)
+    for (const auto& w : works) w();
+  for (int r = 0; r < runs; ++r)
+    for (size_t k = 0; k < n; ++k) {
+      const size_t which = (size_t(r) + k) % n, slot = which * runs + r;
+      check(cu.cuEventRecord(start[slot], nullptr), "cuEventRecord", "benchmark");
+      works[which]();
+      check(cu.cuEventRecord(stop[slot], nullptr), "cuEventRecord", "benchmark");
+    }
+  for (size_t i = 0; i < n * runs; ++i) check(cu.cuEventSynchronize(stop[i]), "cuEventSynchronize", "benchmark");
+  std::vector<std::vector<double>> times(n);
+  for (size_t which = 0; which < n; ++which)
+    for (int r = 0; r < runs; ++r) {
+      const size_t slot = which * runs + r;
+      float ms = 0;
+      check(cu.cuEventElapsedTime(&ms, start[slot], stop[slot]), "cuEventElapsedTime", "benchmark");
+      times[which].push_back(ms);
+    }
+  for (size_t i = 0; i < n * runs; ++i) {
+    cu.cuEventDestroy(start[i]);
+    cu.cuEventDestroy(stop[i]);
+  }
+  return times;
+}
+
 }  // namespace bench
