@@ -5,8 +5,9 @@
 //                                [&](const GemmConfig& c) { /* compile it: Kernel::compile(...) */ },
 //                                [&](const GemmConfig& c) { /* launch it once on `stream` */ });
 //
-// The first call for a problem compiles every candidate on host threads at once, then times each on the
-// stream (warm-up, then the median of several rounds of back-to-back launches) and keeps the fastest. A
+// The first call for a problem compiles every candidate on host threads at once, then times them on the
+// stream (a warm-up each, then rounds in which every candidate runs a few launches back to back, the
+// candidates interleaved; a candidate's time is its median round) and keeps the fastest. A
 // candidate whose compile or launch throws weft::Error, or that is slower than the budget, is dropped with a
 // line on stderr. The winner is remembered in the process and in weft's compile cache on disk (keyed on the
 // family, the problem, every candidate's name, the device, its driver and weft's build), so a later process does not
@@ -33,7 +34,7 @@ namespace weft {
 
 struct AutotuneOptions {
   int warmup = 1;            // untimed launches of each candidate after its first
-  int rounds = 5;            // timed rounds; the median round counts
+  int rounds = 5;            // timed rounds, every candidate in each; a candidate's median round counts
   int calls_per_round = 3;   // launches per round, back to back between two synchronizations
   double budget_ms = 0;      // a candidate slower than this per launch is dropped (0: no limit)
   int compile_threads = 0;   // host threads compiling candidates (0: one per core, at most 8)
@@ -155,19 +156,41 @@ class Autotuner {
     AutotuneReport report;
     report.compile_ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
     say("%s [%s]: compiled in %.0f ms\n", family_.c_str(), problem.c_str(), report.compile_ms);
+    // Time the candidates that compiled: a warm-up each, then rounds in which every candidate runs its
+    // launches in turn (starting with a different one each round), so that all see the same clocks: under
+    // a power cap a GPU's clocks drift during a tuning, which timing one candidate after the other would
+    // turn into a bias for the first.
+    std::vector<std::vector<double>> rounds(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (!failure[i].empty()) continue;
+      try {
+        for (int w = 0; w < 1 + std::max(0, options_.warmup); ++w) run(candidates_[i]);
+        stream.synchronize();
+      } catch (const Error& e) {
+        failure[i] = std::string("fails to run: ") + e.what();
+      }
+    }
+    for (int r = 0; r < std::max(1, options_.rounds); ++r)
+      for (size_t k = 0; k < n; ++k) {
+        const size_t i = (size_t(r) + k) % n;
+        if (!failure[i].empty()) continue;
+        try {
+          rounds[i].push_back(time_round(candidates_[i], stream, run));
+        } catch (const Error& e) {
+          failure[i] = std::string("fails to run: ") + e.what();
+        }
+      }
     double best_ms = 0;
     for (size_t i = 0; i < n; ++i) {
       std::optional<double> ms;
       if (failure[i].empty()) {
-        try {
-          ms = time(candidates_[i], stream, run);
-          if (options_.budget_ms > 0 && *ms > options_.budget_ms) {
-            failure[i] = "over the budget of " + std::to_string(options_.budget_ms) + " ms per launch (" +
-                         std::to_string(*ms) + " ms)";
-            ms.reset();
-          }
-        } catch (const Error& e) {
-          failure[i] = std::string("fails to run: ") + e.what();
+        std::vector<double>& t = rounds[i];
+        std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+        ms = t[t.size() / 2];
+        if (options_.budget_ms > 0 && *ms > options_.budget_ms) {
+          failure[i] = "over the budget of " + std::to_string(options_.budget_ms) + " ms per launch (" +
+                       std::to_string(*ms) + " ms)";
+          ms.reset();
         }
       }
       if (!ms) {
@@ -196,21 +219,14 @@ class Autotuner {
     return report;
   }
 
-  // Milliseconds per launch: the median over rounds of back-to-back launches, after a warm-up.
-  double time(const Config& c, const Stream& stream, const Action& run) const {
+  // Milliseconds per launch of one round: `calls_per_round` launches back to back, then a synchronization.
+  double time_round(const Config& c, const Stream& stream, const Action& run) const {
     using clock = std::chrono::steady_clock;
-    for (int w = 0; w < 1 + std::max(0, options_.warmup); ++w) run(c);
-    stream.synchronize();
-    std::vector<double> rounds;
     const int calls = std::max(1, options_.calls_per_round);
-    for (int r = 0; r < std::max(1, options_.rounds); ++r) {
-      auto start = clock::now();
-      for (int k = 0; k < calls; ++k) run(c);
-      stream.synchronize();
-      rounds.push_back(std::chrono::duration<double, std::milli>(clock::now() - start).count() / calls);
-    }
-    std::nth_element(rounds.begin(), rounds.begin() + rounds.size() / 2, rounds.end());
-    return rounds[rounds.size() / 2];
+    auto start = clock::now();
+    for (int k = 0; k < calls; ++k) run(c);
+    stream.synchronize();
+    return std::chrono::duration<double, std::milli>(clock::now() - start).count() / calls;
   }
 
   size_t index_of(const std::string& name) const {
