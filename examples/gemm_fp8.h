@@ -16,7 +16,7 @@
 //
 // One producer warp group issues TMA loads of A and B tiles into a ring of `stages` shared-memory stages
 // guarded by `full` / `empty` mbarriers; two consumer warp groups each multiply their 64 rows of the
-// BM x BN block; C goes out through a small shared-memory tile and TMA stores. Blocks are persistent (one
+// BM x BN block; C goes out through small shared-memory tiles and TMA stores. Blocks are persistent (one
 // per SM) and walk the output tiles in grouped order. TMA zero-fills reads past the edges and clips
 // writes: any M; K a multiple of 16 (TMA's 16-byte row stride for 1-byte elements), N a multiple of 8
 // (C's rows).
@@ -28,7 +28,7 @@
 // - partials = 2: two partial accumulators used alternately: k-tile k + 1's wgmmas are issued into one
 //   before the consumer waits (wait_group 1) for k-tile k's in the other and promotes it, so that one group
 //   of this consumer's wgmmas is always queued on the tensor cores while it promotes. Three 64 x BN f32
-//   accumulators per thread (BN 128: 192 registers of the consumer's 232). The k-loop is unrolled by two so
+//   accumulators per thread (BN 128: 192 registers of the consumer's 240). The k-loop is unrolled by two so
 //   that each partial stays in its own registers (a loop-carried swap would copy an accumulator that is
 //   still being written).
 // - cluster_m = 2: blocks in clusters of two along M; both blocks of a cluster compute the same column of
@@ -36,6 +36,13 @@
 //   multicasts it to both (L2 -> SM traffic per FLOP down by a quarter at BM = BN), and each consumer
 //   releases a stage to both blocks' producers. An odd last tile row pairs with a row past the end, whose
 //   loads read zeros and whose stores are clipped.
+// - continuous (with partials = 2): the k-tiles of all of a block's tiles are one stream for the two-partial
+//   schedule, so that the next tile's first k-tile is already queued on the tensor cores while the consumer
+//   promotes the last k-tile of a tile and writes the tile out (per tile, the consumer would wait for its
+//   last wgmmas, and the tensor cores would see none of its work until the next tile's first issue).
+// - epilogue_buffers = 2: two C staging tiles per consumer, so that the TMA store of a tile's first half
+//   reads shared memory while the consumer converts and writes the second half.
+// gemm_fp8_default_config() says which of these gemm_fp8() runs; the struct's defaults are the plain kernel.
 #pragma once
 
 #include <algorithm>
@@ -45,6 +52,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <weft/weft.h>
@@ -58,15 +66,19 @@ struct GemmFp8Config {
   int group = 8;                     // rows of tiles (cluster_m = 2: pairs of rows) per group of the tile order
   int epilogue_n = 64;               // columns of C written per TMA store (32 or 64; divides BN)
   int promote_every = 1;             // per_tensor, partials = 1: k-tiles wgmma accumulates before promotion
-  int partials = 2;                  // partial accumulators per consumer: 1 waits for each k-tile before
+  int partials = 1;                  // partial accumulators per consumer: 1 waits for each k-tile before
                                      // promoting it; 2 keeps the next k-tile's wgmmas queued meanwhile
-  int cluster_m = 2;                 // 2: clusters of two blocks along M sharing the B tile (TMA multicast)
-  int consumer_regs = 240;           // registers per consumer thread: 232 (producer 40) or 240 (producer 24)
+  int cluster_m = 1;                 // 2: clusters of two blocks along M sharing the B tile (TMA multicast)
+  int consumer_regs = 232;           // registers per consumer thread: 232 (producer 40) or 240 (producer 24)
+  bool continuous = false;           // partials = 2: the k-tiles of all of a block's tiles as one stream, the
+                                     // next tile's first k-tile queued while a tile is promoted and written
+  int epilogue_buffers = 1;          // C staging tiles per consumer: 2 lets a tile's second store proceed
+                                     // while the first one still reads shared memory
 
   friend bool operator==(const GemmFp8Config&, const GemmFp8Config&) = default;
 
   // A stable, distinct name: "128x128x128_s6_g8", then "_e<epilogue_n>", "_pe<promote_every>", "_p2",
-  // "_cl2", "_r240" where they differ from 64, 1, 1, 1, 232.
+  // "_cl2", "_r240", "_cont", "_eb2" where they differ from 64, 1, 1, 1, 232, false, 1.
   std::string name() const {
     std::string s = std::to_string(BM) + "x" + std::to_string(BN) + "x" + std::to_string(BK) + "_s" +
                     std::to_string(stages) + "_g" + std::to_string(group);
@@ -75,14 +87,16 @@ struct GemmFp8Config {
     if (partials != 1) s += "_p" + std::to_string(partials);
     if (cluster_m != 1) s += "_cl" + std::to_string(cluster_m);
     if (consumer_regs != 232) s += "_r" + std::to_string(consumer_regs);
+    if (continuous) s += "_cont";
+    if (epilogue_buffers != 1) s += "_eb" + std::to_string(epilogue_buffers);
     return s;
   }
 
-  // Shared memory besides the ring (bytes): two C staging tiles (one per consumer) and, with block scales,
-  // weft's exchange space for broadcasting each consumer's row scales over its accumulator (a 64 x BN f32
-  // tile each: a loaded vector is not in the accumulator's register layout).
+  // Shared memory besides the ring (bytes): the C staging tiles (epilogue_buffers per consumer) and, with
+  // block scales, weft's exchange space for broadcasting each consumer's row scales over its accumulator
+  // (a 64 x BN f32 tile each: a loaded vector is not in the accumulator's register layout).
   int64_t fixed_shared_bytes(Fp8Scaling scaling) const {
-    int64_t c_tiles = 2 * int64_t(BM / 2) * epilogue_n * 2;
+    int64_t c_tiles = 2 * epilogue_buffers * int64_t(BM / 2) * epilogue_n * 2;
     return c_tiles + (scaling == Fp8Scaling::block ? 2 * int64_t(BM / 2) * BN * 4 : 0);
   }
   int64_t stage_bytes() const { return int64_t(BM + BN) * BK; }
@@ -114,6 +128,10 @@ struct GemmFp8Config {
     rule(cluster_m == 1 || cluster_m == 2, "cluster_m must be 1 or 2");
     rule(consumer_regs == 232 || consumer_regs == 240,
          "consumer_regs must be 232 (with a 40-register producer) or 240 (24)");
+    rule(!continuous || partials == 2, "continuous needs partials = 2");
+    rule(epilogue_buffers == 1 || epilogue_buffers == 2, "epilogue_buffers must be 1 or 2");
+    rule(epilogue_buffers == 1 || BN >= 2 * epilogue_n,
+         "epilogue_buffers = 2 needs at least two stores per tile: BN >= 2 * epilogue_n");
     // The total and the partials, BN / 2 f32 registers each per thread, and about 40 for the rest (addresses,
     // descriptors, counters), 80 with block scales (their loads and broadcast). An estimate: the tests run
     // ptxas on every candidate and require no spills.
@@ -137,13 +155,19 @@ struct GemmFp8Config {
 };
 
 // The configuration gemm_fp8() runs for an M x N problem on a GPU of `multiprocessors` (benchmarks/NOTES.md,
-// "fp8 GEMM, round 2"). Per-tensor scales: two partials with 240-register consumers (with 232 and clusters
-// ptxas spills 4 bytes); block scales: one partial (with two, the scales' loads and broadcast next to three
-// accumulators spill) and 232 registers. Clusters of two along M unless they need more rounds of tiles than
-// single blocks: pairing rows leaves half of each cluster idle when there is one tile row (an odd count
-// wastes a row), and the cluster grid has half as many pairs of blocks as the GPU has blocks.
+// "fp8 GEMM, round 2"); the struct's own defaults are round 1's kernel.
+// - Per-tensor scales: two partials, the continuous stream, two staging buffers, 240-register consumers
+//   (with 232, two partials and clusters spill 4 bytes).
+// - Block scales: one partial (with two, the scales' loads and broadcast next to three accumulators spill),
+//   two staging buffers, 232 registers.
+// - Clusters of two along M unless they need more rounds of tiles than single blocks: the cluster grid has
+//   half as many units (pairs of blocks) as the GPU has blocks, and each unit covers two tile rows, so with
+//   one tile row half of every cluster would idle.
 inline GemmFp8Config gemm_fp8_default_config(Fp8Scaling scaling, int M, int N, int multiprocessors) {
-  GemmFp8Config cfg = scaling == Fp8Scaling::block ? GemmFp8Config{.partials = 1, .consumer_regs = 232} : GemmFp8Config{};
+  GemmFp8Config cfg = scaling == Fp8Scaling::block
+                          ? GemmFp8Config{.partials = 1, .cluster_m = 2, .epilogue_buffers = 2}
+                          : GemmFp8Config{.partials = 2, .cluster_m = 2, .consumer_regs = 240, .continuous = true,
+                                          .epilogue_buffers = 2};
   auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   int64_t tiles_m = cdiv(M, cfg.BM), tiles_n = cdiv(N, cfg.BN), sms = std::max(multiprocessors, 2);
   int64_t rounds_single = cdiv(tiles_m * tiles_n, sms), rounds_pairs = cdiv(cdiv(tiles_m, 2) * tiles_n, sms / 2);
@@ -151,16 +175,23 @@ inline GemmFp8Config gemm_fp8_default_config(Fp8Scaling scaling, int M, int N, i
   return cfg;
 }
 
-// Configurations worth timing against each other (bench_gemm_fp8 --configs): the round-1 kernel, each change
-// alone, both (the default for large squares), and promotion every 256 of K (less precise: how much the
-// promotions cost).
+// Configurations worth timing against each other (bench_gemm_fp8 --configs), in the order of the changes:
+// round 1's kernel (the struct's defaults); two partials; clusters; both; the continuous stream with one
+// and two staging buffers (the default); the same without clusters (the default with one tile row); block
+// scales' default with and without clusters; and promotion every 256 of K (less precise: what the
+// promotions cost with one partial).
 inline std::vector<GemmFp8Config> gemm_fp8_candidates() {
-  GemmFp8Config round1{.partials = 1, .cluster_m = 1, .consumer_regs = 232};
-  GemmFp8Config overlap{.cluster_m = 1};  // the default with one tile row
-  GemmFp8Config multicast{.partials = 1, .cluster_m = 2, .consumer_regs = 232};
-  GemmFp8Config both{};
-  GemmFp8Config multicast_pe2{.promote_every = 2, .partials = 1, .cluster_m = 2, .consumer_regs = 232};
-  return {round1, overlap, multicast, both, multicast_pe2};
+  auto one_partial = [](int cluster_m, int epilogue_buffers, int promote_every) {
+    return GemmFp8Config{.promote_every = promote_every, .cluster_m = cluster_m, .epilogue_buffers = epilogue_buffers};
+  };
+  auto two_partials = [](int cluster_m, bool continuous, int epilogue_buffers) {
+    return GemmFp8Config{.partials = 2, .cluster_m = cluster_m, .consumer_regs = 240, .continuous = continuous,
+                         .epilogue_buffers = epilogue_buffers};
+  };
+  return {one_partial(1, 1, 1),     two_partials(1, false, 1), one_partial(2, 1, 1),
+          two_partials(2, false, 1), two_partials(2, true, 1),  two_partials(2, true, 2),
+          two_partials(1, true, 2),  one_partial(2, 2, 1),      one_partial(1, 2, 1),
+          one_partial(2, 1, 2)};
 }
 
 namespace gemm_fp8_detail {
@@ -180,28 +211,34 @@ inline weft::Kernel make_kernel(const GemmFp8Config& cfg, Fp8Scaling scaling) {
     const int S = cfg.stages_for(scaling), P = cfg.promote_k_tiles(scaling), CL = cfg.cluster_m;
     auto a_s = local_alloc<f8e4m3>({BM, BK}, S, "a_s");
     auto b_s = local_alloc<f8e4m3>({BN, BK}, S, "b_s");
-    auto c_s = local_alloc<bf16>({HALF, EN}, 2, "c_s");  // one per consumer
-    auto full = alloc_barriers(S, 1, "full");            // the producer's expect_bytes, then TMA bytes
+    const int EB = cfg.epilogue_buffers;
+    auto c_s = local_alloc<bf16>({HALF, EN}, 2 * EB, "c_s");  // consumer r's buffer b: stage r * EB + b
+    auto full = alloc_barriers(S, 1, "full");                 // the producer's expect_bytes, then TMA bytes
     // Both consumers of every block of the cluster release a stage: each block's stage is written by the
     // multicasts of all of them.
     auto empty = alloc_barriers(S, 2 * CL, "empty");
     Int tiles_n = cdiv(N, BN), tiles_m = cdiv(M, BM);
     TileScheduler tiles(tiles_m, tiles_n, cfg.group);
     Int k_tiles = cdiv(K, BK);
-    // This block's tiles. In clusters of two, both blocks walk the same pairs of tile rows in grouped order
-    // (over pairs), block r taking row 2 * pair + r: their B tile is the same.
+    // The block's work: units t = first, first + stride, ... below `units`, unit t being tile at(t). Without
+    // clusters a unit is a tile in grouped order. In clusters of two, a unit is a pair of tile rows and a
+    // column, the pairs in grouped order: both blocks of a cluster walk the same units, block r taking row
+    // 2 * pair + r, so that their B tile is the same.
+    Int pairs = cdiv(tiles_m, CL);
+    Int units = CL == 1 ? tiles.count() : pairs * tiles_n;
+    Int first = program_id(0) / CL, stride = num_programs(0) / CL;
+    auto at = [&](const Int& t) -> std::pair<Int, Int> {
+      if (CL == 1) return tiles.tile(t);
+      Int per_group = tiles_n * cfg.group;
+      Int first_pair = (t / per_group) * cfg.group;
+      Int rows = minimum(pairs - first_pair, Int(scalar<int32_t>(cfg.group)));
+      Int within = t % per_group;
+      return {(first_pair + within % rows) * CL + cluster_cta_rank(), within / rows};
+    };
     auto for_each_tile = [&](auto&& body) {
-      if (CL == 1) {
-        tiles.for_each(body);
-        return;
-      }
-      Int pairs = cdiv(tiles_m, CL), total = pairs * tiles_n;
-      for_range(program_id(0) / CL, total, num_programs(0) / CL, [&](Int t) {
-        Int per_group = tiles_n * cfg.group;
-        Int first = (t / per_group) * cfg.group;
-        Int rows = minimum(pairs - first, Int(scalar<int32_t>(cfg.group)));
-        Int within = t % per_group;
-        body((first + within % rows) * CL + cluster_cta_rank(), within / rows);
+      for_range(first, units, stride, [&](Int t) {
+        auto [m, n] = at(t);
+        body(m, n);
       });
     };
     // A consumer's release of a stage: to its own producer, or to the producers of both blocks (each
@@ -238,96 +275,136 @@ inline weft::Kernel make_kernel(const GemmFp8Config& cfg, Fp8Scaling scaling) {
           // `p`: the next stage to wait for and read; `done`: the oldest stage not yet released (the two
           // differ by the k-tiles whose wgmmas may still be running: none or one).
           Pipeline p(S), done(S);
-          for_each_tile([&](Int m, Int n) {
-            Var total = zeros<float>({HALF, BN});  // f32, in registers: the promoted sum
-            Int rows = m * BM + r * HALF + arange(0, HALF);
-            // total += the finished partial of k-tile k, scaled.
-            auto promote = [&](const Tile<float>& part, const Int& k) {
-              if (block) {
-                // 1 x 128 scales of this k-block for our rows, one 128 x 128 scale of B for the tile.
-                Tile<float> sa = load(a_scale + k * M + rows, rows < M, 0.0f);
-                Float sb = load(b_scale + (n * BN / 128) * k_tiles + k);
-                total = total + part * (sa * sb).expand_dims(1);
-              } else {
-                total = total + part;
-              }
-            };
-            // Waits for the next stage and issues its wgmmas into `acc` (pending until waited for).
-            auto issue = [&](const Tile<float>& acc) {
-              p.wait(full);
-              SharedView<f8e4m3> a = a_s[p.index()].rows(r * HALF, HALF);
-              SharedView<f8e4m3> b = local_trans(b_s[p.index()]);
-              Tile<float> out = async_dot(a, b, acc);
-              p.advance();
-              return out;
-            };
-            // The oldest stage's wgmmas are done: release it.
-            auto retire = [&] {
-              release(done);
-              done.advance();
-            };
-            if (cfg.partials == 1) {
-              Var partial = zeros<float>({HALF, BN});  // wgmma's running sum between promotions (P > 1)
-              for_range(0, k_tiles, [&](Int k) {
-                if (P == 1) {
-                  Tile<float> part = async_dot_wait(0, issue(zeros<float>({HALF, BN})));
-                  retire();  // the tensor cores are done with the stage
-                  promote(part, k);
-                } else {
-                  Tile<float> part = async_dot_wait(0, issue(partial));
-                  retire();
-                  if_(
-                      (k + 1) % P == 0 || k + 1 == k_tiles,
-                      [&] {
-                        promote(part, k);
-                        partial = zeros<float>({HALF, BN});
-                      },
-                      [&] { partial = part; });
-                }
-              });
+          // Waits for the next stage and issues its wgmmas into `acc` (pending until waited for).
+          auto issue = [&](const Tile<float>& acc) {
+            p.wait(full);
+            SharedView<f8e4m3> a = a_s[p.index()].rows(r * HALF, HALF);
+            SharedView<f8e4m3> b = local_trans(b_s[p.index()]);
+            Tile<float> out = async_dot(a, b, acc);
+            p.advance();
+            return out;
+          };
+          // The oldest stage's wgmmas are done: release it.
+          auto retire = [&] {
+            release(done);
+            done.advance();
+          };
+          // total += the finished partial of k-tile k of tile (m, n), scaled.
+          auto promote = [&](Var<float>& total, const Tile<float>& part, const Int& k, const Int& m, const Int& n) {
+            if (block) {
+              // 1 x 128 scales of this k-block for our rows, one 128 x 128 scale of B for the tile.
+              Int rows = m * BM + r * HALF + arange(0, HALF);
+              Tile<float> sa = load(a_scale + k * M + rows, rows < M, 0.0f);
+              Float sb = load(b_scale + (n * BN / 128) * k_tiles + k);
+              total = total + part * (sa * sb).expand_dims(1);
             } else {
-              // Two partials, x and y: k-tile 0 goes into x, then pairs of k-tiles (2i + 1 into y, 2i + 2
-              // into x), each issued before the other partial's k-tile is waited for (wait_group 1) and
-              // promoted. The last k-tile (or two) after the loop: nothing pending crosses an if_.
-              Var x = zeros<float>({HALF, BN});
-              x = issue(zeros<float>({HALF, BN}));
-              Int pairs = (k_tiles - 1) / 2;
-              for_range(0, pairs, [&](Int i) {
-                Tile<float> y = issue(zeros<float>({HALF, BN}));
-                Tile<float> x_done = async_dot_wait(1, x);
-                retire();
-                promote(x_done, 2 * i);
-                x = issue(zeros<float>({HALF, BN}));
-                Tile<float> y_done = async_dot_wait(1, y);
-                retire();
-                promote(y_done, 2 * i + 1);
-              });
-              Int last = k_tiles - 1;
-              if_(
-                  k_tiles % 2 == 0,
-                  [&] {
-                    Tile<float> y = issue(zeros<float>({HALF, BN}));
-                    Tile<float> x_done = async_dot_wait(1, x);
-                    retire();
-                    promote(x_done, last - 1);
-                    Tile<float> y_done = async_dot_wait(0, y);
-                    retire();
-                    promote(y_done, last);
-                  },
-                  [&] {
-                    Tile<float> x_done = async_dot_wait(0, x);
-                    retire();
-                    promote(x_done, last);
-                  });
+              total = total + part;
             }
+          };
+          // Writes this consumer's rows of tile (m, n): BN / EN chunks through the staging buffers. Chunk j
+          // takes buffer j % EB, free once at most EB - 1 newer stores still read shared memory (the next
+          // tile's chunk 0 takes buffer 0 again: the older one when a tile has an even number of chunks).
+          auto write_tile = [&](const Tile<float>& total, const Int& m, const Int& n) {
             Tile<float> result = total;
             if (!block) result = result * (load(a_scale) * load(b_scale));
-            for (int j = 0; j < BN / EN; ++j) {
-              async_store_wait(0);  // the previous store has read c_s[r]
-              local_store(c_s[r], cast<bf16>(result.slice(1, j * EN, EN)));
-              async_descriptor_store(C, c_s[r], {m * BM + r * HALF, n * BN + j * EN});
+            const int chunks = BN / EN;
+            for (int j = 0; j < chunks; ++j) {
+              async_store_wait(EB == 1 || (j == 0 && chunks % 2 != 0) ? 0 : EB - 1);
+              SharedView<bf16> staging = c_s[r * EB + j % EB];
+              local_store(staging, cast<bf16>(result.slice(1, j * EN, EN)));
+              async_descriptor_store(C, staging, {m * BM + r * HALF, n * BN + j * EN});
             }
-          });
+          };
+          // The two-partial schedule over a stream of `count` >= 1 k-tiles: k-tile 0 goes into x, then pairs
+          // (2i + 1 into y, 2i + 2 into x), each issued before the other partial's k-tile is waited for
+          // (wait_group 1), released and handed to finish(partial, index). The last one or two after the
+          // loop, so that nothing pending crosses an if_ (the k-loop is unrolled by two: a loop-carried swap
+          // of the partials would copy an accumulator still being written).
+          auto two_partials = [&](const Int& count, auto&& finish) {
+            Var x = zeros<float>({HALF, BN});
+            x = issue(zeros<float>({HALF, BN}));
+            for_range(0, (count - 1) / 2, [&](Int i) {
+              Tile<float> y = issue(zeros<float>({HALF, BN}));
+              Tile<float> x_done = async_dot_wait(1, x);
+              retire();
+              finish(x_done, 2 * i);
+              x = issue(zeros<float>({HALF, BN}));
+              Tile<float> y_done = async_dot_wait(1, y);
+              retire();
+              finish(y_done, 2 * i + 1);
+            });
+            if_(
+                count % 2 == 0,
+                [&] {
+                  Tile<float> y = issue(zeros<float>({HALF, BN}));
+                  Tile<float> x_done = async_dot_wait(1, x);
+                  retire();
+                  finish(x_done, count - 2);
+                  Tile<float> y_done = async_dot_wait(0, y);
+                  retire();
+                  finish(y_done, count - 1);
+                },
+                [&] {
+                  Tile<float> x_done = async_dot_wait(0, x);
+                  retire();
+                  finish(x_done, count - 1);
+                });
+          };
+          if (cfg.continuous) {
+            // All k-tiles of the block's tiles as one stream: the next tile's first k-tile is queued on the
+            // tensor cores while this consumer promotes the last one of a tile and writes the tile.
+            Int count = maximum(cdiv(units - first, stride), Int(scalar<int32_t>(0)));
+            if_(count > 0, [&] {
+              Var total = zeros<float>({HALF, BN});
+              Var<int32_t> k(0), tile(0);  // the next k-tile to finish: k-tile k of the block's tile `tile`
+              two_partials(count * k_tiles, [&](const Tile<float>& part, const Int&) {
+                auto coords = [&] { return at(first + tile * stride); };
+                if (block) {
+                  auto [m, n] = coords();
+                  promote(total, part, k, m, n);
+                } else {
+                  total = total + part;
+                }
+                if_(
+                    k == k_tiles - 1,
+                    [&] {
+                      auto [m, n] = coords();
+                      write_tile(total, m, n);
+                      total = zeros<float>({HALF, BN});
+                      k = 0;
+                      tile = tile + 1;
+                    },
+                    [&] { k = k + 1; });
+              });
+            });
+          } else {
+            for_each_tile([&](Int m, Int n) {
+              Var total = zeros<float>({HALF, BN});  // f32, in registers: the promoted sum
+              if (cfg.partials == 1) {
+                Var partial = zeros<float>({HALF, BN});  // wgmma's running sum between promotions (P > 1)
+                for_range(0, k_tiles, [&](Int k) {
+                  if (P == 1) {
+                    Tile<float> part = async_dot_wait(0, issue(zeros<float>({HALF, BN})));
+                    retire();  // the tensor cores are done with the stage
+                    promote(total, part, k, m, n);
+                  } else {
+                    Tile<float> part = async_dot_wait(0, issue(partial));
+                    retire();
+                    if_(
+                        (k + 1) % P == 0 || k + 1 == k_tiles,
+                        [&] {
+                          promote(total, part, k, m, n);
+                          partial = zeros<float>({HALF, BN});
+                        },
+                        [&] { partial = part; });
+                  }
+                });
+              } else {
+                two_partials(k_tiles, [&](const Tile<float>& part, const Int& k) { promote(total, part, k, m, n); });
+              }
+              write_tile(total, m, n);
+            });
+          }
           async_store_wait(0);
         }));
   }, options);

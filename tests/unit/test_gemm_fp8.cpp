@@ -164,8 +164,8 @@ TEST_CASE("gemm_fp8's default configuration: clusters of two unless they need mo
 }
 
 // Each candidate on one cluster's worth of blocks, so that every block walks several tiles: 3 tile rows (the
-// cluster's second row of the last pair is past the end), 2 tile columns (the second partial), and K of 1,
-// 2 or 3 k-tiles, the last one partial (the next test covers the two-partial schedule's paths in full).
+// cluster's second row of the last pair is past the end), one partial tile column, and K of 1, 2 or 3
+// k-tiles, the last one partial (the next test covers the two-partial schedules' paths in full).
 TEST_CASE("every candidate configuration of the fp8 GEMM against a double reference", "[async][fp8]") {
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
@@ -174,21 +174,24 @@ TEST_CASE("every candidate configuration of the fp8 GEMM against a double refere
   for (const auto& [cfg, s] : supported_candidates()) {
     INFO("configuration " << cfg.name());
     int K = ks[next_k++ % 3];
-    Problem p = make_problem(rng, 300, 136, K, s);
+    Problem p = make_problem(rng, 300, 72, K, s);
     check_c(p, run_kernel(dev, p, cfg, 2), 0, 128 * cfg.promote_k_tiles(s));
   }
 }
 
+// The two-partial schedule over each tile's k-tiles, and over all k-tiles of a block's tiles as one stream
+// (continuous, with clusters and two staging buffers), on 2 x 2 tiles walked by one block or one cluster:
 // k-tiles 1 (no loop iteration), 2 (a pair after the loop), 3 (one iteration), 4 (one and a pair after it), 5.
-TEST_CASE("the two-partial schedule with 1 to 5 k-tiles, with and without clusters", "[async][fp8]") {
+TEST_CASE("the two-partial schedules with 1 to 5 k-tiles per tile", "[async][fp8]") {
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
-  for (int cluster : {1, 2}) {
-    GemmFp8Config cfg{.partials = 2, .cluster_m = cluster};
+  for (const GemmFp8Config& cfg :
+       {GemmFp8Config{.partials = 2, .consumer_regs = 240},
+        GemmFp8Config{.partials = 2, .cluster_m = 2, .consumer_regs = 240, .continuous = true, .epilogue_buffers = 2}}) {
     for (int k_tiles = 1; k_tiles <= 5; ++k_tiles) {
-      INFO("cluster_m " << cluster << ", " << k_tiles << " k-tiles");
-      Problem p = make_problem(rng, 136, 64, 128 * k_tiles - 48, Fp8Scaling::per_tensor);
-      check_c(p, run_kernel(dev, p, cfg, cluster));
+      INFO("configuration " << cfg.name() << ", " << k_tiles << " k-tiles");
+      Problem p = make_problem(rng, 136, 136, 128 * k_tiles - 48, Fp8Scaling::per_tensor);
+      check_c(p, run_kernel(dev, p, cfg, cfg.cluster_m));
     }
   }
 }
@@ -197,7 +200,7 @@ TEST_CASE("the fp8 GEMM promoting every few k-tiles (per-tensor scales)", "[asyn
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
   // promote_every = 2 over 5 k-tiles: promotions after tiles 2, 4 and the last, 5.
-  GemmFp8Config cfg{.promote_every = 2, .partials = 1, .cluster_m = 1, .consumer_regs = 232};
+  GemmFp8Config cfg{.promote_every = 2};
   Problem p = make_problem(rng, 64, 128, 640 - 32, Fp8Scaling::per_tensor);
   check_c(p, run_kernel(dev, p, cfg, 1), 0, 2 * 128);  // two k-tiles per promotion
 }
@@ -221,15 +224,18 @@ TEST_CASE("gemm_fp8: a bad call through the helper is an Error at the caller's l
   // Configurations the kernel does not support: every broken rule, at the caller's line.
   line = __LINE__ + 1;
   CHECK_THROWS_WITH(gemm_fp8(a, b, c, one, one, 64, 64, 24, Fp8Scaling::per_tensor, GemmFp8Config{.partials = 3}),
-                    Catch::Contains("configuration 128x128x128_s6_g8_p3_cl2_r240 is not supported: partials must be 1 or 2") &&
+                    Catch::Contains("configuration 128x128x128_s6_g8_p3 is not supported: partials must be 1 or 2") &&
                         at_this_line(line));
   line = __LINE__ + 1;
   CHECK_THROWS_WITH(gemm_fp8(a, b, c, one, one, 64, 64, 24, Fp8Scaling::per_tensor, GemmFp8Config{.BN = 256}),
-                    Catch::Contains("2 partial(s) of 64 x 256 need 384 registers per consumer thread, at most 200 fit") &&
+                    Catch::Contains("1 partial(s) of 64 x 256 need 256 registers per consumer thread, at most 192 fit") &&
                         at_this_line(line));
   line = __LINE__ + 1;
-  CHECK_THROWS_WITH(gemm_fp8(a, b, c, one, many, 64, 64, 24, Fp8Scaling::block, GemmFp8Config{}),
-                    Catch::Contains("at most 160 fit with block scales") && at_this_line(line));
+  CHECK_THROWS_WITH(gemm_fp8(a, b, c, one, many, 64, 64, 24, Fp8Scaling::block, GemmFp8Config{.partials = 2}),
+                    Catch::Contains("at most 152 fit with block scales") && at_this_line(line));
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_fp8(a, b, c, one, one, 64, 64, 24, Fp8Scaling::per_tensor, GemmFp8Config{.continuous = true}),
+                    Catch::Contains("continuous needs partials = 2") && at_this_line(line));
 }
 
 // ptxas -v on every candidate's PTX (sm_90a): no spills, and no advisory that wgmma is serialized (ptxas
