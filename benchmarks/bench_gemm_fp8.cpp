@@ -2,6 +2,7 @@
 // cuBLASLt's fp8 GEMM (e4m3, the same scales through A_SCALE/B_SCALE pointers, bf16 out) in the same run.
 //
 //   bench_gemm_fp8 [--json] [--runs N] [--sizes 4096,8192] [--fast-accum]
+//   bench_gemm_fp8 --configs all|NAME,NAME... [--runs N] [--sizes 4096,8192] [--fast-accum]
 //
 // For each size (M = N = K), C = a_scale b_scale A B^T with B stored N x K (the only fp8 layout of
 // Hopper's tensor cores, "TN" in cuBLAS's terms):
@@ -16,7 +17,14 @@
 // cuBLASLt runs with its default accumulation (promoting the tensor cores' partial sums to f32, as weft
 // does every 128 of K); --fast-accum times its tensor-core-only accumulation instead.
 //
+// --configs times configurations of the kernel (GemmFp8Config, per-tensor scales) side by side instead of
+// gemm_fp8()'s default: the candidates of gemm_fp8_candidates() by name ("all": every one; a wrong name lists
+// them), each checked against cuBLASLt as above, then all of them and cuBLASLt timed interleaved (three
+// rounds of --runs calls each, rotating the input sets; median over the rounds). One row per configuration:
+// time, TFLOP/s, cuBLAS/this and first/this (the first configuration named: the reference point).
+//
 // Exit status 1, with the reason on stderr: no CUDA device, no usable cuBLASLt, any error, a failed check.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,15 +54,22 @@ struct Options {
   bool json = false, fast_accum = false;
   int runs = 30;
   std::vector<int> sizes = {4096, 8192};
+  std::vector<GemmFp8Config> configs;  // --configs: these instead of gemm_fp8()'s default
 };
+
+std::string candidate_names() {
+  std::string out;
+  for (const GemmFp8Config& c : gemm_fp8_candidates()) out += "\n  " + c.name();
+  return out;
+}
 
 Options parse(int argc, char** argv) {
   Options o;
   auto usage = [&](const std::string& why) {
     std::fprintf(stderr,
                  "bench_gemm_fp8: %s\nusage: bench_gemm_fp8 [--json] [--runs N>=20] [--sizes 4096,8192] "
-                 "[--fast-accum]\n",
-                 why.c_str());
+                 "[--fast-accum] [--configs all|NAME,NAME...]\nconfigurations (--configs):%s\n",
+                 why.c_str(), candidate_names().c_str());
     std::exit(2);
   };
   for (int i = 1; i < argc; ++i) {
@@ -66,6 +81,18 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--runs" && i + 1 < argc) {
       o.runs = std::atoi(argv[++i]);
       if (o.runs < 20) usage("--runs must be at least 20");
+    } else if (arg == "--configs" && i + 1 < argc) {
+      const std::vector<GemmFp8Config> all = gemm_fp8_candidates();
+      for (char* p = std::strtok(argv[++i], ","); p; p = std::strtok(nullptr, ",")) {
+        if (std::string(p) == "all") {
+          o.configs.insert(o.configs.end(), all.begin(), all.end());
+          continue;
+        }
+        auto it = std::find_if(all.begin(), all.end(), [&](const GemmFp8Config& c) { return c.name() == p; });
+        if (it == all.end()) usage(std::string("unknown configuration '") + p + "'");
+        o.configs.push_back(*it);
+      }
+      if (o.configs.empty()) usage("--configs needs at least one name");
     } else if (arg == "--sizes" && i + 1 < argc) {
       o.sizes.clear();
       for (char* p = std::strtok(argv[++i], ","); p; p = std::strtok(nullptr, ",")) {
@@ -78,6 +105,7 @@ Options parse(int argc, char** argv) {
       usage("unknown argument '" + arg + "'");
     }
   }
+  if (!o.configs.empty() && o.json) usage("--configs prints a table: no --json");
   return o;
 }
 
@@ -193,10 +221,89 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
   row.weft_spread = std::abs(weft_round[0] - weft_round[1]) / row.weft_ms;
   std::fprintf(stderr,
                "  %5d x %5d x %5d: cuBLAS %.3f ms (rounds %.3f / %.3f), weft %.3f ms (rounds %.3f / %.3f), %zu input "
-               "sets, cuBLAS algorithm workspace %zu bytes, check %s\n",
+               "sets, cuBLAS algorithm workspace %zu bytes, weft config %s, check %s\n",
                M, N, K, row.cublas_ms, cublas_round[0], cublas_round[1], row.weft_ms, weft_round[0], weft_round[1], sets,
-               row.cublas_algo_workspace, row.pass ? "pass" : "FAIL");
+               row.cublas_algo_workspace,
+               gemm_fp8_default_config(Fp8Scaling::per_tensor, M, N, dev.multiprocessors()).name().c_str(),
+               row.pass ? "pass" : "FAIL");
   return row;
+}
+
+// --configs: each configuration checked against cuBLASLt on the first input set, then every one and cuBLASLt
+// timed interleaved. Prints one row per configuration; returns false when a check failed.
+bool compare_configs(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8_t>& workspace,
+                     const Inputs& in, const Buffer<float>& a_scale, const Buffer<float>& b_scale, int M, int N, int K,
+                     const Options& opt) {
+  const std::vector<GemmFp8Config>& configs = opt.configs;
+  bench::cublaslt::Fp8Gemm cublas(lt, M, N, K, device_ptr(a_scale), device_ptr(b_scale), opt.fast_accum,
+                                  device_ptr(workspace), workspace.bytes());
+  const size_t sets = in.a.size();
+  const std::vector<bf16> poison(size_t(M) * N, bf16::from_bits(0x7fc0));
+  Buffer<bf16> c_cublas = dev.upload(poison), c_weft = dev.upload(poison);
+  cublas.run(device_ptr(in.a[0]), device_ptr(in.b[0]), device_ptr(c_cublas), nullptr);
+  dev.synchronize();
+  const std::vector<bf16> want = c_cublas.download();
+  if (!(sampled_error(in, want, M, N, K) < kMaxRelError)) {
+    std::fprintf(stderr, "CHECK FAILED: cuBLASLt's C (%d x %d x %d) is off the host reference\n", M, N, K);
+    return false;
+  }
+  bool pass = true;
+  std::vector<double> errors;
+  for (const GemmFp8Config& cfg : configs) {
+    c_weft.upload(poison);
+    gemm_fp8(in.a[0], in.b[0], c_weft, a_scale, b_scale, M, N, K, Fp8Scaling::per_tensor, cfg);  // compiles
+    dev.synchronize();
+    std::vector<bf16> got = c_weft.download();
+    double sampled = sampled_error(in, got, M, N, K);
+    errors.push_back(rel_frobenius(got, want));
+    if (!(errors.back() < kMaxRelError) || !(sampled < kMaxRelError)) {
+      pass = false;
+      std::fprintf(stderr,
+                   "CHECK FAILED: weft %s (%d x %d x %d): relative Frobenius error %.3e against cuBLAS, %.3e against "
+                   "the host reference at %d elements, %zu elements not finite\n",
+                   cfg.name().c_str(), M, N, K, errors.back(), sampled, kSamples, count_not_finite(got));
+    }
+  }
+  std::vector<size_t> next(configs.size() + 1, 0);
+  auto run_one = [&](size_t which) {  // 0: cuBLAS, i + 1: configs[i]
+    size_t s = next[which]++ % sets;
+    if (which == 0) cublas.run(device_ptr(in.a[s]), device_ptr(in.b[s]), device_ptr(c_cublas), nullptr);
+    else gemm_fp8(in.a[s], in.b[s], c_weft, a_scale, b_scale, M, N, K, Fp8Scaling::per_tensor, configs[which - 1]);
+  };
+  constexpr int kRounds = 3;
+  std::vector<std::vector<double>> all(configs.size() + 1), round_medians(configs.size() + 1);
+  for (int round = 0; round < kRounds; ++round)
+    for (size_t which = 0; which <= configs.size(); ++which) {
+      std::vector<double> t = bench::gpu_times_ms_queued([&] { run_one(which); }, 3, opt.runs);
+      round_medians[which].push_back(bench::median(t));
+      all[which].insert(all[which].end(), t.begin(), t.end());
+    }
+  dev.synchronize();
+  auto tflops = [&](double ms) { return 2.0 * M * N * K / (ms * 1e-3) / 1e12; };
+  auto rounds_text = [&](size_t which) {
+    std::string t;
+    for (double r : round_medians[which]) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.4f", t.empty() ? "" : "/", r);
+      t += buf;
+    }
+    return t;
+  };
+  const double cublas_ms = bench::median(all[0]);
+  std::printf("%5d x %5d x %5d  %-34s %9.4f ms %7.1f TFLOP/s  (rounds %s; gemm_fp8's default here: %s)\n", M, N, K,
+              opt.fast_accum ? "cuBLASLt (fast accumulation)" : "cuBLASLt", cublas_ms, tflops(cublas_ms),
+              rounds_text(0).c_str(),
+              gemm_fp8_default_config(Fp8Scaling::per_tensor, M, N, dev.multiprocessors()).name().c_str());
+  const double first_ms = bench::median(all[1]);
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const double ms = bench::median(all[i + 1]);
+    std::printf("%5d x %5d x %5d  %-34s %9.4f ms %7.1f TFLOP/s  cuBLAS/this %.3fx  first/this %.3fx  "
+                "(rounds %s, rel.err %.1e)%s\n",
+                M, N, K, configs[i].name().c_str(), ms, tflops(ms), cublas_ms / ms, first_ms / ms,
+                rounds_text(i + 1).c_str(), errors[i], errors[i] < kMaxRelError ? "" : " CHECK FAILED");
+  }
+  std::fflush(stdout);
+  return pass;
 }
 
 std::string version_string(size_t v) {
@@ -227,6 +334,22 @@ int main(int argc, char** argv) try {
   std::fprintf(stderr, "bench_gemm_fp8 on %s; cuBLASLt %s from %s (%s accumulation); weft compile cache %s\n",
                dev.name().c_str(), version_string(lt->version()).c_str(), lt->path().c_str(),
                opt.fast_accum ? "fast" : "promoted", cache_on ? "on" : "off (WEFT_CACHE=0)");
+
+  if (!opt.configs.empty()) {
+    std::printf("fp8 e4m3 GEMM configurations (per-tensor scales, bf16 out) against cuBLASLt %s on %s (median of 3 "
+                "interleaved rounds of %d calls)\n",
+                version_string(lt->version()).c_str(), dev.name().c_str(), opt.runs);
+    bool pass = true;
+    for (int n : opt.sizes) {
+      Inputs in = make_inputs(dev, n, n, n);
+      pass = compare_configs(dev, *lt, workspace, in, a_scale, b_scale, n, n, n, opt) && pass;
+    }
+    if (!pass) {
+      std::fprintf(stderr, "bench_gemm_fp8: FAILED: a result check failed (see CHECK FAILED above)\n");
+      return 1;
+    }
+    return 0;
+  }
 
   std::vector<Row> rows;
   for (int n : opt.sizes) {

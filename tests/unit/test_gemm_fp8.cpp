@@ -1,8 +1,17 @@
 // The fp8 GEMM of examples/gemm_fp8.h (per-tensor and DeepGEMM-style block scales, two-level accumulation)
 // against a double reference on the same fp8 values: small odd shapes on every backend (the CPU backend in
-// CI, the GPU in the gpu-ops: run), larger ones on the GPU only ([gpu]), and bad calls as Errors at the
-// caller's line.
+// CI, the GPU in the gpu-ops: run) for the default and every candidate configuration (GemmFp8Config), larger
+// ones and GPU-against-CPU-backend comparisons on the GPU only ([gpu]), ptxas's verdict on every candidate
+// (no spills, no wgmma serialization), and bad calls as Errors at the caller's line.
 #include "test_util.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <utility>
 
 #include "../../examples/gemm_fp8.h"
 
@@ -55,18 +64,42 @@ void reference(const Problem& p, int i, int j, double& value, double& tol, int p
   tol = 0x1p-8 * std::fabs(s) + err + 1e-6;
 }
 
-// Runs the GEMM and checks every element (or `samples` pseudo-random ones when > 0).
-void check_gemm(Device& dev, const Problem& p, int samples = 0) {
-  INFO("M " << p.M << " N " << p.N << " K " << p.K << (p.scaling == Fp8Scaling::block ? " block scales" : " per-tensor scales"));
+// Uploads p, runs `run` (which launches the GEMM on the uploaded buffers into C, poisoned first) and returns
+// C.
+template <class Run> std::vector<bf16> run_on(Device& dev, const Problem& p, Run&& run) {
   Buffer<f8e4m3> da = dev.upload(p.a), db = dev.upload(p.b);
   Buffer<float> dsa = dev.upload(p.sa), dsb = dev.upload(p.sb);
   Buffer<bf16> dc = dev.upload(std::vector<bf16>(size_t(p.M) * p.N, poison_value<bf16>()));
-  gemm_fp8(da, db, dc, dsa, dsb, p.M, p.N, p.K, p.scaling);
-  std::vector<bf16> c = dc.download();
+  run(da, db, dc, dsa, dsb);
+  return dc.download();
+}
+
+// C through gemm_fp8() with configuration cfg.
+std::vector<bf16> run_gemm(Device& dev, const Problem& p, std::optional<GemmFp8Config> cfg = std::nullopt) {
+  return run_on(dev, p, [&](auto& da, auto& db, auto& dc, auto& dsa, auto& dsb) {
+    gemm_fp8(da, db, dc, dsa, dsb, p.M, p.N, p.K, p.scaling, cfg);
+  });
+}
+
+// C from configuration cfg's kernel launched on `blocks` blocks (a multiple of cfg.cluster_m): few blocks make
+// each one walk several tiles whatever the machine's core count.
+std::vector<bf16> run_kernel(Device& dev, const Problem& p, const GemmFp8Config& cfg, int blocks) {
+  return run_on(dev, p, [&](auto& da, auto& db, auto& dc, auto& dsa, auto& dsb) {
+    make_gemm_fp8(cfg, p.scaling)
+        .launch(Grid(blocks), tma(da, {p.M, p.K}, {cfg.BM, cfg.BK}), tma(db, {p.N, p.K}, {cfg.BN / cfg.cluster_m, cfg.BK}),
+                tma(dc, {p.M, p.N}, {cfg.BM / 2, cfg.epilogue_n}), dsa, dsb, p.M, p.N, p.K);
+  });
+}
+
+// Checks every element of c (or `samples` pseudo-random ones when > 0) against the double reference of a
+// GEMM promoting every `promote_k` of K.
+void check_c(const Problem& p, const std::vector<bf16>& c, int samples = 0, int promote_k = 128) {
+  INFO("M " << p.M << " N " << p.N << " K " << p.K << (p.scaling == Fp8Scaling::block ? " block scales" : " per-tensor scales"));
   if (samples == 0) {
     std::vector<double> want(c.size()), tol(c.size());
     for (int i = 0; i < p.M; ++i)
-      for (int j = 0; j < p.N; ++j) reference(p, i, j, want[size_t(i) * p.N + j], tol[size_t(i) * p.N + j]);
+      for (int j = 0; j < p.N; ++j)
+        reference(p, i, j, want[size_t(i) * p.N + j], tol[size_t(i) * p.N + j], promote_k);
     check_within<bf16>(c, want, tol, "C");
     return;
   }
@@ -77,12 +110,24 @@ void check_gemm(Device& dev, const Problem& p, int samples = 0) {
   for (int s = 0; s < samples; ++s) {
     int i = int(pick() % p.M), j = int(pick() % p.N);
     double want, tol;
-    reference(p, i, j, want, tol);
+    reference(p, i, j, want, tol, promote_k);
     double got = float(c[size_t(i) * p.N + j]);
     if (!(std::fabs(got - want) <= tol) && ++bad <= 8)
       FAIL_CHECK("C[" << i << "][" << j << "] = " << got << ", want " << want << " +- " << tol);
   }
   CHECK(bad == 0);
+}
+
+// Runs the GEMM through gemm_fp8() (default configuration) and checks it.
+void check_gemm(Device& dev, const Problem& p, int samples = 0) { check_c(p, run_gemm(dev, p), samples); }
+
+// Every candidate configuration with each scaling it supports.
+std::vector<std::pair<GemmFp8Config, Fp8Scaling>> supported_candidates() {
+  std::vector<std::pair<GemmFp8Config, Fp8Scaling>> out;
+  for (const GemmFp8Config& cfg : gemm_fp8_candidates())
+    for (Fp8Scaling s : {Fp8Scaling::per_tensor, Fp8Scaling::block})
+      if (cfg.problems(s).empty()) out.push_back({cfg, s});
+  return out;
 }
 
 }  // namespace
@@ -96,25 +141,68 @@ TEST_CASE("the fp8 GEMM of examples/gemm_fp8.h with per-tensor and block scales 
   }
 }
 
+TEST_CASE("gemm_fp8's default configuration: clusters of two unless they need more rounds of tiles", "[fp8]") {
+  for (Fp8Scaling s : {Fp8Scaling::per_tensor, Fp8Scaling::block}) {
+    INFO((s == Fp8Scaling::block ? "block scales" : "per-tensor scales"));
+    const bool block = s == Fp8Scaling::block;
+    // Large squares on 132 multiprocessors: 8 and 32 rounds either way.
+    for (int n : {4096, 8192}) {
+      GemmFp8Config c = gemm_fp8_default_config(s, n, n, 132);
+      CHECK(c.cluster_m == 2);
+      CHECK(c.partials == (block ? 1 : 2));
+      CHECK(c.problems(s).empty());
+    }
+    // One tile row of 128 tiles: one round of single blocks, two of pairs (half of each pair idle).
+    CHECK(gemm_fp8_default_config(s, 128, 128 * 128, 132).cluster_m == 1);
+    // Three tile rows of 32: one round either way (two pairs of rows, the last half past the end).
+    CHECK(gemm_fp8_default_config(s, 300, 4096, 132).cluster_m == 2);
+    // Every default is a candidate: the candidates' checks (references, ptxas) cover what gemm_fp8() runs.
+    std::vector<GemmFp8Config> all = gemm_fp8_candidates();
+    for (int m : {128, 4096})
+      CHECK(std::find(all.begin(), all.end(), gemm_fp8_default_config(s, m, 16384, 132)) != all.end());
+  }
+}
+
+// Each candidate on one cluster's worth of blocks, so that every block walks several tiles: 3 tile rows (the
+// cluster's second row of the last pair is past the end), one partial tile column, and K of 1, 2 or 3
+// k-tiles, the last one partial (the next test covers the two-partial schedules' paths in full).
+TEST_CASE("every candidate configuration of the fp8 GEMM against a double reference", "[async][fp8]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  const int ks[] = {80, 208, 336};
+  int next_k = 0;
+  for (const auto& [cfg, s] : supported_candidates()) {
+    INFO("configuration " << cfg.name());
+    int K = ks[next_k++ % 3];
+    Problem p = make_problem(rng, 300, 72, K, s);
+    check_c(p, run_kernel(dev, p, cfg, 2), 0, 128 * cfg.promote_k_tiles(s));
+  }
+}
+
+// The two-partial schedule over each tile's k-tiles, and over all k-tiles of a block's tiles as one stream
+// (continuous, with clusters and two staging buffers), on 2 x 2 tiles walked by one block or one cluster:
+// k-tiles 1 (no loop iteration), 2 (a pair after the loop), 3 (one iteration), 4 (one and a pair after it), 5.
+TEST_CASE("the two-partial schedules with 1 to 5 k-tiles per tile", "[async][fp8]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  for (const GemmFp8Config& cfg :
+       {GemmFp8Config{.partials = 2, .consumer_regs = 240},
+        GemmFp8Config{.partials = 2, .cluster_m = 2, .consumer_regs = 240, .continuous = true, .epilogue_buffers = 2}}) {
+    for (int k_tiles = 1; k_tiles <= 5; ++k_tiles) {
+      INFO("configuration " << cfg.name() << ", " << k_tiles << " k-tiles");
+      Problem p = make_problem(rng, 136, 136, 128 * k_tiles - 48, Fp8Scaling::per_tensor);
+      check_c(p, run_kernel(dev, p, cfg, cfg.cluster_m));
+    }
+  }
+}
+
 TEST_CASE("the fp8 GEMM promoting every few k-tiles (per-tensor scales)", "[async][fp8]") {
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
   // promote_every = 2 over 5 k-tiles: promotions after tiles 2, 4 and the last, 5.
-  GemmFp8Config cfg;
-  cfg.promote_every = 2;
-  Kernel k = make_gemm_fp8(cfg, Fp8Scaling::per_tensor);
+  GemmFp8Config cfg{.promote_every = 2};
   Problem p = make_problem(rng, 64, 128, 640 - 32, Fp8Scaling::per_tensor);
-  Buffer<f8e4m3> da = dev.upload(p.a), db = dev.upload(p.b);
-  Buffer<float> dsa = dev.upload(p.sa), dsb = dev.upload(p.sb);
-  Buffer<bf16> dc = dev.upload(std::vector<bf16>(size_t(p.M) * p.N, poison_value<bf16>()));
-  k.launch(Grid(1), tma(da, {p.M, p.K}, {128, 128}), tma(db, {p.N, p.K}, {128, 128}), tma(dc, {p.M, p.N}, {64, 64}),
-           dsa, dsb, p.M, p.N, p.K);
-  std::vector<double> want(size_t(p.M) * p.N), tol(want.size());
-  for (int i = 0; i < p.M; ++i)
-    for (int j = 0; j < p.N; ++j) {
-      reference(p, i, j, want[size_t(i) * p.N + j], tol[size_t(i) * p.N + j], 2 * 128);  // two k-tiles per promotion
-    }
-  check_within<bf16>(dc.download(), want, tol, "C");
+  check_c(p, run_kernel(dev, p, cfg, 1), 0, 2 * 128);  // two k-tiles per promotion
 }
 
 TEST_CASE("gemm_fp8: a bad call through the helper is an Error at the caller's line", "[async][fp8][errors]") {
@@ -133,18 +221,95 @@ TEST_CASE("gemm_fp8: a bad call through the helper is an Error at the caller's l
   line = __LINE__ + 1;
   CHECK_THROWS_WITH(gemm_fp8(a, b, c, one, one, 64, 64, 24, Fp8Scaling::per_tensor),
                     Catch::Contains("multiple of 16") && at_this_line(line));
+  // Configurations the kernel does not support: every broken rule, at the caller's line.
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_fp8(a, b, c, one, one, 64, 64, 24, Fp8Scaling::per_tensor, GemmFp8Config{.partials = 3}),
+                    Catch::Contains("configuration 128x128x128_s6_g8_p3 is not supported: partials must be 1 or 2") &&
+                        at_this_line(line));
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_fp8(a, b, c, one, one, 64, 64, 24, Fp8Scaling::per_tensor, GemmFp8Config{.BN = 256}),
+                    Catch::Contains("1 partial(s) of 64 x 256 need 256 registers per consumer thread, at most 192 fit") &&
+                        at_this_line(line));
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_fp8(a, b, c, one, many, 64, 64, 24, Fp8Scaling::block, GemmFp8Config{.partials = 2}),
+                    Catch::Contains("at most 152 fit with block scales") && at_this_line(line));
+  line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_fp8(a, b, c, one, one, 64, 64, 24, Fp8Scaling::per_tensor, GemmFp8Config{.continuous = true}),
+                    Catch::Contains("continuous needs partials = 2") && at_this_line(line));
 }
 
-TEST_CASE("the fp8 GEMM on the GPU: 1024 to 2048, odd sizes, both scalings", "[async][fp8][gpu]") {
+// ptxas -v on every candidate's PTX (sm_90a): no spills, and no advisory that wgmma is serialized (ptxas
+// then waits for each wgmma before the next: registers of a pending accumulator touched, too few registers).
+// Needs no GPU, only the CUDA toolkit's ptxas; skipped without it.
+TEST_CASE("ptxas: every candidate configuration of the fp8 GEMM compiles without spills or wgmma serialization",
+          "[fp8][cpu-only]") {
+  std::string ptxas = std::system("command -v ptxas > /dev/null 2>&1") == 0 ? "ptxas"
+                      : std::filesystem::exists("/usr/local/cuda/bin/ptxas") ? "/usr/local/cuda/bin/ptxas"
+                                                                             : "";
+  if (ptxas.empty()) {
+    WARN("SKIPPED: no ptxas on PATH or at /usr/local/cuda/bin/ptxas");
+    return;
+  }
+  Device dev = Device::cpu();
+  const int M = 256, N = 256, K = 256;
+  Buffer<f8e4m3> a = dev.alloc<f8e4m3>(M * K), b = dev.alloc<f8e4m3>(N * K);
+  Buffer<bf16> c = dev.alloc<bf16>(M * N);
+  auto dir = std::filesystem::temp_directory_path();
+  for (const auto& [cfg, s] : supported_candidates()) {
+    std::string label = std::string(s == Fp8Scaling::block ? "block " : "per-tensor ") + cfg.name();
+    INFO(label);
+    std::string ptx = make_gemm_fp8(cfg, s).ptx(tma(a, {M, K}, {cfg.BM, cfg.BK}),
+                                                tma(b, {N, K}, {cfg.BN / cfg.cluster_m, cfg.BK}),
+                                                tma(c, {M, N}, {cfg.BM / 2, cfg.epilogue_n}));
+    auto file = dir / ("weft-gemm-fp8-" + std::to_string(::getpid()) + ".ptx");
+    std::ofstream(file) << ptx;
+    std::string output;
+    FILE* pipe = ::popen((ptxas + " -arch=sm_90a -v " + file.string() + " -o /dev/null 2>&1").c_str(), "r");
+    REQUIRE(pipe);
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, pipe)) output += buf;
+    int status = ::pclose(pipe);
+    std::filesystem::remove(file);
+    INFO("ptxas said:\n" << output);
+    CHECK(status == 0);
+    CHECK_THAT(output, Catch::Contains("0 bytes spill stores, 0 bytes spill loads"));
+    CHECK_THAT(output, !Catch::Contains("wgmma") && !Catch::Contains("Performance Loss"));
+  }
+}
+
+// Each candidate on the GPU (sampled against the double reference) and on the CPU backend with the same
+// inputs: both within the reference's tolerance, so within twice of it of each other. Shapes with partial
+// tiles, an odd number of tile rows (the cluster's last pair half past the end) and more tiles than the
+// GPU's multiprocessors (blocks walk several).
+TEST_CASE("the fp8 GEMM on the GPU: every candidate configuration against the CPU backend", "[async][fp8][gpu]") {
   Device dev = Device::current();
   if (dev.kind() == BackendKind::cpu) {
     WARN("SKIPPED: no GPU (WEFT_BACKEND / Device::current() is the CPU backend)");
     return;
   }
   WEFT_SEEDED_RNG(rng);
-  for (Fp8Scaling s : {Fp8Scaling::per_tensor, Fp8Scaling::block}) {
-    check_gemm(dev, make_problem(rng, 1024, 1024, 1024, s), 2048);
-    check_gemm(dev, make_problem(rng, 2000, 1032, 2064, s), 2048);
-    check_gemm(dev, make_problem(rng, 2048, 2048, 4096, s), 1024);
+  Device cpu = Device::cpu();
+  for (const auto& [cfg, s] : supported_candidates()) {
+    INFO("configuration " << cfg.name());
+    const int promote_k = 128 * cfg.promote_k_tiles(s);
+    // Small enough for the CPU backend: 3 x 3 tiles, 5 k-tiles.
+    Problem small = make_problem(rng, 300, 264, 592, s);
+    std::vector<bf16> gpu = run_gemm(dev, small, cfg), host = run_gemm(cpu, small, cfg);
+    check_c(small, gpu, 0, promote_k);
+    check_c(small, host, 0, promote_k);
+    size_t apart = 0;
+    for (int i = 0; i < small.M; ++i)
+      for (int j = 0; j < small.N; ++j) {
+        double want, tol;
+        reference(small, i, j, want, tol, promote_k);
+        size_t e = size_t(i) * small.N + j;
+        if (!(std::fabs(double(float(gpu[e])) - double(float(host[e]))) <= 2 * tol) && ++apart <= 8)
+          FAIL_CHECK("C[" << i << "][" << j << "]: GPU " << float(gpu[e]) << ", CPU backend " << float(host[e]));
+      }
+    CHECK(apart == 0);
+    // Large: 17 x 9 tiles (153 > 132 multiprocessors), 17 k-tiles, sampled.
+    Problem large = make_problem(rng, 2100, 1032, 2064, s);
+    check_c(large, run_gemm(dev, large, cfg), 2048, promote_k);
   }
 }
+
