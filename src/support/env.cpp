@@ -88,6 +88,7 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
                              "use WEFT_TIME_PASSES=1 to print each kernel's compile time by stage, 0 (or unset it) for "
                              "none");
   k.nvptx_passes = get("WEFT_NVPTX_PASSES");
+  if (std::string v = get("WEFT_NVPTX_SKIP"); !v.empty()) k.nvptx_skip = v == "none" ? "" : v;
   return k;
 }
 

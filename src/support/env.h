@@ -25,6 +25,8 @@
 //                                     compiled kernel (src/support/compile_timing.h)
 //   WEFT_NVPTX_PASSES=pipeline        the LLVM passes run on NVPTX modules instead of weft's own
 //                                     (LLVM's textual syntax; "default<O3>": LLVM's O3), to compare
+//   WEFT_NVPTX_SKIP=name,...          the code generator's optional passes to skip instead of weft's list
+//                                     (legacy pass names, e.g. slsr; "none": run them all), to compare
 #pragma once
 
 #include <cstdint>
@@ -48,6 +50,7 @@ struct Knobs {
   std::string check_ptx;  // an architecture, e.g. sm_90a; empty: no check
   bool time_passes = false;
   std::string nvptx_passes;  // an LLVM pass pipeline; empty: weft's (codegen/nvptx/nvptx_pipeline.h)
+  std::optional<std::string> nvptx_skip;  // code generator passes to skip; unset: weft's list (same header)
 
   bool dumps(std::string_view stage) const;
 };

@@ -60,6 +60,9 @@ TEST_CASE("knobs: numbers that are not numbers, or out of range, and unknown wor
                     Catch::Contains("WEFT_TIME_PASSES=yes is not a setting; use WEFT_TIME_PASSES=1"));
   CHECK(parse({{"WEFT_TIME_PASSES", "1"}}).time_passes);
   CHECK(parse({{"WEFT_NVPTX_PASSES", "default<O3>"}}).nvptx_passes == "default<O3>");
+  CHECK(!parse({}).nvptx_skip);
+  CHECK(parse({{"WEFT_NVPTX_SKIP", "slsr,consthoist"}}).nvptx_skip == "slsr,consthoist");
+  CHECK(parse({{"WEFT_NVPTX_SKIP", "none"}}).nvptx_skip == "");
   CHECK_THROWS_WITH(parse({{"WEFT_BACKEND", "gpu"}}), Catch::Contains("WEFT_BACKEND=gpu is not a backend; use cpu, cuda or hip"));
   CHECK(parse({{"WEFT_BACKEND", "cuda"}}).backend == "cuda");
 }

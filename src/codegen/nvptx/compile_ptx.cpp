@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/IR/LLVMContext.h>
-#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
@@ -65,7 +64,9 @@ std::string print_module(const llvm::Module& m) {
 
 }  // namespace
 
-std::string code_generator_version() { return "LLVM " LLVM_VERSION_STRING "; passes " + nvptx_pipeline(); }
+std::string code_generator_version() {
+  return "LLVM " LLVM_VERSION_STRING "; passes " + nvptx_pipeline() + "; skipped " + skipped_codegen_passes();
+}
 
 bool debug_mode(const KernelOptions& options) { return options.debug || support::knobs().debug; }
 
@@ -123,10 +124,7 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
   stage.emplace(CompileStage::codegen);
   llvm::SmallString<0> ptx;
   llvm::raw_svector_ostream os(ptx);
-  llvm::legacy::PassManager pm;
-  if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile))
-    throw InternalError("NVPTX: the target machine cannot emit PTX");
-  pm.run(m);
+  generate_ptx(m, tm.get(), os);
   stage.reset();
   PtxKernel out;
   out.ptx = std::string(ptx.str());

@@ -1,10 +1,18 @@
 #include "codegen/nvptx/nvptx_pipeline.h"
 
 #include <fmt/format.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
+#include <llvm/IR/OptBisect.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Target/TargetMachine.h>
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <string_view>
 
 #include "codegen/llvm_builders.h"
 #include "support/env.h"
@@ -25,7 +33,57 @@ constexpr const char* kDefaultPipeline =
     "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),gvn,"
     "instcombine<no-verify-fixpoint>,infer-alignment,adce)";
 
+// The code generator's own optional passes weft skips by default: none. Measured (benchmarks/NOTES.md,
+// session 8): straight-line strength reduction is 30% of softmax's code generation and 3% of attention's,
+// but without it addresses lose their constant offsets (softmax 422 -> 435 PTX instructions, layernorm
+// 705 -> 760); nary-reassociate and consthoist change nothing in the bench kernels and cost ~1%.
+// WEFT_NVPTX_SKIP names passes to skip, to measure such trades.
+constexpr const char* kDefaultSkip = "";
+
+// Asked by every optional pass of the code generator's legacy pipeline whether to run (FunctionPass::
+// skipFunction and friends; instruction selection and the printer are not optional): no for the names in
+// `skip`.
+class SkipPasses final : public llvm::OptPassGate {
+ public:
+  explicit SkipPasses(std::set<std::string, std::less<>> skip) : skip_(std::move(skip)) {}
+  bool isEnabled() const override { return !skip_.empty(); }
+  bool shouldRunPass(llvm::StringRef pass, llvm::StringRef) const override {
+    return !skip_.contains(std::string_view(pass.data(), pass.size()));
+  }
+
+ private:
+  std::set<std::string, std::less<>> skip_;
+};
+
+std::set<std::string, std::less<>> split_names(const std::string& list) {
+  std::set<std::string, std::less<>> out;
+  size_t at = 0;
+  while (at < list.size()) {
+    size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at) out.insert(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string skipped_codegen_passes() {
+  const std::optional<std::string>& chosen = support::knobs().nvptx_skip;
+  return chosen ? *chosen : kDefaultSkip;
+}
+
+void generate_ptx(llvm::Module& m, llvm::TargetMachine* target, llvm::raw_pwrite_stream& os) {
+  SkipPasses gate(split_names(skipped_codegen_passes()));
+  llvm::LLVMContext& context = m.getContext();
+  llvm::OptPassGate& before = context.getOptPassGate();
+  context.setOptPassGate(gate);
+  llvm::legacy::PassManager pm;
+  if (target->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::AssemblyFile))
+    throw InternalError("NVPTX: the target machine cannot emit PTX");
+  pm.run(m);
+  context.setOptPassGate(before);
+}
 
 std::string nvptx_pipeline() {
   const std::string& chosen = support::knobs().nvptx_passes;

@@ -14,6 +14,7 @@
 
 namespace llvm {
 class Module;
+class raw_pwrite_stream;
 class TargetMachine;
 }  // namespace llvm
 
@@ -24,5 +25,12 @@ std::string nvptx_pipeline();
 
 // Runs nvptx_pipeline() on `m`. A pipeline LLVM cannot parse is a weft::Error naming WEFT_NVPTX_PASSES.
 void optimize_for_nvptx(llvm::Module& m, llvm::TargetMachine* target);
+
+// The code generator's optional passes weft skips, comma-separated: WEFT_NVPTX_SKIP, or weft's list (part of
+// the compile cache's key).
+std::string skipped_codegen_passes();
+
+// Runs the code generator on the optimized `m`, writing PTX to `os`, without the passes above.
+void generate_ptx(llvm::Module& m, llvm::TargetMachine* target, llvm::raw_pwrite_stream& os);
 
 }  // namespace weft::codegen::nvptx
