@@ -88,15 +88,16 @@ inline double gemm_model_us(const GemmConfig& c, int M, int N, int K, int sms) {
 }  // namespace gemm_detail
 
 // The configurations worth trying for an M x N x K product (B N x K when b_is_nk) on `sms`
-// multiprocessors: every supported tile shape, consumer count, split-K, operand order and cluster, ranked by
-// gemm_model_us, the best `count` first; for large products, then the best one's variants with
-// double-buffered C stores and two ping-pong configurations.
+// multiprocessors: every supported tile shape, consumer count, split-K, operand order (swapped for M <= 128,
+// either B layout: B K x N becomes wgmma's M-major A) and cluster, ranked by gemm_model_us, the best `count`
+// first; for large products, then the best one's variants with double-buffered C stores and two ping-pong
+// configurations.
 inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk, int sms, size_t count = 8) {
   using gemm_detail::cdiv64;
   std::vector<std::pair<double, GemmConfig>> scored;
   const int64_t k_tiles = cdiv64(K, 64);
   for (bool swap : {false, true}) {
-    if (swap && (!b_is_nk || M > 128)) continue;
+    if (swap && M > 128) continue;
     for (auto [BM, consumers] : {std::pair{64, 1}, {128, 1}, {128, 2}, {256, 2}})
       for (int BN : {8, 16, 32, 64, 128, 256}) {
         // Tiles much larger than the product only multiply zeros.
