@@ -88,15 +88,16 @@ inline double gemm_model_us(const GemmConfig& c, int M, int N, int K, int sms) {
 }  // namespace gemm_detail
 
 // The configurations worth trying for an M x N x K product (B N x K when b_is_nk) on `sms`
-// multiprocessors: every supported tile shape, consumer count, split-K, operand order and cluster, ranked by
-// gemm_model_us, the best `count` first; for large products, then the best one's variants with
-// double-buffered C stores and two ping-pong configurations.
+// multiprocessors: every supported tile shape, consumer count, split-K, operand order (swapped for M <= 128,
+// either B layout: B K x N becomes wgmma's M-major A) and cluster, ranked by gemm_model_us, the best `count`
+// first; for large products, then the best one's variants with double-buffered C stores and two ping-pong
+// configurations.
 inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk, int sms, size_t count = 8) {
   using gemm_detail::cdiv64;
   std::vector<std::pair<double, GemmConfig>> scored;
   const int64_t k_tiles = cdiv64(K, 64);
   for (bool swap : {false, true}) {
-    if (swap && (!b_is_nk || M > 128)) continue;
+    if (swap && M > 128) continue;
     for (auto [BM, consumers] : {std::pair{64, 1}, {128, 1}, {128, 2}, {256, 2}})
       for (int BN : {8, 16, 32, 64, 128, 256}) {
         // Tiles much larger than the product only multiply zeros.
@@ -152,6 +153,18 @@ inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk
       GemmConfig c{.BM = BM, .BN = BN, .BK = 64, .stages = 2, .pingpong = true};
       while (c.stages < 8 && c.shared_bytes() + (c.BM + c.BN) * c.BK * 2 <= 225 * 1024) ++c.stages;
       if (c.problems(b_is_nk).empty() && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    }
+  // A favourite with fewer tiles than multiprocessors and no split (a thin product bound by reading B, e.g.
+  // 1 x 4096 x 14336: 64 tiles of 64 x 8) also with the best-ranked split-K configuration that gives every
+  // multiprocessor a tile. The model counts DRAM bandwidth only, but a block keeps no more than its ring's
+  // bytes in flight, so fewer blocks read B more slowly: on the H200 (session 7) that shape took 40 us
+  // with 64 swapped tiles and 38 us with 256 tiles of 64 x 128 split 4 ways.
+  if (best.split_k == 1 && best_tiles < sms)
+    for (const auto& [us, c] : scored) {
+      const int64_t tiles = cdiv64(c.swap_ab ? N : M, c.BM) * cdiv64(c.swap_ab ? M : N, c.BN) * c.split_k;
+      if (c.split_k == 1 || tiles < sms) continue;
+      if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+      break;
     }
   return out;
 }

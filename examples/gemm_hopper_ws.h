@@ -15,9 +15,11 @@
 // - split_k > 1: each output tile's K range is cut in split_k slices taken by different blocks, which
 //   write f32 partial sums to a workspace [split_k * Mpad, N] (Mpad: M rounded up to the tile); a second
 //   kernel sums the slices in a fixed order (deterministic) and writes bf16 C. For small M*N, long K.
-// - swap_ab (B stored N x K only): C^T = B A^T, so N fills wgmma's 64-row M dimension and M (as small as
-//   1) becomes wgmma's N (a multiple of 8): BM tiles N and BN tiles M; the consumers transpose their
-//   result in registers and store C directly. For M <= 64-ish, where BM = 64 rows of A would be mostly zero.
+// - swap_ab: C^T = B A^T, so N fills wgmma's 64-row M dimension and M (as small as 1) becomes wgmma's N (a
+//   multiple of 8): BM tiles N and BN tiles M; the consumers transpose their result in registers and store
+//   C directly. For M <= 64-ish, where BM = 64 rows of A would be mostly zero. B stored N x K is wgmma's
+//   K-major A; B stored K x N is its M-major (transposed) A: each consumer's BM / consumers columns of B's
+//   [BK, BM] box in a stage of their own, in 64-column panels, read through local_trans.
 // - epilogue_buffers = 2: two C staging tiles per consumer, so that the TMA store of one chunk of C reads
 //   shared memory while the consumer writes the next one (with one, each chunk waits for the last store).
 // - pingpong (CUTLASS's "ping-pong" schedule): each of the two consumers computes whole BM x BN tiles, the
@@ -47,7 +49,7 @@ struct GemmConfig {
   int epilogue_n = 64;               // columns of bf16 C written per TMA store (128 bytes)
   int consumers = 2;                 // consumer warp groups; each owns BM / consumers rows (64 or 128)
   int split_k = 1;                   // K slices per output tile (> 1: f32 partials + a reduction kernel)
-  bool swap_ab = false;              // C^T = B A^T (B N x K only): BM tiles N, BN tiles M
+  bool swap_ab = false;              // C^T = B A^T: BM tiles N, BN tiles M
   int cluster_m = 1;                 // 2: blocks in clusters of two along M, each loading half of the shared
                                      // B tile and multicasting it to both (TMA multicast)
   int epilogue_buffers = 1;          // C staging tiles per consumer: 2 lets the TMA store of one chunk of C
@@ -102,7 +104,6 @@ struct GemmConfig {
     rule(group >= 1, "group must be at least 1");
     rule(split_k >= 1 && split_k <= 64, "split_k must be 1 to 64");
     rule(epilogue_n == 32 || epilogue_n == 64, "epilogue_n must be 32 or 64");
-    rule(!swap_ab || b_is_nk, "swap_ab needs B stored N x K (it becomes wgmma's K-major A operand)");
     bool y_nk = swap_ab || b_is_nk;
     // Tiles have power-of-two dimensions; wgmma's N is a multiple of 8 up to 256.
     rule(BN >= (swap_ab ? 8 : 16) && BN <= 256 && (BN & (BN - 1)) == 0,
@@ -156,12 +157,17 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
   const int BM = cfg.BM, BN = cfg.BN, BK = cfg.BK, S = cfg.stages, HALF = cfg.rows_per_consumer();
   const int EN = epilogue_cols<Out>(cfg), SPLIT = cfg.split_k, CONS = cfg.consumers;
   const bool swap = cfg.swap_ab, y_nk = swap || b_is_nk;
+  // Swapped with B stored K x N: X's boxes are [BK, BM] as B stores them, N contiguous; each consumer's
+  // HALF columns of a box go to a stage of their own (consumer r of ring stage s: stage s * CONS + r),
+  // which wgmma reads through local_trans as an M-major A.
+  const bool x_kn = swap && !b_is_nk;
   const int PANEL = 64;  // columns of B (K x N) one TMA box brings: 128 bytes, the swizzle's width
   // X: the operand whose rows fill wgmma's M (A, or B when swapped); Y: the other one, R x Q the product.
   const TensorDesc<bf16, 2>& X = swap ? B : A;
   const TensorDesc<bf16, 2>& Y = swap ? A : B;
   Int R = swap ? N : M, Q = swap ? M : N;
-  auto a_s = local_alloc<bf16>({BM, BK}, S, "a_s");
+  auto a_s = x_kn ? local_alloc<bf16>({BK, HALF}, S * CONS, "a_s") : local_alloc<bf16>({BM, BK}, S, "a_s");
+  const int64_t a_bytes = int64_t(BM) * BK * 2;  // of one ring stage
   auto b_s = y_nk ? local_alloc<bf16>({BN, BK}, S, "b_s") : local_alloc<bf16>({BK, BN}, S, "b_s");
   // EB staging tiles per consumer: consumer r's buffer b is stage r * EB + b.
   const int EB = cfg.epilogue_buffers;
@@ -226,8 +232,15 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
           for_range(0, w.count, [&](Int i) {
             Int k = k_of(w, i);
             p.acquire(empty);
-            barrier_expect_bytes(full[p.index()], a_s.stage_bytes() + b_s.stage_bytes());
-            async_descriptor_load(X, a_s[p.index()], {m * BM, k * BK}, full[p.index()]);
+            barrier_expect_bytes(full[p.index()], a_bytes + b_s.stage_bytes());
+            if (x_kn) {
+              for (int c = 0; c < CONS; ++c)
+                for (int j = 0; j < HALF / PANEL; ++j)
+                  async_descriptor_load(X, a_s[p.index() * CONS + c].cols(j * PANEL, PANEL),
+                                        {k * BK, m * BM + c * HALF + j * PANEL}, full[p.index()]);
+            } else {
+              async_descriptor_load(X, a_s[p.index()], {m * BM, k * BK}, full[p.index()]);
+            }
             if (CL > 1) {
               // This block's share of B, multicast to both blocks (mask 0b11): rows or panels.
               Int rank = cluster_cta_rank();
@@ -273,7 +286,9 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
           for_range(0, w.count, [&](Int k) {
             p.wait(full);
             SharedView<bf16> b = y_nk ? local_trans(b_s[p.index()]) : b_s[p.index()];
-            SharedView<bf16> a = PP ? a_s[p.index()] : a_s[p.index()].rows(r * HALF, HALF);
+            SharedView<bf16> a = x_kn ? local_trans(a_s[p.index() * CONS + r])
+                                 : PP ? a_s[p.index()]
+                                      : a_s[p.index()].rows(r * HALF, HALF);
             acc = async_dot_wait(1, async_dot(a, b, acc));
             if_(k > 0, [&] {
               release(done);
@@ -486,7 +501,7 @@ inline GemmLaunch plan_gemm(const GemmConfig& cfg, const weft::Buffer<weft::bf16
                // Swapped, A's rows are wgmma's N (BN) and B's its M (BM).
                tma(a, {M, K}, {swap ? cfg.BN : cfg.BM, cfg.BK}, {}, loc),
                b_is_nk ? tma(b, {N, K}, {swap ? cfg.BM : cfg.BN / CL, cfg.BK}, {}, loc)
-                       : tma(b, {K, N}, {cfg.BK, std::min(cfg.BN, 64)}, {}, loc),
+                       : tma(b, {K, N}, {cfg.BK, std::min(swap ? cfg.BM : cfg.BN, 64)}, {}, loc),
                std::nullopt, std::nullopt, {}, c, M, N, K, m_pad, grid};
   if (cfg.split_k == 1) {
     int en = gemm_detail::epilogue_cols<bf16>(cfg);

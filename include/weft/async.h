@@ -135,7 +135,8 @@ void local_store(const SharedView<T>& view, const Tile<T>& value, Operand<int32_
 }
 
 // The same bytes seen transposed: a [R, C] stage as [C, R] (TLX: local_trans). async_dot reads a B
-// operand stored N x K (K contiguous) through local_trans as K x N.
+// operand stored N x K (K contiguous) through local_trans as K x N, and an A operand stored K x M (M
+// contiguous) through local_trans as M x K.
 template <class T> SharedView<T> local_trans(const SharedView<T>& view, SourceLoc loc = SourceLoc::current()) {
   return SharedView<T>(detail::emit(detail::Op::LocalTrans, {view.node()}, {}, loc));
 }
@@ -202,11 +203,16 @@ inline void async_wait_group(int pending, SourceLoc loc = SourceLoc::current()) 
 
 // ---- tensor cores (wgmma) -----------------------------------------------------------------------------
 
-// acc + a @ b on the tensor cores, asynchronously: a is an [M, K] stage (K contiguous), b a [K, N] view
-// (a stage stored [N, K] seen through local_trans), bf16 or f16, accumulating in f32 (wgmma.fence;
-// wgmma.mma_async.sync.aligned.m64nNk16 per 64 rows and 16 of K; wgmma.commit_group). The result is
-// pending: read it only through async_dot_wait, and keep a and b unchanged until then. Runs on a group
-// of exactly 4 warps (one warp group), e.g. a task of 4 warps.
+// acc + a @ b on the tensor cores, asynchronously: a is an [M, K] view, b a [K, N] view, bf16 or f16,
+// accumulating in f32 (wgmma.fence; wgmma.mma_async.sync.aligned.m64nNk16 per 64 rows and 16 of K;
+// wgmma.commit_group). Each operand is read as it is stored, in either order of its dimensions:
+//   a: a stage stored [M, K] (K contiguous, "K-major": imm-trans-a 0), or local_trans of a stage stored
+//      [K, M] (M contiguous, "M-major": wgmma's transposed A, imm-trans-a 1; M wider than 64 is kept in
+//      64-column panels, one per 64-row block: fill it with TMA boxes of 64 columns through cols());
+//   b: local_trans of a stage stored [N, K] (K-major: imm-trans-b 0), or a stage stored [K, N] (N-major:
+//      imm-trans-b 1, 64-column panels when N is wider).
+// The result is pending: read it only through async_dot_wait, and keep a and b unchanged until then. Runs
+// on a group of exactly 4 warps (one warp group), e.g. a task of 4 warps.
 // fp8 (f8e4m3 / f8e5m2, any mix of the two): m64nNk32.f32.{e4m3,e5m2}.{e4m3,e5m2} per 64 rows and 32 of
 // K; both operands K-major in shared memory (a a stage, b a stage stored [N, K] through local_trans), K
 // a multiple of 32. The tensor cores add fp8 products with less precision than f32 (about 14 bits kept):
@@ -219,7 +225,7 @@ Tile<float> async_dot(const SharedView<TA>& a, const SharedView<TB>& b, const C&
 }
 // The same with a in registers (wgmma's A operand from registers: a tile made by an earlier async_dot and
 // cast, e.g. attention's probabilities, moves into the A fragments without shared memory; any other tile
-// is rearranged through shared memory first).
+// is rearranged through shared memory first). A tile has no storage order: imm-trans-a does not apply.
 template <detail::TileLike A, class T, detail::TileLike C>
   requires std::is_same_v<detail::elem_of<A>, T> && std::is_same_v<detail::elem_of<C>, float>
 Tile<float> async_dot(const A& a, const SharedView<T>& b, const C& acc, SourceLoc loc = SourceLoc::current()) {

@@ -109,8 +109,10 @@ struct Assigner {
             bool n_major_b = i == 1 && n->operands[1]->op != ir::Op::LocalTrans;
             if (row_bytes > 128 && (n_major_b || row_bytes % 128 == 0)) {
               // Rows wider than the 128-byte swizzle: the buffer keeps its columns in panels that wide (what
-              // TMA boxes of 128-byte rows fill). B stored K x N reads them as N-major panels; a K-major
-              // operand (a, or b through local_trans) steps through K panel by panel.
+              // TMA boxes of 128-byte rows fill). B stored K x N reads them as N-major panels, A stored K x M
+              // (through local_trans; M a multiple of 64, so its rows are whole panels) as M-major ones, one
+              // per 64-row block; a K-major operand (a, or b through local_trans) steps through K panel by
+              // panel.
               int64_t panel = 128 / alloc->type.dtype.bytes();
               want_panels(*n, alloc, panel);
               want(*n, alloc, 128, "wgmma's for operands in 128-byte panels");

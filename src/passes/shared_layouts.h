@@ -2,8 +2,8 @@
 //
 // A 2-D buffer whose stages are viewed by columns (cols(), e.g. filled by TMA boxes narrower than a row)
 // keeps its columns in panels: element (r, c) of an [R, C] stage with panels of P columns is at element
-// (c / P) * R * P + r * P + c % P; a wgmma B operand stored K x N (N contiguous) is paneled by the swizzle
-// width. A buffer that TMA fills or drains takes its descriptor's swizzle (the copy engine writes that layout);
+// (c / P) * R * P + r * P + c % P; a wgmma B operand stored K x N (N contiguous), or A operand stored K x M
+// (read through local_trans), is paneled by the swizzle width. A buffer that TMA fills or drains takes its descriptor's swizzle (the copy engine writes that layout);
 // a buffer that wgmma reads needs the swizzle its row width allows (rows of 128, 64 or 32 bytes, swizzled
 // as wide). Other buffers are plain row-major. Two uses that want different layouts are an error that
 // names both lines. Within each 1024-byte-aligned group of 8 rows (of 128 bytes for a 128-byte swizzle),

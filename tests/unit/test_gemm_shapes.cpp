@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -138,6 +139,31 @@ TEST_CASE("GEMM with swapped operands for small M (C^T = B A^T), with and withou
   }
 }
 
+TEST_CASE("GEMM with swapped operands for small M and B stored K x N (wgmma's M-major A), with and without split-K",
+          "[async][gemm]") {
+  WEFT_SEEDED_RNG(rng);
+  // B K x N is wgmma's transposed A: each consumer's 64 or 128 columns of B's [BK, BM] box in a stage of its
+  // own (two panels at 128), read through local_trans. N 200 and K 136 (multiples of 8, no tile's): partial
+  // boxes of B in N and K, zero-filled by TMA. Every M meets two of the configurations.
+  const std::vector<GemmConfig> configs{
+      {.BM = 64, .BN = 16, .consumers = 1, .swap_ab = true},                 // one panel
+      {.BM = 128, .BN = 32, .stages = 3, .swap_ab = true},                   // two consumers, a panel each
+      {.BM = 128, .BN = 8, .consumers = 1, .swap_ab = true},                 // one consumer, two panels
+      {.BM = 64, .BN = 64, .BK = 32, .consumers = 1, .split_k = 3, .swap_ab = true},  // BK 32, split-K
+      {.BM = 256, .BN = 64, .stages = 2, .swap_ab = true},                   // two consumers of two panels
+  };
+  int next = 0;
+  for (int M : {1, 7, 16, 33, 64}) {
+    Problem p = make_problem(rng, M, 200, 136);
+    for (int t = 0; t < 2; ++t) {
+      const GemmConfig& cfg = configs[next++ % configs.size()];
+      INFO("M " << M << " " << cfg.name());
+      REQUIRE(cfg.problems(false).empty());
+      check_gemm(p, false, [&](auto& a, auto& b, auto& c) { gemm_hopper_ws(a, b, c, p.M, p.N, p.K, false, cfg); });
+    }
+  }
+}
+
 TEST_CASE("GEMM with two C staging buffers per consumer (epilogue_buffers = 2)", "[async][gemm]") {
   WEFT_SEEDED_RNG(rng);
   // 264 x 520: 3 x 3 tiles of 128 x 256, 5 x 5 of 64 x 128, none full at the edges; more tiles than the CPU
@@ -239,8 +265,9 @@ TEST_CASE("GEMM configuration errors name the caller's line", "[async][gemm][err
   Device dev = Device::cpu();
   Buffer<bf16> a = dev.alloc<bf16>(64 * 64), b = dev.alloc<bf16>(64 * 64), c = dev.alloc<bf16>(64 * 64);
   int line = __LINE__ + 1;
-  CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, false, GemmConfig{.swap_ab = true}),
-                    Catch::Contains("swap_ab needs B stored N x K") && Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+  CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, false, GemmConfig{.BN = 64, .swap_ab = true, .cluster_m = 2}),
+                    Catch::Contains("cluster_m = 2 needs split_k = 1 and swap_ab off") &&
+                        Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
   line = __LINE__ + 1;
   CHECK_THROWS_WITH(gemm_hopper_ws(a, b, c, 64, 64, 64, true, GemmConfig{.BM = 96}),
                     Catch::Contains("BM / consumers must be 64 or 128") &&
@@ -264,7 +291,7 @@ TEST_CASE("gemm(): the model's configuration per shape (WEFT_AUTOTUNE=0), and pa
   struct Case {
     int M, N, K;
   };
-  // Small M (swapped operands with B N x K), a long K (split-K), ragged tiles, and N or K not a multiple of
+  // Small M (swapped operands, either B layout), a long K (split-K), ragged tiles, and N or K not a multiple of
   // 8 (TMA cannot stride such rows): up to small_m_limit rows read them in place (the plain-load kernel,
   // with one K slice or several), larger M copies them with K and N rounded up to multiples of 8 (M 7: read
   // in place with B N x K, copied with B K x N).
@@ -284,7 +311,7 @@ TEST_CASE("gemm(): the model's configuration per shape (WEFT_AUTOTUNE=0), and pa
                                            gemm_detail::bucket_nk((s.K + 7) / 8 * 8), b_is_nk, dev.multiprocessors())[0];
         CHECK(choice.config.name() == first.name());
         INFO(choice.config.name());
-        if (s.M == 1 && b_is_nk) CHECK(choice.config.swap_ab);
+        if (s.M == 1 || s.M == 16) CHECK(choice.config.swap_ab);
       }
     }
   }
@@ -456,6 +483,46 @@ TEST_CASE("GEMM on the GPU: every candidate configuration of small-M, long-K, ra
         gemm_hopper_ws(da, b_is_nk ? db_nk : db_kn, dc, s.M, s.N, s.K, b_is_nk, cfg);
         check_sampled(p, dc.download(), rng, 256);
       }
+  }
+}
+
+TEST_CASE("GEMM swap_ab with B stored K x N on the GPU: the same C as the CPU backend, for M 1, 16, 64", "[gemm][gpu]") {
+  Device gpu = Device::current();
+  if (gpu.kind() == BackendKind::cpu) {
+    WARN("SKIPPED: no GPU (WEFT_BACKEND / Device::current() is the CPU backend)");
+    return;
+  }
+  Device cpu = Device::cpu();
+  WEFT_SEEDED_RNG(rng);
+  // N 1000 and K 520: partial boxes of B in both dimensions; the swapped candidates gemm() would tune for
+  // the shape, and the fixed configurations of the CPU case.
+  const int N = 1000, K = 520;
+  for (int M : {1, 16, 64}) {
+    Problem p = make_problem(rng, M, N, K);
+    std::vector<GemmConfig> configs{{.BM = 128, .BN = 32, .stages = 3, .swap_ab = true},
+                                    {.BM = 256, .BN = 64, .stages = 2, .swap_ab = true}};
+    for (const GemmConfig& c : gemm_candidates(M, N, K, false, gpu.multiprocessors()))
+      if (c.swap_ab && std::find(configs.begin(), configs.end(), c) == configs.end()) configs.push_back(c);
+    for (const GemmConfig& cfg : configs) {
+      INFO("M " << M << " " << cfg.name());
+      REQUIRE(cfg.problems(false).empty());
+      std::vector<bf16> results[2];
+      for (int on_gpu : {0, 1}) {
+        Device dev = on_gpu ? gpu : cpu;
+        Buffer<bf16> da = dev.upload(p.a), db = dev.upload(p.b_kn);
+        Buffer<bf16> dc = dev.upload(std::vector<bf16>(size_t(M) * N, poison_value<bf16>()));
+        gemm_hopper_ws(da, db, dc, M, N, K, false, cfg);
+        results[on_gpu] = dc.download();
+        check_within<bf16>(results[on_gpu], p.want, p.tol, on_gpu ? "C (GPU)" : "C (CPU backend)");
+      }
+      int differ = 0;
+      for (size_t i = 0; i < results[0].size(); ++i) {
+        double g = float(results[1][i]), c = float(results[0][i]);
+        if (!(std::fabs(g - c) <= 2 * p.tol[i]) && ++differ <= 5)
+          UNSCOPED_INFO("C[" << i / N << "][" << i % N << "]: GPU " << g << ", CPU backend " << c);
+      }
+      CHECK(differ == 0);
+    }
   }
 }
 

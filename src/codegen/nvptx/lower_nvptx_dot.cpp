@@ -73,7 +73,7 @@ void Lowering::dot_wgmma(const NodeRef& n) {
       Value* b_desc = wgmma_descriptor_fields(b_.CreateAdd(b_base, i32c(k * 256)), 128, sbo, 0);
       chain.push_back({{a_desc}, b_desc, true});
     }
-    acc_block = ptx_.wgmma({d.scalar, d.scalar}, static_cast<int>(N), chain, acc_block, false);
+    acc_block = ptx_.wgmma({d.scalar, d.scalar}, static_cast<int>(N), chain, acc_block, false, false);
     out.v.insert(out.v.end(), acc_block.begin(), acc_block.end());
   }
   ptx_.wgmma_commit_group();
@@ -207,8 +207,9 @@ Value* Lowering::pack_pair(DType d, Value* lo, Value* hi) {
 }
 
 // acc + a @ b with wgmma: per 64 rows of a and 16 of K one m64nNk16 instruction (fp8: 32 of K, m64nNk32); a from swizzled
-// shared memory (K-major) or from registers, b stored [N, K] and seen through local_trans (K-major) or
-// stored [K, N] (N-major).
+// shared memory -- stored [M, K] (K-major), or stored [K, M] and seen through local_trans (M-major: wgmma's
+// transposed A) -- or from registers; b stored [N, K] and seen through local_trans (K-major) or stored
+// [K, N] (N-major).
 void Lowering::async_dot(const NodeRef& n) {
   const auto& o = n->operands;
   if (threads_ != 128)
@@ -228,8 +229,12 @@ void Lowering::async_dot(const NodeRef& n) {
   const passes::SharedAllocation* a_alloc =
       a_registers ? nullptr : &allocations_.of(passes::root_allocation(o[0].get()));
   const passes::SharedAllocation& b_alloc = allocations_.of(passes::root_allocation(o[1].get()));
-  // b: stored [N, K] and seen through local_trans (K-major), or stored [K, N] (N-major: wgmma's
-  // transposed B), in panels of the swizzle's width when N is wider.
+  // a: stored [M, K] (K-major), or stored [K, M] and seen through local_trans (M-major: wgmma's transposed
+  // A, 16-bit types only; the verifier refuses fp8). b: stored [N, K] and seen through local_trans
+  // (K-major), or stored [K, N] (N-major: wgmma's transposed B). An M- or N-major operand wider than 128
+  // bytes is kept in panels of the swizzle's width (64 columns of 16-bit elements): for a, one panel per
+  // 64-row block of M.
+  bool a_m_major = !a_registers && o[0]->op == Op::LocalTrans;
   bool b_n_major = o[1]->op != Op::LocalTrans;
   int64_t elem = o[0]->type.dtype.bytes();
   WgmmaTypes types{o[0]->type.dtype.scalar, o[1]->type.dtype.scalar};
@@ -237,8 +242,8 @@ void Lowering::async_dot(const NodeRef& n) {
   // A K-major operand whose K is wider than the 128-byte swizzle is kept in panels of 128-byte rows
   // (passes/shared_layouts): K-step k (KS elements) is then in panel KS k / P, KS k % P elements in.
   auto panel_of = [&](const passes::SharedAllocation* a) { return a && a->panel && a->panel < K ? a->panel : 0; };
-  int64_t a_panel = panel_of(a_alloc), b_panel = b_n_major ? 0 : panel_of(&b_alloc);
-  int64_t a_row = a_panel ? a_panel * elem : K * elem;
+  int64_t a_panel = a_m_major ? 0 : panel_of(a_alloc), b_panel = b_n_major ? 0 : panel_of(&b_alloc);
+  int64_t a_row = a_m_major ? std::min<int64_t>(M * elem, 128) : a_panel ? a_panel * elem : K * elem;
   int64_t b_row = b_n_major ? std::min<int64_t>(N * elem, 128) : b_panel ? b_panel * elem : K * elem;
   auto k_step_offset = [&](int64_t panel, int64_t rows, int64_t k) {
     int64_t k0 = KS * k;
@@ -259,7 +264,11 @@ void Lowering::async_dot(const NodeRef& n) {
   };
   // Each operand's descriptor is encoded once; the steps add their byte offsets to it.
   Value* b_desc = b_n_major ? wgmma_descriptor(b_base, b_row, K * b_row) : wgmma_descriptor(b_base, b_row);
-  Value* a_desc = a_registers ? nullptr : wgmma_descriptor(a_base, a_row);
+  // An M- or N-major operand's descriptor: rows (K) 8 apart in the stride byte offset, panels (64 of M or N)
+  // K rows of 128 bytes apart in the leading one; its K step is 16 rows.
+  Value* a_desc = a_registers ? nullptr
+                 : a_m_major  ? wgmma_descriptor(a_base, a_row, K * a_row)
+                              : wgmma_descriptor(a_base, a_row);
   std::vector<Step> steps;
   for (int64_t block = 0; block < M / 64; ++block)
     for (int64_t k = 0; k < K / KS; ++k) {
@@ -271,7 +280,8 @@ void Lowering::async_dot(const NodeRef& n) {
           st.fragment[p] = pack_pair(o[0]->type.dtype, a_regs.v[r], a_regs.v[r + 1]);
         }
       } else {
-        st.a_desc = wgmma_descriptor_plus(a_desc, block * 64 * a_row + k_step_offset(a_panel, M, k));
+        st.a_desc = wgmma_descriptor_plus(a_desc, a_m_major ? block * K * a_row + k * 16 * a_row
+                                                             : block * 64 * a_row + k_step_offset(a_panel, M, k));
       }
       steps.push_back(st);
     }
@@ -289,7 +299,7 @@ void Lowering::async_dot(const NodeRef& n) {
                                           : std::vector<Value*>{st.a_desc};
       chain.push_back({std::move(a), st.b_desc, k > 0 || !from_zero});
     }
-    d = ptx_.wgmma(types, static_cast<int>(N), chain, d, b_n_major);
+    d = ptx_.wgmma(types, static_cast<int>(N), chain, d, a_m_major, b_n_major);
     out.v.insert(out.v.end(), d.begin(), d.end());
   }
   ptx_.wgmma_commit_group();

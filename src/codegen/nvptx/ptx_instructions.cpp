@@ -283,7 +283,7 @@ static const char* wgmma_type_name(ScalarType s) {
 }
 
 std::vector<llvm::Value*> PtxInstructions::wgmma(WgmmaTypes types, int n, const std::vector<WgmmaStep>& steps,
-                                                 const std::vector<llvm::Value*>& acc, bool trans_b) {
+                                                 const std::vector<llvm::Value*>& acc, bool trans_a, bool trans_b) {
   size_t k = acc.size();  // n / 2 registers
   std::vector<llvm::Value*> args;
   std::string constraints = float_outputs(k);
@@ -294,12 +294,13 @@ std::vector<llvm::Value*> PtxInstructions::wgmma(WgmmaTypes types, int n, const 
   };
   std::string outs;
   for (size_t i = 0; i < k; ++i) outs += (i ? ",$" : "$") + std::to_string(i);
-  if (types.fp8() && trans_b) throw InternalError("wgmma: fp8 operands have no transposed form");
+  if (types.fp8() && (trans_a || trans_b)) throw InternalError("wgmma: fp8 operands have no transposed form");
   const std::string type = std::string(wgmma_type_name(types.a)) + "." + wgmma_type_name(types.b);
   std::string scale_d[2];  // the operand holding 0 or 1, for the steps' setp: one register each, shared
   std::string text;
   for (const WgmmaStep& s : steps) {
     bool a_registers = s.a.size() == 4;
+    if (a_registers && trans_a) throw InternalError("wgmma: A from registers has no transposed form");
     std::string a_text = a_registers ? "{" + operand(s.a[0], "r") + ", " + operand(s.a[1], "r") + ", " +
                                            operand(s.a[2], "r") + ", " + operand(s.a[3], "r") + "}"
                                      : operand(s.a.at(0), "l");
@@ -308,7 +309,9 @@ std::vector<llvm::Value*> PtxInstructions::wgmma(WgmmaTypes types, int n, const 
     if (flag.empty()) flag = operand(b_.getInt32(s.accumulate ? 1 : 0), "r");
     // Operands: A, b_desc, then scale-d as the predicate p, imm-scale-a, imm-scale-b; for 16-bit types
     // imm-trans-a (only with A in shared memory) and imm-trans-b.
-    std::string transposes = types.fp8() ? "" : std::string(", ") + (a_registers ? "" : "0, ") + (trans_b ? "1" : "0");
+    std::string transposes = types.fp8() ? ""
+                                         : std::string(", ") + (a_registers ? "" : trans_a ? "1, " : "0, ") +
+                                               (trans_b ? "1" : "0");
     text += (text.empty() ? "" : "\n\t") + std::string("{ .reg .pred p; setp.ne.b32 p, ") + flag +
             ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k" + std::to_string(types.k()) + ".f32." +
             type + " {" + outs + "}, " + a_text + ", " + b_text + ", p, 1, 1" + transposes + "; }";

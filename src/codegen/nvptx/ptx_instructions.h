@@ -119,15 +119,16 @@ class PtxInstructions {
   // For each step in order, on one accumulator (n / 2 f32 registers per thread), with A (64 x 16) and B
   // (16 x n):
   //   { .reg .pred p; setp.ne.b32 p, scale_d, 0;
-  //     wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16,f16}.{bf16,f16} {acc}, a_desc, b_desc, p, 1, 1, 0, trans_b; }
-  // ({a0, a1, a2, a3} and no imm-trans-a for A in registers). fp8 operands (types {f8e4m3|f8e5m2} x
-  // {f8e4m3|f8e5m2}, A in shared memory): m64n{n}k32.f32.{e4m3,e5m2}.{e4m3,e5m2}, 32 of K per step and no
-  // transpose operands (trans_b must be false). All steps are one inline asm statement with the
+  //     wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{bf16,f16}.{bf16,f16} {acc}, a_desc, b_desc, p, 1, 1, trans_a, trans_b; }
+  // (trans_a / trans_b: imm-trans-a / imm-trans-b, 1 for an M-major A / N-major B in shared memory;
+  // {a0, a1, a2, a3} and no imm-trans-a for A in registers, where trans_a must be false). fp8 operands
+  // (types {f8e4m3|f8e5m2} x {f8e4m3|f8e5m2}, A in shared memory): m64n{n}k32.f32.{e4m3,e5m2}.{e4m3,e5m2},
+  // 32 of K per step and no transpose operands (trans_a and trans_b must be false). All steps are one inline asm statement with the
   // accumulator tied in and out once: the instructions issue back to back, and the code generator handles
   // n / 2 accumulator operands per chain rather than per instruction (its cost grows with those). When the
   // first step does not accumulate, acc's registers are not read (pass poison).
   std::vector<llvm::Value*> wgmma(WgmmaTypes types, int n, const std::vector<WgmmaStep>& steps,
-                                  const std::vector<llvm::Value*>& acc, bool trans_b);
+                                  const std::vector<llvm::Value*>& acc, bool trans_a, bool trans_b);
   // Keeps the compiler from moving uses of `values` across a wgmma wait: an empty asm that "writes" them.
   std::vector<llvm::Value*> fence_registers(const std::vector<llvm::Value*>& values);
   // shfl.sync.bfly.b32 across the full warp (values of 64 bits take two shuffles).
