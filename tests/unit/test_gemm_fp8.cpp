@@ -141,21 +141,17 @@ TEST_CASE("the fp8 GEMM of examples/gemm_fp8.h with per-tensor and block scales 
   }
 }
 
-TEST_CASE("gemm_fp8's default configuration: clusters of two unless they need more rounds of tiles", "[fp8]") {
+TEST_CASE("gemm_fp8's default configuration: two partials for per-tensor scales, no clusters", "[fp8]") {
   for (Fp8Scaling s : {Fp8Scaling::per_tensor, Fp8Scaling::block}) {
     INFO((s == Fp8Scaling::block ? "block scales" : "per-tensor scales"));
     const bool block = s == Fp8Scaling::block;
-    // Large squares on 132 multiprocessors: 8 and 32 rounds either way.
-    for (int n : {4096, 8192}) {
+    for (int n : {128, 4096, 8192}) {
       GemmFp8Config c = gemm_fp8_default_config(s, n, n, 132);
-      CHECK(c.cluster_m == 2);
+      CHECK(c.cluster_m == 1);  // clusters of two ran 2.7-3x slower on the H200 (benchmarks/NOTES.md, session 8)
       CHECK(c.partials == (block ? 1 : 2));
+      CHECK(c.epilogue_buffers == 2);
       CHECK(c.problems(s).empty());
     }
-    // One tile row of 128 tiles: one round of single blocks, two of pairs (half of each pair idle).
-    CHECK(gemm_fp8_default_config(s, 128, 128 * 128, 132).cluster_m == 1);
-    // Three tile rows of 32: one round either way (two pairs of rows, the last half past the end).
-    CHECK(gemm_fp8_default_config(s, 300, 4096, 132).cluster_m == 2);
     // Every default is a candidate: the candidates' checks (references, ptxas) cover what gemm_fp8() runs.
     std::vector<GemmFp8Config> all = gemm_fp8_candidates();
     for (int m : {128, 4096})
