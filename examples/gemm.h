@@ -4,9 +4,10 @@
 //
 // - N and K multiples of 8 and 16-byte aligned buffers (what TMA can describe): the warp-specialized kernel
 //   of gemm_hopper_ws.h, in the configuration weft::Autotuner picks for the shape's bucket (M rounded up to
-//   a power of two, N and K to a multiple of 128; the B layout; the device). The candidates are the best
+//   a power of two from 1, N and K to a multiple of 128; the B layout; the device). The candidates are the best
 //   few configurations of a simple cost model (gemm_candidates), the model's favourite first: with
-//   WEFT_AUTOTUNE=0 that one runs untuned. Tuning compiles the candidates on host threads at once, times
+//   WEFT_AUTOTUNE=0 that one runs untuned. With M <= 8 (B N x K) or 4 (B K x N) the plain-load kernel below is
+//   a candidate too (last: never the untuned choice); it wins some single-row products. Tuning compiles the candidates on host threads at once, times
 //   them on the caller's buffers (C is overwritten, then written again by the winner) and remembers the
 //   winner in the process and on disk (weft's compile cache), so a later process does not tune again.
 // - M <= 8 (B N x K) or 4 (B K x N) and rows TMA cannot stride or address (N or K not a multiple of 8, a
@@ -41,7 +42,8 @@
 // What one gemm() call ran.
 struct GemmChoice {
   bool padded = false;    // the operands were copied to buffers with N and K rounded up to multiples of 8
-  bool small_m = false;   // M <= small_m_limit with rows TMA cannot stride: the plain-load FMA kernel ran (config unused)
+  bool small_m = false;   // the plain-load FMA kernel ran (config unused): M <= small_m_limit with rows TMA cannot
+                          // stride, or where the tuner found it faster than every configuration
   GemmConfig config;
   std::string problem;    // the shape bucket it was tuned for
   weft::AutotuneReport report;  // of the tuning (or the cache hit) that chose `config`, on the bucket's first call
@@ -380,8 +382,18 @@ inline void gemm_small_m(const weft::Buffer<weft::bf16>& a, const weft::Buffer<w
     splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(p.slices));
 }
 
+// What gemm()'s tuner chooses among for a shape TMA can describe: a configuration of the warp-specialized
+// kernel, or (M <= small_m_limit) the plain-load FMA kernel, which reads B once at full bandwidth and wins
+// some single-row products (decoding's GEMV) against the tensor-core kernel's few tiles.
+struct GemmCandidate {
+  GemmConfig config;
+  bool small_m = false;
+  std::string name() const { return small_m ? "small_m" : config.name(); }
+};
+
+// M rounded up to a power of two: the rows a tuned winner is reused for.
 inline int bucket_m(int M) {
-  int b = 8;
+  int b = 1;
   while (b < M) b *= 2;
   return b;
 }
@@ -445,52 +457,70 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   // Chosen configurations by (exact shape, device, WEFT_AUTOTUNE), so that a warm call costs a lookup.
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, bool, detail::Backend*, std::string>, GemmChoice> chosen;
-  static std::map<std::string, std::unique_ptr<Autotuner<GemmConfig>>> tuners;  // by bucket
+  static std::map<std::string, std::unique_ptr<Autotuner<gemm_detail::GemmCandidate>>> tuners;  // by bucket
   const auto key = std::make_tuple(M, N, K, b_is_nk, &dev.backend(), mode);
+  // Runs what `choice` names (the small-M kernel, or a configuration of the warp-specialized one).
+  auto run_choice = [&](const GemmChoice& ch) {
+    if (ch.small_m) gemm_detail::gemm_small_m(a, b, c, M, N, K, b_is_nk, dev, loc);
+    else gemm_detail::plan_gemm(ch.config, a, b, c, M, N, K, b_is_nk, loc).run(dev.stream(), loc);
+  };
   {
     std::unique_lock<std::mutex> lock(mutex);
     if (auto it = chosen.find(key); it != chosen.end()) {
       choice = it->second;
       lock.unlock();
-      gemm_detail::plan_gemm(choice.config, a, b, c, M, N, K, b_is_nk, loc).run(dev.stream(), loc);
+      run_choice(choice);
       return choice;
     }
   }
-  Autotuner<GemmConfig>* tuner;
+  Autotuner<gemm_detail::GemmCandidate>* tuner;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    std::unique_ptr<Autotuner<GemmConfig>>& t = tuners[problem];
+    std::unique_ptr<Autotuner<gemm_detail::GemmCandidate>>& t = tuners[problem];
     if (!t) {
-      // Candidates from the bucket's shape, so that every shape of the bucket tunes the same set.
-      std::vector<GemmConfig> candidates = gemm_candidates(gemm_detail::bucket_m(M), gemm_detail::bucket_nk(N),
-                                                           gemm_detail::bucket_nk(K), b_is_nk, sms);
+      // Candidates from the bucket's shape, so that every shape of the bucket tunes the same set: the
+      // model's configurations, then the small-M kernel where the bucket's rows allow it.
+      const int bm = gemm_detail::bucket_m(M);
+      std::vector<gemm_detail::GemmCandidate> candidates;
+      for (const GemmConfig& g :
+           gemm_candidates(bm, gemm_detail::bucket_nk(N), gemm_detail::bucket_nk(K), b_is_nk, sms))
+        candidates.push_back({g, false});
+      if (bm <= gemm_detail::small_m_limit(b_is_nk)) candidates.push_back({GemmConfig{}, true});
       // On a GPU, ten launches per timed round hide the synchronization's latency; the CPU backend (a
       // reference, not a target to tune for) times one launch, once.
       AutotuneOptions options = dev.kind() == BackendKind::cpu
                                     ? AutotuneOptions{.warmup = 0, .rounds = 1, .calls_per_round = 1}
                                     : AutotuneOptions{.warmup = 2, .rounds = 5, .calls_per_round = 10};
-      t = std::make_unique<Autotuner<GemmConfig>>(
-          "gemm_bf16", std::move(candidates), [](const GemmConfig& g) { return g.name(); }, options, loc);
+      t = std::make_unique<Autotuner<gemm_detail::GemmCandidate>>(
+          "gemm_bf16", std::move(candidates), [](const gemm_detail::GemmCandidate& g) { return g.name(); }, options,
+          loc);
     }
     tuner = t.get();
   }
-  // The candidates' launches, planned on the compile threads (descriptors of the caller's buffers).
+  // The candidates' launches, planned on the compile threads (descriptors of the caller's buffers). The
+  // small-M kernel compiles at its first (warm-up) launch.
   std::mutex plans_mutex;
   std::map<std::string, gemm_detail::GemmLaunch> plans;
-  auto compile = [&](const GemmConfig& g) {
-    gemm_detail::GemmLaunch l = gemm_detail::plan_gemm(g, a, b, c, M, N, K, b_is_nk, loc);
+  auto compile = [&](const gemm_detail::GemmCandidate& g) {
+    if (g.small_m) return;
+    gemm_detail::GemmLaunch l = gemm_detail::plan_gemm(g.config, a, b, c, M, N, K, b_is_nk, loc);
     l.compile(dev);
     std::lock_guard<std::mutex> lock(plans_mutex);
     plans.emplace(g.name(), std::move(l));
   };
-  auto run = [&](const GemmConfig& g) { plans.at(g.name()).run(dev.stream(), loc); };
+  auto run = [&](const gemm_detail::GemmCandidate& g) {
+    if (g.small_m) gemm_detail::gemm_small_m(a, b, c, M, N, K, b_is_nk, dev, loc);
+    else plans.at(g.name()).run(dev.stream(), loc);
+  };
   choice.problem = problem;
   choice.report = tuner->best_report(problem, dev.stream(), compile, run, loc);
-  choice.config = tuner->candidates().at(choice.report.index);
+  const gemm_detail::GemmCandidate& won = tuner->candidates().at(choice.report.index);
+  choice.config = won.config;
+  choice.small_m = won.small_m;
   {
     std::lock_guard<std::mutex> lock(mutex);
     chosen[key] = choice;
   }
-  gemm_detail::plan_gemm(choice.config, a, b, c, M, N, K, b_is_nk, loc).run(dev.stream(), loc);
+  run_choice(choice);
   return choice;
 }

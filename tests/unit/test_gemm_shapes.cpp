@@ -413,6 +413,34 @@ TEST_CASE("gemm(): tunes a shape's bucket once, then reuses the winner", "[async
   CHECK(same_bucket.problem == first.problem);
 }
 
+TEST_CASE("gemm(): at M <= small_m_limit with rows TMA can stride, the tuner also tries the small-M kernel",
+          "[async][gemm][autotune]") {
+  unsetenv("WEFT_AUTOTUNE");
+  weft::test::ScratchCache cache;
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  const int N = 64, K = 136 + 8 * int(rng() % 8);
+  // M 1 (bucket 1: the small-M kernel is a candidate with either layout) and M 16 (bucket 16: it is not).
+  for (int M : {1, 16})
+    for (bool b_is_nk : {true, false}) {
+      INFO("M " << M << " B " << (b_is_nk ? "N x K" : "K x N"));
+      Problem p = make_problem(rng, M, N, K);
+      GemmChoice choice;
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { choice = gemm(a, b, c, M, N, K, b_is_nk); });
+      const size_t configs = gemm_candidates(gemm_detail::bucket_m(M), gemm_detail::bucket_nk(N),
+                                             gemm_detail::bucket_nk(K), b_is_nk, dev.multiprocessors())
+                                 .size();
+      const bool offered = M <= gemm_detail::small_m_limit(b_is_nk);
+      CHECK(size_t(choice.report.tried + choice.report.dropped) == configs + (offered ? 1 : 0));
+      CHECK(choice.report.winner == (choice.small_m ? std::string("small_m") : choice.config.name()));
+      if (!offered) CHECK_FALSE(choice.small_m);
+      // The winner again, from the process's memo: the same kernel, the same result.
+      GemmChoice again;
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { again = gemm(a, b, c, M, N, K, b_is_nk); });
+      CHECK(again.small_m == choice.small_m);
+    }
+}
+
 TEST_CASE("gemm(): bad sizes are Errors at the caller's line", "[async][gemm][errors]") {
   Device dev = Device::cpu();
   Buffer<bf16> a = dev.alloc<bf16>(64 * 64), b = dev.alloc<bf16>(64 * 64), c = dev.alloc<bf16>(64 * 64);
