@@ -162,7 +162,7 @@ void Lowering::node(const NodeRef& n) {
     case Op::Constant: regs_[n.get()] = splat(ops_.constant(d, n->attrs.number), n->type.numel()); return;
     case Op::Arange: {
       int64_t start = n->attrs.ints[0];
-      return elementwise(n, [&](size_t r) { return b_.CreateAdd(flat_index(n->type.numel(), r), i32c(start)); });
+      return elementwise(n, [&](size_t r) { return add_const(flat_index(n->type.numel(), r), start); });
     }
     case Op::Fma: return elementwise(n, [&](size_t r) { return ops_.fma(at(0, r), at(1, r), at(2, r)); }, layout);
     case Op::Select:

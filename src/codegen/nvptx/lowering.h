@@ -135,6 +135,12 @@ class Lowering {
 
   // ---- layouts (lower_nvptx_layouts.cpp) ---------------------------------------------------------------
 
+  Value* add_const(Value* x, int64_t c, bool nsw = false);
+  // What thread_value makes (its `kind`).
+  enum ThreadValue : int { kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase };
+  Value* thread_value(int kind, int64_t arg, const std::function<Value*()>& make);
+  Value* lane();
+  Value* warp();
   Value* flat_index(int64_t n, int64_t r);
   Value* same_value_reg(const NodeRef& x, size_t r);
   Value* acc_row(int64_t block, bool lower_half);
@@ -302,6 +308,8 @@ class Lowering {
   std::vector<NodeRef> deferred_order_;
   std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;
   std::unordered_map<Value*, std::pair<Value*, bool>> unpacked_halves_;  // value -> (its packed word, high half)
+  // thread_value's memo: (block, tid_, kind, argument) -> value.
+  std::map<std::tuple<llvm::BasicBlock*, Value*, int, int64_t>, Value*> thread_values_;
 };
 
 #pragma GCC visibility pop
