@@ -314,6 +314,13 @@ class Lowering {
   std::vector<NodeRef> deferred_order_;
   std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;
   std::unordered_map<Value*, std::pair<Value*, bool>> unpacked_halves_;  // value -> (its packed word, high half)
+  // A wgmma descriptor's words: low = address field + constant (the fields above it, steps), high.
+  struct DescriptorParts {
+    Value* address;
+    int64_t constant;
+    Value* high;
+  };
+  std::unordered_map<Value*, DescriptorParts> descriptor_parts_;
   // thread_value's memo: (block, tid_, kind, argument) -> value.
   std::map<std::tuple<llvm::BasicBlock*, Value*, int, int64_t>, Value*> thread_values_;
 };
