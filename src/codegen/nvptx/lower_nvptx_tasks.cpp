@@ -208,9 +208,8 @@ void Lowering::hopper_node(const NodeRef& n) {
       return;
     case Op::AsyncDot: return async_dot(n);
     case Op::AsyncDotWait: {
-      ptx_.wgmma_wait_group(static_cast<int>(n->attrs.ints[0]));
       Regs out = raw(o[0]);
-      out.v = ptx_.fence_registers(out.v);
+      out.v = ptx_.wgmma_wait_group(static_cast<int>(n->attrs.ints[0]), out.v);
       regs_[n.get()] = std::move(out);
       return;
     }
