@@ -132,6 +132,10 @@ class Lowering {
   void if_else(const NodeRef& n);
   bool packed_var(const ir::Node* var) const;
   std::vector<Value*> var_words(const ir::Node* var, const Regs& value);
+  std::vector<const ir::Node*> vars_set_in(const ir::Region& r);
+  std::vector<std::vector<Value*>> var_values(const std::vector<const ir::Node*>& vars);
+  void join_vars(const std::vector<const ir::Node*>& vars, const std::vector<std::vector<Value*>>& a, llvm::BasicBlock* a_end,
+                 const std::vector<std::vector<Value*>>& b, llvm::BasicBlock* b_end);
 
   // ---- layouts (lower_nvptx_layouts.cpp) ---------------------------------------------------------------
 
@@ -313,7 +317,7 @@ class Lowering {
   std::map<std::pair<const ir::Node*, std::vector<Value*>>, Value*> element_memo_;  // within one materialize
   std::unordered_set<const ir::Node*> deferred_;  // prologue tiles, lowered in each task (defer_prologue_tiles)
   std::vector<NodeRef> deferred_order_;
-  std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;
+  std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;  // each Var's current words (SSA values)
   std::unordered_map<Value*, std::pair<Value*, bool>> unpacked_halves_;  // value -> (its packed word, high half)
   // A wgmma descriptor's words: low = address field + constant (the fields above it, steps), high.
   struct DescriptorParts {
