@@ -109,7 +109,6 @@ Value* Lowering::whole_chunk_ok(const Chunk& c, DType d, bool proven) {
   int64_t align = std::min(width, piece_elems(d)) * d.bytes();
   Value* first = b_.CreatePtrToInt(c.ptrs[0], b_.getInt64Ty());
   ok = b_.CreateAnd(ok, b_.CreateICmpEQ(b_.CreateAnd(first, b_.getInt64(align - 1)), b_.getInt64(0)));
-  if (c.consecutive) return ok;  // only the alignment is left to check
   for (int64_t j = 1; j < width; ++j) {
     Value* gap = b_.CreateSub(b_.CreatePtrToInt(c.ptrs[j], b_.getInt64Ty()), first);
     ok = b_.CreateAnd(ok, b_.CreateICmpEQ(gap, b_.getInt64(j * d.bytes())));
@@ -130,7 +129,6 @@ Lowering::Chunk Lowering::chunk_of(const std::vector<NodeRef>& o, size_t mask_op
   Chunk c;
   // A chunk is `width` consecutive flat elements starting at a multiple of `width`: the analysis's runs.
   c.one_mask = o.size() > mask_operand && patterns_.of(o[mask_operand].get()).constancy >= width;
-  c.consecutive = patterns_.of(o[0].get()).contiguity >= width;
   for (int64_t j = 0; j < width; ++j) {
     c.ptrs.push_back(regs(o[0]).v[first + j]);
     if (o.size() > mask_operand) c.masks.push_back(regs(o[mask_operand]).v[first + j]);

@@ -202,7 +202,6 @@ class Lowering {
     std::vector<Value*> ptrs;
     std::vector<Value*> masks;  // empty: unmasked
     bool one_mask = false;      // proven equal over the chunk (`cols < n`, n a multiple of it): masks[0] says all
-    bool consecutive = false;   // proven consecutive (the analysis's contiguity), if not aligned
   };
   int64_t piece_elems(DType d);
   bool chunks_proven(const NodeRef& ptrs, DType d, int64_t width);
