@@ -20,7 +20,6 @@ Value* Lowering::add_const(Value* x, int64_t c, bool nsw) {
 // shared by every register of every tile the block handles, which then add only their constant offsets.
 // (One chain of instructions per element left thousands of duplicates for CSE and instcombine to remove.)
 // A value made earlier in the same block dominates every later use there.
-
 Value* Lowering::thread_value(int kind, int64_t arg, const std::function<Value*()>& make) {
   auto key = std::make_tuple(b_.GetInsertBlock(), tid_, kind, arg);
   auto it = thread_values_.find(key);
