@@ -120,11 +120,16 @@ Value* ElementOps::to_memory(DType d, Value* v) {
 
 Value* ElementOps::round(DType d, Value* v) {
   // On the GPU, bf16 rounds as fptrunc + fpext: a store's to_memory of the result then folds away
-  // (fptrunc(fpext(x)) == x) instead of rounding a second time.
-  if (!d.pointer && d.scalar == ScalarType::bf16 && target_ == MathTarget::Nvptx)
+  // (fptrunc(fpext(x)) == x) instead of rounding a second time. A value that is already such an fpext
+  // (a cast's result, rounded again by the op that made it) is returned as it is.
+  if (!d.pointer && d.scalar == ScalarType::bf16 && target_ == MathTarget::Nvptx) {
+    if (auto* ext = llvm::dyn_cast<llvm::FPExtInst>(v); ext && ext->getSrcTy()->isBFloatTy()) return v;
     return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getBFloatTy()), b_.getFloatTy());
+  }
   // fp8 rounds as cvt.rn.satfinite does: an e5m2 infinity becomes the largest finite value here.
   if (d.is_fp8()) return to_compute(d, float_to_fp8_bits(d.scalar, v, /*keep_infinity=*/false));
+  if (!d.pointer && d.scalar == ScalarType::f16)
+    if (auto* ext = llvm::dyn_cast<llvm::FPExtInst>(v); ext && ext->getSrcTy()->isHalfTy()) return v;
   if (!d.pointer && (d.scalar == ScalarType::f16 || d.scalar == ScalarType::bf16)) return to_compute(d, to_memory(d, v));
   return v;
 }

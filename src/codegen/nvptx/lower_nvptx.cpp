@@ -162,7 +162,7 @@ void Lowering::node(const NodeRef& n) {
     case Op::Constant: regs_[n.get()] = splat(ops_.constant(d, n->attrs.number), n->type.numel()); return;
     case Op::Arange: {
       int64_t start = n->attrs.ints[0];
-      return elementwise(n, [&](size_t r) { return b_.CreateAdd(flat_index(n->type.numel(), r), i32c(start)); });
+      return elementwise(n, [&](size_t r) { return add_const(flat_index(n->type.numel(), r), start); });
     }
     case Op::Fma: return elementwise(n, [&](size_t r) { return ops_.fma(at(0, r), at(1, r), at(2, r)); }, layout);
     case Op::Select:
@@ -187,25 +187,15 @@ void Lowering::node(const NodeRef& n) {
     case Op::Dot: return dot(n);
     case Op::For: return for_loop(n);
     case Op::If: return if_else(n);
-    case Op::VarDecl: {
-      std::vector<Value*> slots;
-      llvm::IRBuilder<> eb(entry_, entry_->begin());
-      for (Value* v : var_words(n.get(), in_var_layout(o[0], n.get(), n->loc))) {
-        slots.push_back(eb.CreateAlloca(v->getType()));
-        b_.CreateStore(v, slots.back());
-      }
-      vars_[n.get()] = std::move(slots);
-      return;
-    }
+    case Op::VarDecl: vars_[n.get()] = var_words(n.get(), in_var_layout(o[0], n.get(), n->loc)); return;
     case Op::VarGet: {
       Regs out = empty_regs(var_layout(o[0].get()), n->type.shape);
       bool packed = packed_var(o[0].get());
-      for (Value* slot : vars_.at(o[0].get())) {
+      for (Value* word : vars_.at(o[0].get())) {
         if (!packed) {
-          out.v.push_back(b_.CreateLoad(ops_.compute_type(d), slot));
+          out.v.push_back(word);
           continue;
         }
-        Value* word = b_.CreateLoad(b_.getInt32Ty(), slot);
         for (bool high : {false, true}) {
           out.v.push_back(ops_.to_compute_half_of(d, word, high));
           unpacked_halves_[out.v.back()] = {word, high};
@@ -214,12 +204,7 @@ void Lowering::node(const NodeRef& n) {
       regs_[n.get()] = std::move(out);
       return;
     }
-    case Op::VarSet: {
-      const std::vector<Value*>& slots = vars_.at(o[0].get());
-      std::vector<Value*> words = var_words(o[0].get(), in_var_layout(o[1], o[0].get(), n->loc));
-      for (size_t r = 0; r < slots.size(); ++r) b_.CreateStore(words[r], slots[r]);
-      return;
-    }
+    case Op::VarSet: vars_.at(o[0].get()) = var_words(o[0].get(), in_var_layout(o[1], o[0].get(), n->loc)); return;
     default: return hopper_node(n);
   }
 }
@@ -244,27 +229,107 @@ void Lowering::counted_loop(Value* begin, Value* end, Value* step, const std::fu
   emit_loop(b_, begin, end, step, body);
 }
 
+// Vars are SSA values: vars_ holds each Var's current words, and the lowering makes the phis where control
+// flow joins (loop headers, the ends of ifs and of task branches) — what SROA and mem2reg used to make from
+// an alloca per word, its loads and its stores (the optimizer's largest cleanup after instcombine).
+
+// The Vars that region r assigns (VarSet, in nested regions too) and does not declare, in the order first
+// assigned.
+std::vector<const ir::Node*> Lowering::vars_set_in(const ir::Region& r) {
+  std::unordered_set<const ir::Node*> declared, seen;
+  std::vector<const ir::Node*> set;
+  std::function<void(const ir::Region&)> walk = [&](const ir::Region& region) {
+    for (const NodeRef& n : region.body) {
+      if (n->op == Op::VarDecl) declared.insert(n.get());
+      if (n->op == Op::VarSet && seen.insert(n->operands[0].get()).second) set.push_back(n->operands[0].get());
+      for (const ir::Region& inner : n->regions) walk(inner);
+    }
+  };
+  walk(r);
+  std::vector<const ir::Node*> out;
+  for (const ir::Node* v : set)
+    if (!declared.count(v) && vars_.count(v)) out.push_back(v);
+  return out;
+}
+
+std::vector<std::vector<Value*>> Lowering::var_values(const std::vector<const ir::Node*>& vars) {
+  std::vector<std::vector<Value*>> out;
+  for (const ir::Node* v : vars) out.push_back(vars_.at(v));
+  return out;
+}
+
+// Where two paths join (the builder at the start of the join block): each word of `vars` that differs
+// between the paths becomes a phi of the two.
+void Lowering::join_vars(const std::vector<const ir::Node*>& vars, const std::vector<std::vector<Value*>>& a,
+                         llvm::BasicBlock* a_end, const std::vector<std::vector<Value*>>& b, llvm::BasicBlock* b_end) {
+  for (size_t k = 0; k < vars.size(); ++k) {
+    std::vector<Value*>& words = vars_.at(vars[k]);
+    for (size_t w = 0; w < words.size(); ++w) {
+      if (a[k][w] == b[k][w]) {
+        words[w] = a[k][w];
+        continue;
+      }
+      llvm::PHINode* phi = b_.CreatePHI(a[k][w]->getType(), 2);
+      phi->addIncoming(a[k][w], a_end);
+      phi->addIncoming(b[k][w], b_end);
+      words[w] = phi;
+    }
+  }
+}
+
 // Whether reduction partials may be unread where control flow joins: wherever they may be on one path.
+// The Vars the body assigns get a phi each in the loop header (before the counter's): the value from before
+// the loop and the one at the end of the body.
 void Lowering::for_loop(const NodeRef& n) {
   auto bound = [&](size_t k) { return regs(n->operands[k]).v[0]; };
   bool before = partials_unsettled_, in_body = has_block_reduction(n->regions[0]);
+  std::vector<const ir::Node*> carried = vars_set_in(n->regions[0]);
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
   emit_for(b_, bound(0), bound(1), bound(2), [&](Value* i) {
+    llvm::BasicBlock* header = b_.GetInsertBlock()->getSinglePredecessor();
+    llvm::IRBuilder<> hb(header, header->begin());
+    std::vector<llvm::PHINode*> phis;
+    for (const ir::Node* v : carried)
+      for (Value*& word : vars_.at(v)) {
+        phis.push_back(hb.CreatePHI(word->getType(), 2));
+        phis.back()->addIncoming(word, pre);
+        word = phis.back();
+      }
     regs_[n->regions[0].args[0].get()] = {{i}};
     partials_unsettled_ = before || in_body;  // from before the loop or from the last iteration
     region(n->regions[0]);
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    size_t k = 0;
+    for (const ir::Node* v : carried)
+      for (Value*& word : vars_.at(v)) {
+        phis[k]->addIncoming(word, latch);
+        word = phis[k++];  // after the loop: the header's value
+      }
   });
   partials_unsettled_ = partials_unsettled_ || before;  // the loop may not run
 }
 
 void Lowering::if_else(const NodeRef& n) {
   bool before = partials_unsettled_, after_then = false;
+  std::vector<const ir::Node*> changed = vars_set_in(n->regions[0]);
+  if (n->regions.size() > 1)
+    for (const ir::Node* v : vars_set_in(n->regions[1]))
+      if (std::find(changed.begin(), changed.end(), v) == changed.end()) changed.push_back(v);
+  std::vector<std::vector<Value*>> at_start = var_values(changed), then_values, else_values;
+  llvm::BasicBlock *then_end = nullptr, *else_end = nullptr;
   emit_if(b_, regs(n->operands[0]).v[0], [&] {
     region(n->regions[0]);
     after_then = partials_unsettled_;
     partials_unsettled_ = before;
+    then_end = b_.GetInsertBlock();
+    then_values = var_values(changed);
+    for (size_t k = 0; k < changed.size(); ++k) vars_.at(changed[k]) = at_start[k];
   }, [&] {
     if (n->regions.size() > 1) region(n->regions[1]);
+    else_end = b_.GetInsertBlock();
+    else_values = var_values(changed);
   });
+  join_vars(changed, then_values, then_end, else_values, else_end);
   partials_unsettled_ = partials_unsettled_ || after_then;
 }
 

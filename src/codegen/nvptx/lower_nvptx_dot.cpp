@@ -77,8 +77,7 @@ void Lowering::dot_wgmma(const NodeRef& n) {
     out.v.insert(out.v.end(), acc_block.begin(), acc_block.end());
   }
   ptx_.wgmma_commit_group();
-  ptx_.wgmma_wait_group(0);
-  out.v = ptx_.fence_registers(out.v);
+  out.v = ptx_.wgmma_wait_group(0, out.v);
   sync_group();  // the scratch is read by the tensor cores until the wait
   regs_[n.get()] = std::move(out);
 }
@@ -170,27 +169,45 @@ Value* Lowering::wgmma_descriptor(Value* offset, int64_t row_bytes, int64_t pane
 // with one 32-bit add.
 Value* Lowering::wgmma_descriptor_fields(Value* offset, int64_t lbo, int64_t sbo, uint64_t mode) {
   Value* address = b_.CreateLShr(b_.CreateAnd(shared_address(offset), i32c(0x3FFFF)), i32c(4));
-  Value* low = b_.CreateOr(address, i32c(((lbo >> 4) & 0x3FFF) << 16));
+  int64_t lbo_field = ((lbo >> 4) & 0x3FFF) << 16;
+  Value* low = b_.CreateOr(address, i32c(lbo_field));
   uint64_t high = (uint64_t((sbo >> 4) & 0x3FFF)) | (mode << 30);
-  return descriptor_words(low, i32c(static_cast<int32_t>(high)));
+  Value* desc = descriptor_words(low, i32c(static_cast<int32_t>(high)));
+  descriptor_parts_[desc] = {address, lbo_field, i32c(static_cast<int32_t>(high))};
+  return desc;
 }
 
 // A 64-bit descriptor from its two 32-bit words, kept apart (mov.b64 {low, high}) so that a constant high
-// word stays a constant: built as an i64 or/add, LLVM folds it into a 64-bit add of every step.
+// word stays a constant: built as an i64 or/add, LLVM folds it into a 64-bit add of every step. (A constant
+// high word goes in with its poison twin as one constant vector: the form instcombine would make.)
 Value* Lowering::descriptor_words(Value* low, Value* high) {
   llvm::Type* pair = llvm::FixedVectorType::get(b_.getInt32Ty(), 2);
-  Value* v = b_.CreateInsertElement(llvm::PoisonValue::get(pair), low, uint64_t(0));
-  v = b_.CreateInsertElement(v, high, uint64_t(1));
+  Value* v;
+  if (auto* c = llvm::dyn_cast<llvm::Constant>(high)) {
+    v = b_.CreateInsertElement(llvm::ConstantVector::get({llvm::PoisonValue::get(b_.getInt32Ty()), c}), low, uint64_t(0));
+  } else {
+    v = b_.CreateInsertElement(llvm::PoisonValue::get(pair), low, uint64_t(0));
+    v = b_.CreateInsertElement(v, high, uint64_t(1));
+  }
   return b_.CreateBitCast(v, b_.getInt64Ty());
 }
 
 // The descriptor of the operand `bytes` (a multiple of 16) past the one `desc` describes: its start address
 // field (bits 0-13, the address >> 4) plus bytes >> 4. Shared memory ends below 2^18 bytes, so the field
 // cannot carry into the leading byte offset above it: the add stays in the low word, where LLVM and ptxas
-// see one integer add instead of each step's mask, shift and or.
+// see one integer add instead of each step's mask, shift and or. A descriptor made here is stepped from the
+// words it was made of (address field + a constant), without taking it apart again.
 Value* Lowering::wgmma_descriptor_plus(Value* desc, int64_t bytes) {
   if (bytes == 0) return desc;
   if (bytes % 16 != 0) throw InternalError("wgmma descriptor stepped by a byte count that is not a multiple of 16");
+  auto parts = descriptor_parts_.find(desc);
+  if (parts != descriptor_parts_.end()) {
+    DescriptorParts stepped = parts->second;
+    stepped.constant += bytes >> 4;
+    Value* out = descriptor_words(b_.CreateAdd(stepped.address, i32c(stepped.constant)), stepped.high);
+    descriptor_parts_[out] = stepped;
+    return out;
+  }
   Value* words = b_.CreateBitCast(desc, llvm::FixedVectorType::get(b_.getInt32Ty(), 2));
   Value* low = b_.CreateAdd(b_.CreateExtractElement(words, uint64_t(0)), i32c(static_cast<int32_t>(bytes >> 4)));
   return descriptor_words(low, b_.CreateExtractElement(words, uint64_t(1)));

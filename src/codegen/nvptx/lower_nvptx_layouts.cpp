@@ -9,15 +9,41 @@
 
 namespace weft::codegen::nvptx::detail {
 
+// x + c, or x itself when c is 0 (no `add x, 0` for the optimizer to delete).
+Value* Lowering::add_const(Value* x, int64_t c, bool nsw) {
+  if (c == 0) return x;
+  return nsw ? b_.CreateNSWAdd(x, i32c(c)) : b_.CreateAdd(x, i32c(c));
+}
+
+// The per-thread parts of the layouts' index arithmetic (functions of tid_ alone: lane, warp, tid * V, the
+// accumulator layout's row and column of lane 0's element): made once per basic block and group, and
+// shared by every register of every tile the block handles, which then add only their constant offsets.
+// (One chain of instructions per element left thousands of duplicates for CSE and instcombine to remove.)
+// A value made earlier in the same block dominates every later use there.
+Value* Lowering::thread_value(int kind, int64_t arg, const std::function<Value*()>& make) {
+  auto key = std::make_tuple(b_.GetInsertBlock(), tid_, kind, arg);
+  auto it = thread_values_.find(key);
+  if (it != thread_values_.end()) return it->second;
+  Value* v = make();
+  thread_values_.emplace(key, v);
+  return v;
+}
+
+Value* Lowering::lane() { return thread_value(kLane, 0, [&] { return b_.CreateAnd(tid_, i32c(31)); }); }
+Value* Lowering::warp() { return thread_value(kWarp, 0, [&] { return b_.CreateLShr(tid_, i32c(5)); }); }
+
 // Flat element index of register r of this thread, in a tile of n elements.
 Value* Lowering::flat_index(int64_t n, int64_t r) {
   if (n == 1) return i32c(0);
   int64_t v = vector_width(n), chunk = r / v, j = r % v;
-  if (n < threads_ * v)  // threads hold copies: wrap around
-    return b_.CreateAnd(b_.CreateAdd(b_.CreateMul(tid_, i32c(v)), i32c(chunk * threads_ * v + j)), i32c(n - 1));
+  if (n < threads_ * v) {  // threads hold copies: wrap around
+    Value* base = thread_value(kTidTimes, v, [&] { return b_.CreateMul(tid_, i32c(v)); });
+    return b_.CreateAnd(add_const(base, chunk * threads_ * v + j), i32c(n - 1));
+  }
   // No wrap-around, and no signed overflow (n <= 2^20): LLVM can then see that a chunk's elements are
   // consecutive, and fold the run-time check of the 16-byte accesses.
-  return b_.CreateNSWAdd(b_.CreateNSWMul(tid_, i32c(v)), i32c(chunk * threads_ * v + j));
+  Value* base = thread_value(kTidTimesNsw, v, [&] { return b_.CreateNSWMul(tid_, i32c(v)); });
+  return add_const(base, chunk * threads_ * v + j, /*nsw=*/true);
 }
 
 // Register r of x, or the first register of its run when the analysis proves the run holds one value
@@ -34,14 +60,14 @@ Value* Lowering::same_value_reg(const NodeRef& x, size_t r) {
 // for each 8 columns c0, thread t (warp w, lane l) holds 4 registers: (16w + l/4, c0 + 2(l%4) + {0, 1})
 // and the same 8 rows lower (the D fragment of wgmma.m64nNk16 in the PTX ISA).
 Value* Lowering::acc_row(int64_t block, bool lower_half) {
-  Value* warp = b_.CreateLShr(tid_, i32c(5));
-  Value* lane = b_.CreateAnd(tid_, i32c(31));
-  return b_.CreateAdd(b_.CreateAdd(b_.CreateMul(warp, i32c(16)), b_.CreateLShr(lane, i32c(2))),
-                      i32c(block * 64 + (lower_half ? 8 : 0)));
+  Value* base = thread_value(kAccRowBase, 0, [&] {
+    return b_.CreateAdd(b_.CreateMul(warp(), i32c(16)), b_.CreateLShr(lane(), i32c(2)));
+  });
+  return add_const(base, block * 64 + (lower_half ? 8 : 0));
 }
 Value* Lowering::acc_col(int64_t eighth, int64_t e) {
-  Value* lane = b_.CreateAnd(tid_, i32c(31));
-  return b_.CreateAdd(b_.CreateShl(b_.CreateAnd(lane, i32c(3)), i32c(1)), i32c(8 * eighth + (e & 1)));
+  Value* base = thread_value(kAccColBase, 0, [&] { return b_.CreateShl(b_.CreateAnd(lane(), i32c(3)), i32c(1)); });
+  return add_const(base, 8 * eighth + (e & 1));
 }
 // The flat index (row * cols + col) of register r of an Acc tile.
 Value* Lowering::acc_index(int64_t cols, int64_t r) {
@@ -295,7 +321,7 @@ Value* Lowering::compute_element(const ir::Node& n, const std::vector<Value*>& c
   }
   switch (n.op) {
     case Op::Constant: return ops_.constant(d, n.attrs.number);
-    case Op::Arange: return b_.CreateAdd(coords[0], i32c(n.attrs.ints[0]));
+    case Op::Arange: return add_const(coords[0], n.attrs.ints[0]);
     case Op::Fma: return ops_.round(d, ops_.fma(args[0], args[1], args[2]));
     case Op::Select: return ops_.round(d, b_.CreateSelect(args[0], args[1], args[2]));
     case Op::Cast: return ops_.round(d, ops_.cast(n.operands[0]->type.dtype, d, args[0]));

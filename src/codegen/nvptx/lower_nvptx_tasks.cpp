@@ -208,9 +208,8 @@ void Lowering::hopper_node(const NodeRef& n) {
       return;
     case Op::AsyncDot: return async_dot(n);
     case Op::AsyncDotWait: {
-      ptx_.wgmma_wait_group(static_cast<int>(n->attrs.ints[0]));
       Regs out = raw(o[0]);
-      out.v = ptx_.fence_registers(out.v);
+      out.v = ptx_.wgmma_wait_group(static_cast<int>(n->attrs.ints[0]), out.v);
       regs_[n.get()] = std::move(out);
       return;
     }
@@ -311,6 +310,11 @@ void Lowering::async_tasks(const NodeRef& n) {
     const passes::TaskSlot& slot = tasks_.slots[t];
     int first = slot.first_warp, last = first + slot.warps * slot.replicas;
     Value* mine = b_.CreateAnd(b_.CreateICmpUGE(warp, i32c(first)), b_.CreateICmpULT(warp, i32c(last)));
+    // Vars declared before async_tasks and assigned in the task: a phi each after the task's branch.
+    std::vector<const ir::Node*> changed = vars_set_in(n->regions[t]);
+    std::vector<std::vector<Value*>> at_start = var_values(changed), in_task;
+    llvm::BasicBlock* task_end = nullptr;
+    llvm::BasicBlock* other = nullptr;
     emit_if(b_, mine, [&] {
       if (slot.regs && slot.regs != tasks_.entry_regs) ptx_.set_max_registers(slot.regs > tasks_.entry_regs, slot.regs);
       Value* replica = b_.CreateUDiv(b_.CreateSub(warp, i32c(first)), i32c(slot.warps));
@@ -340,7 +344,11 @@ void Lowering::async_tasks(const NodeRef& n) {
       task_scratch_.push_back(ts);
       scratch_bytes_ = outer_bytes;
       std::tie(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_) = saved;
-    }, [] {});
+      task_end = b_.GetInsertBlock();
+      in_task = var_values(changed);
+      for (size_t k = 0; k < changed.size(); ++k) vars_.at(changed[k]) = at_start[k];
+    }, [&] { other = b_.GetInsertBlock(); });
+    join_vars(changed, in_task, task_end, at_start, other);
     fiber += slot.replicas;
   }
 }

@@ -132,9 +132,19 @@ class Lowering {
   void if_else(const NodeRef& n);
   bool packed_var(const ir::Node* var) const;
   std::vector<Value*> var_words(const ir::Node* var, const Regs& value);
+  std::vector<const ir::Node*> vars_set_in(const ir::Region& r);
+  std::vector<std::vector<Value*>> var_values(const std::vector<const ir::Node*>& vars);
+  void join_vars(const std::vector<const ir::Node*>& vars, const std::vector<std::vector<Value*>>& a, llvm::BasicBlock* a_end,
+                 const std::vector<std::vector<Value*>>& b, llvm::BasicBlock* b_end);
 
   // ---- layouts (lower_nvptx_layouts.cpp) ---------------------------------------------------------------
 
+  Value* add_const(Value* x, int64_t c, bool nsw = false);
+  // What thread_value makes (its `kind`).
+  enum ThreadValue : int { kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccStoreBase };
+  Value* thread_value(int kind, int64_t arg, const std::function<Value*()>& make);
+  Value* lane();
+  Value* warp();
   Value* flat_index(int64_t n, int64_t r);
   Value* same_value_reg(const NodeRef& x, size_t r);
   Value* acc_row(int64_t block, bool lower_half);
@@ -205,6 +215,12 @@ class Lowering {
   Value* shared_address(Value* offset);
   Value* swizzle(Value* byte, int swizzle_bytes);
   Value* view_element(const NodeRef& view, DType d, Value* flat, Value* base = nullptr);
+  struct AccPairOffset {
+    int64_t ka = 0, kx = 0, key = 0;  // the register's byte in its stage: (tx ^ kx) + ka (+ the stage's offset)
+    Value* tx = nullptr;
+    bool disjoint = false;            // kx has no bit of tx: an or
+  };
+  std::optional<AccPairOffset> acc_pair_offset(const NodeRef& view, DType d, const Regs& value, int64_t r);
   void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value,
                    Value* remote_rank = nullptr);
   void async_load(const NodeRef& n);
@@ -300,8 +316,17 @@ class Lowering {
   std::map<std::pair<const ir::Node*, std::vector<Value*>>, Value*> element_memo_;  // within one materialize
   std::unordered_set<const ir::Node*> deferred_;  // prologue tiles, lowered in each task (defer_prologue_tiles)
   std::vector<NodeRef> deferred_order_;
-  std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;
+  std::unordered_map<const ir::Node*, std::vector<Value*>> vars_;  // each Var's current words (SSA values)
   std::unordered_map<Value*, std::pair<Value*, bool>> unpacked_halves_;  // value -> (its packed word, high half)
+  // A wgmma descriptor's words: low = address field + constant (the fields above it, steps), high.
+  struct DescriptorParts {
+    Value* address;
+    int64_t constant;
+    Value* high;
+  };
+  std::unordered_map<Value*, DescriptorParts> descriptor_parts_;
+  // thread_value's memo: (block, tid_, kind, argument) -> value.
+  std::map<std::tuple<llvm::BasicBlock*, Value*, int, int64_t>, Value*> thread_values_;
 };
 
 #pragma GCC visibility pop

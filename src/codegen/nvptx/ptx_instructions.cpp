@@ -250,14 +250,29 @@ void PtxInstructions::cp_async_wait_group(int pending) {
   asm_call(b_, b_.getVoidTy(), "cp.async.wait_group " + std::to_string(pending) + ";", "~{memory}", {});
 }
 
+static std::string float_outputs(size_t k);
+static std::string tied_inputs(size_t k);
+
 void PtxInstructions::wgmma_fence() { asm_call(b_, b_.getVoidTy(), "wgmma.fence.sync.aligned;", "~{memory}", {}); }
 
 void PtxInstructions::wgmma_commit_group() {
   asm_call(b_, b_.getVoidTy(), "wgmma.commit_group.sync.aligned;", "~{memory}", {});
 }
 
-void PtxInstructions::wgmma_wait_group(int pending) {
-  asm_call(b_, b_.getVoidTy(), "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";", "~{memory}", {});
+std::vector<llvm::Value*> PtxInstructions::wgmma_wait_group(int pending, const std::vector<llvm::Value*>& registers) {
+  std::string text = "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";";
+  if (registers.empty()) {
+    asm_call(b_, b_.getVoidTy(), text, "~{memory}", {});
+    return {};
+  }
+  std::vector<llvm::Type*> types;
+  for (llvm::Value* v : registers) types.push_back(v->getType());
+  auto* result = llvm::StructType::get(b_.getContext(), types);
+  llvm::Value* d = asm_call(b_, result, text, float_outputs(registers.size()) + tied_inputs(registers.size()) + ",~{memory}",
+                            registers);
+  std::vector<llvm::Value*> out;
+  for (size_t i = 0; i < registers.size(); ++i) out.push_back(b_.CreateExtractValue(d, static_cast<unsigned>(i)));
+  return out;
 }
 
 // "=f,...,=f" for `k` f32 outputs, and ",0,...,k-1": inputs tied to them (LLVM's form of "+f").
@@ -325,18 +340,6 @@ std::vector<llvm::Value*> PtxInstructions::wgmma(WgmmaTypes types, int n, const 
   llvm::Value* d = asm_call(b_, result, text, constraints + ",~{memory}", args);
   std::vector<llvm::Value*> out;
   for (size_t i = 0; i < k; ++i) out.push_back(b_.CreateExtractValue(d, static_cast<unsigned>(i)));
-  return out;
-}
-
-std::vector<llvm::Value*> PtxInstructions::fence_registers(const std::vector<llvm::Value*>& values) {
-  if (values.empty()) return {};
-  std::string constraints = float_outputs(values.size()) + tied_inputs(values.size());
-  std::vector<llvm::Type*> types;
-  for (llvm::Value* v : values) types.push_back(v->getType());
-  auto* result = llvm::StructType::get(b_.getContext(), types);
-  llvm::Value* d = asm_call(b_, result, "", constraints, values);
-  std::vector<llvm::Value*> out;
-  for (size_t i = 0; i < values.size(); ++i) out.push_back(b_.CreateExtractValue(d, static_cast<unsigned>(i)));
   return out;
 }
 

@@ -107,7 +107,10 @@ class PtxInstructions {
   // wgmma (sm_90a).
   void wgmma_fence();                        // wgmma.fence.sync.aligned
   void wgmma_commit_group();                 // wgmma.commit_group.sync.aligned
-  void wgmma_wait_group(int pending);        // wgmma.wait_group.sync.aligned pending
+  // wgmma.wait_group.sync.aligned pending, with `registers` (an accumulator the waited-for wgmmas write)
+  // tied in and out: the values it returns are those registers after the wait, so that the compiler moves
+  // no use of them above it (an empty list: the wait alone).
+  std::vector<llvm::Value*> wgmma_wait_group(int pending, const std::vector<llvm::Value*>& registers = {});
   // One step of a wgmma chain: A as its shared-memory descriptor (one i64) or as its four b32 fragment
   // registers (two 16-bit elements each: the A fragment of m64nNk16), B's descriptor, and whether the step
   // adds to the accumulator (scale-d = 1) or overwrites it (scale-d = 0: D = A * B).
@@ -129,8 +132,6 @@ class PtxInstructions {
   // first step does not accumulate, acc's registers are not read (pass poison).
   std::vector<llvm::Value*> wgmma(WgmmaTypes types, int n, const std::vector<WgmmaStep>& steps,
                                   const std::vector<llvm::Value*>& acc, bool trans_a, bool trans_b);
-  // Keeps the compiler from moving uses of `values` across a wgmma wait: an empty asm that "writes" them.
-  std::vector<llvm::Value*> fence_registers(const std::vector<llvm::Value*>& values);
   // shfl.sync.bfly.b32 across the full warp (values of 64 bits take two shuffles).
   llvm::Value* shuffle_xor(llvm::Value* v, int64_t lane_mask);
   // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32: d = a (16x16) * b (16x8) + c, one warp.
