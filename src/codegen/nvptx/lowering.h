@@ -141,7 +141,7 @@ class Lowering {
 
   Value* add_const(Value* x, int64_t c, bool nsw = false);
   // What thread_value makes (its `kind`).
-  enum ThreadValue : int { kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccStoreBase };
+  enum ThreadValue : int { kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase };
   Value* thread_value(int kind, int64_t arg, const std::function<Value*()>& make);
   Value* lane();
   Value* warp();
@@ -215,12 +215,6 @@ class Lowering {
   Value* shared_address(Value* offset);
   Value* swizzle(Value* byte, int swizzle_bytes);
   Value* view_element(const NodeRef& view, DType d, Value* flat, Value* base = nullptr);
-  struct AccPairOffset {
-    int64_t ka = 0, kx = 0, key = 0;  // the register's byte in its stage: (tx ^ kx) + ka (+ the stage's offset)
-    Value* tx = nullptr;
-    bool disjoint = false;            // kx has no bit of tx: an or
-  };
-  std::optional<AccPairOffset> acc_pair_offset(const NodeRef& view, DType d, const Regs& value, int64_t r);
   void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value,
                    Value* remote_rank = nullptr);
   void async_load(const NodeRef& n);
