@@ -333,15 +333,7 @@ bool compare_configs(Device& dev, const bench::cublaslt::CublasLt& lt, const Buf
   }
   dev.synchronize();
   auto tflops = [&](double ms) { return 2.0 * M * N * K / (ms * 1e-3) / 1e12; };
-  auto rounds_text = [&](size_t which) {
-    std::string t;
-    for (double r : round_medians[which]) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%s%.4f", t.empty() ? "" : "/", r);
-      t += buf;
-    }
-    return t;
-  };
+  auto rounds_text = [&](size_t which) { return bench::rounds_text(round_medians[which]); };
   const double cublas_ms = bench::median(all[0]);
   std::printf("%5d x %5d x %5d B %s  %-28s %9.4f ms %7.1f TFLOP/s  (rounds %s)\n", M, N, K,
               layout_name(b_is_nk), "cuBLASLt", cublas_ms, tflops(cublas_ms), rounds_text(0).c_str());

@@ -19,7 +19,7 @@
 //
 // --configs times configurations of the kernel (GemmFp8Config, per-tensor scales) side by side instead of
 // gemm_fp8()'s default: the candidates of gemm_fp8_candidates() by name ("all": every one; a wrong name lists
-// them), each checked against cuBLASLt as above, then all of them and cuBLASLt timed interleaved (three
+// them), each checked against cuBLASLt as above, then all of them and cuBLASLt timed call by call interleaved (three
 // rounds of --runs calls each, rotating the input sets; median over the rounds). One row per configuration:
 // time, TFLOP/s, cuBLAS/this and first/this (the first configuration named: the reference point).
 //
@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -272,23 +273,18 @@ bool compare_configs(Device& dev, const bench::cublaslt::CublasLt& lt, const Buf
   };
   constexpr int kRounds = 3;
   std::vector<std::vector<double>> all(configs.size() + 1), round_medians(configs.size() + 1);
-  for (int round = 0; round < kRounds; ++round)
+  std::vector<std::function<void()>> contenders;
+  for (size_t which = 0; which <= configs.size(); ++which) contenders.push_back([&, which] { run_one(which); });
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<std::vector<double>> t = bench::gpu_times_ms_interleaved(contenders, 3, opt.runs);
     for (size_t which = 0; which <= configs.size(); ++which) {
-      std::vector<double> t = bench::gpu_times_ms_queued([&] { run_one(which); }, 3, opt.runs);
-      round_medians[which].push_back(bench::median(t));
-      all[which].insert(all[which].end(), t.begin(), t.end());
+      round_medians[which].push_back(bench::median(t[which]));
+      all[which].insert(all[which].end(), t[which].begin(), t[which].end());
     }
+  }
   dev.synchronize();
   auto tflops = [&](double ms) { return 2.0 * M * N * K / (ms * 1e-3) / 1e12; };
-  auto rounds_text = [&](size_t which) {
-    std::string t;
-    for (double r : round_medians[which]) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%s%.4f", t.empty() ? "" : "/", r);
-      t += buf;
-    }
-    return t;
-  };
+  auto rounds_text = [&](size_t which) { return bench::rounds_text(round_medians[which]); };
   const double cublas_ms = bench::median(all[0]);
   std::printf("%5d x %5d x %5d  %-34s %9.4f ms %7.1f TFLOP/s  (rounds %s; gemm_fp8's default here: %s)\n", M, N, K,
               opt.fast_accum ? "cuBLASLt (fast accumulation)" : "cuBLASLt", cublas_ms, tflops(cublas_ms),

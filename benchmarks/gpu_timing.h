@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "driver/cuda/cuda_driver.h"
@@ -14,6 +15,17 @@ namespace bench {
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// "0.1025/0.1032/0.1036": per-round medians in milliseconds, for a benchmark's row.
+inline std::string rounds_text(const std::vector<double>& round_medians) {
+  std::string t;
+  for (double r : round_medians) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s%.4f", t.empty() ? "" : "/", r);
+    t += buf;
+  }
+  return t;
 }
 
 // Median milliseconds of `work` (which enqueues GPU work on the default stream) over `runs` runs.
