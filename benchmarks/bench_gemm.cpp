@@ -254,18 +254,11 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
     size_t s = next_weft++ % sets;
     gemm(in.a[s], in.b[s], c_weft, M, N, K, b_is_nk);
   };
-  std::vector<double> cublas_all, weft_all, cublas_round, weft_round;
-  for (int round = 0; round < 2; ++round) {
-    std::vector<std::vector<double>> t = bench::gpu_times_ms_interleaved({run_cublas, run_weft}, 3, runs);
-    const std::vector<double>&c = t[0], &w = t[1];
-    cublas_round.push_back(bench::median(c));
-    weft_round.push_back(bench::median(w));
-    cublas_all.insert(cublas_all.end(), c.begin(), c.end());
-    weft_all.insert(weft_all.end(), w.begin(), w.end());
-  }
+  const bench::RoundTimes t = bench::gpu_times_ms_rounds({run_cublas, run_weft}, 2, runs);
   dev.synchronize();  // any fault of the last calls surfaces here, not in the next size
-  row.cublas_ms = bench::median(cublas_all);
-  row.weft_ms = bench::median(weft_all);
+  const std::vector<double>&cublas_round = t.round_medians[0], &weft_round = t.round_medians[1];
+  row.cublas_ms = t.median_ms(0);
+  row.weft_ms = t.median_ms(1);
   row.cublas_spread = std::abs(cublas_round[0] - cublas_round[1]) / row.cublas_ms;
   row.weft_spread = std::abs(weft_round[0] - weft_round[1]) / row.weft_ms;
   std::fprintf(stderr,
@@ -321,25 +314,18 @@ bool compare_configs(Device& dev, const bench::cublaslt::CublasLt& lt, const Buf
     else plans[which - 1][s].run(dev.stream(), loc);
   };
   constexpr int kRounds = 3;
-  std::vector<std::vector<double>> all(configs.size() + 1), round_medians(configs.size() + 1);
   std::vector<std::function<void()>> contenders;
   for (size_t which = 0; which <= configs.size(); ++which) contenders.push_back([&, which] { run_one(which); });
-  for (int round = 0; round < kRounds; ++round) {
-    std::vector<std::vector<double>> t = bench::gpu_times_ms_interleaved(contenders, 3, runs);
-    for (size_t which = 0; which <= configs.size(); ++which) {
-      round_medians[which].push_back(bench::median(t[which]));
-      all[which].insert(all[which].end(), t[which].begin(), t[which].end());
-    }
-  }
+  const bench::RoundTimes times = bench::gpu_times_ms_rounds(contenders, kRounds, runs);
   dev.synchronize();
   auto tflops = [&](double ms) { return 2.0 * M * N * K / (ms * 1e-3) / 1e12; };
-  auto rounds_text = [&](size_t which) { return bench::rounds_text(round_medians[which]); };
-  const double cublas_ms = bench::median(all[0]);
+  auto rounds_text = [&](size_t which) { return bench::rounds_text(times.round_medians[which]); };
+  const double cublas_ms = times.median_ms(0);
   std::printf("%5d x %5d x %5d B %s  %-28s %9.4f ms %7.1f TFLOP/s  (rounds %s)\n", M, N, K,
               layout_name(b_is_nk), "cuBLASLt", cublas_ms, tflops(cublas_ms), rounds_text(0).c_str());
-  const double default_ms = bench::median(all[1]);
+  const double default_ms = times.median_ms(1);
   for (size_t i = 0; i < configs.size(); ++i) {
-    const double ms = bench::median(all[i + 1]);
+    const double ms = times.median_ms(i + 1);
     std::printf("%5d x %5d x %5d B %s  %-28s %9.4f ms %7.1f TFLOP/s  cuBLAS/this %.3fx  first/this %.3fx  "
                 "(rounds %s, rel.err %.1e)%s\n",
                 M, N, K, layout_name(b_is_nk), configs[i].name().c_str(), ms, tflops(ms), cublas_ms / ms,

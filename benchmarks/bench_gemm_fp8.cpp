@@ -10,8 +10,8 @@
 //      cuBLAS's by relative Frobenius error (host, double; must be < 1e-2), and both against a host
 //      double-precision reference on the same fp8 values at sampled elements.
 //   2. time: as bench_gemm: events around each call, calls queued back to back, warm-up first, two
-//      interleaved rounds of --runs (default 30) calls per implementation, the median over both rounds,
-//      the difference between the rounds' medians as the noise.
+//      rounds of --runs (default 30) calls per implementation, cuBLAS and weft alternating call by call, the
+//      median over both rounds, the difference between the rounds' medians as the noise.
 // Inputs: uniform in [-1, 1] rounded to e4m3 (never zeros), scales 0.75 and 1.25; calls rotate among
 // enough input sets that no set is still in the L2 when it comes round again. TFLOP/s = 2 M N K / time.
 // cuBLASLt runs with its default accumulation (promoting the tensor cores' partial sums to f32, as weft
@@ -206,18 +206,11 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
     size_t s = next_weft++ % sets;
     gemm_fp8(in.a[s], in.b[s], c_weft, a_scale, b_scale, M, N, K, Fp8Scaling::per_tensor);
   };
-  std::vector<double> cublas_all, weft_all, cublas_round, weft_round;
-  for (int round = 0; round < 2; ++round) {
-    std::vector<double> c = bench::gpu_times_ms_queued(run_cublas, 3, opt.runs);
-    std::vector<double> w = bench::gpu_times_ms_queued(run_weft, 3, opt.runs);
-    cublas_round.push_back(bench::median(c));
-    weft_round.push_back(bench::median(w));
-    cublas_all.insert(cublas_all.end(), c.begin(), c.end());
-    weft_all.insert(weft_all.end(), w.begin(), w.end());
-  }
+  const bench::RoundTimes t = bench::gpu_times_ms_rounds({run_cublas, run_weft}, 2, opt.runs);
   dev.synchronize();
-  row.cublas_ms = bench::median(cublas_all);
-  row.weft_ms = bench::median(weft_all);
+  const std::vector<double>&cublas_round = t.round_medians[0], &weft_round = t.round_medians[1];
+  row.cublas_ms = t.median_ms(0);
+  row.weft_ms = t.median_ms(1);
   row.cublas_spread = std::abs(cublas_round[0] - cublas_round[1]) / row.cublas_ms;
   row.weft_spread = std::abs(weft_round[0] - weft_round[1]) / row.weft_ms;
   std::fprintf(stderr,
@@ -272,27 +265,20 @@ bool compare_configs(Device& dev, const bench::cublaslt::CublasLt& lt, const Buf
     else gemm_fp8(in.a[s], in.b[s], c_weft, a_scale, b_scale, M, N, K, Fp8Scaling::per_tensor, configs[which - 1]);
   };
   constexpr int kRounds = 3;
-  std::vector<std::vector<double>> all(configs.size() + 1), round_medians(configs.size() + 1);
   std::vector<std::function<void()>> contenders;
   for (size_t which = 0; which <= configs.size(); ++which) contenders.push_back([&, which] { run_one(which); });
-  for (int round = 0; round < kRounds; ++round) {
-    std::vector<std::vector<double>> t = bench::gpu_times_ms_interleaved(contenders, 3, opt.runs);
-    for (size_t which = 0; which <= configs.size(); ++which) {
-      round_medians[which].push_back(bench::median(t[which]));
-      all[which].insert(all[which].end(), t[which].begin(), t[which].end());
-    }
-  }
+  const bench::RoundTimes times = bench::gpu_times_ms_rounds(contenders, kRounds, opt.runs);
   dev.synchronize();
   auto tflops = [&](double ms) { return 2.0 * M * N * K / (ms * 1e-3) / 1e12; };
-  auto rounds_text = [&](size_t which) { return bench::rounds_text(round_medians[which]); };
-  const double cublas_ms = bench::median(all[0]);
+  auto rounds_text = [&](size_t which) { return bench::rounds_text(times.round_medians[which]); };
+  const double cublas_ms = times.median_ms(0);
   std::printf("%5d x %5d x %5d  %-34s %9.4f ms %7.1f TFLOP/s  (rounds %s; gemm_fp8's default here: %s)\n", M, N, K,
               opt.fast_accum ? "cuBLASLt (fast accumulation)" : "cuBLASLt", cublas_ms, tflops(cublas_ms),
               rounds_text(0).c_str(),
               gemm_fp8_default_config(Fp8Scaling::per_tensor, M, N, dev.multiprocessors()).name().c_str());
-  const double first_ms = bench::median(all[1]);
+  const double first_ms = times.median_ms(1);
   for (size_t i = 0; i < configs.size(); ++i) {
-    const double ms = bench::median(all[i + 1]);
+    const double ms = times.median_ms(i + 1);
     std::printf("%5d x %5d x %5d  %-34s %9.4f ms %7.1f TFLOP/s  cuBLAS/this %.3fx  first/this %.3fx  "
                 "(rounds %s, rel.err %.1e)%s\n",
                 M, N, K, configs[i].name().c_str(), ms, tflops(ms), cublas_ms / ms, first_ms / ms,

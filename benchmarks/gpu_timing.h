@@ -51,39 +51,11 @@ inline double gpu_median_ms(const std::function<void()>& work, int warmup = 3, i
   return median(times);
 }
 
-// Milliseconds of each of `runs` runs of `work`, queued back to back, each between its own pair of events,
-// and waited for once at the end (as triton's do_bench does). The host's launch overhead then overlaps
-// the previous run instead of counting as idle time inside the events, which matters for runs of a
-// fraction of a millisecond (a 4096^3 bf16 GEMM on an H200 takes about 0.2 ms).
-inline std::vector<double> gpu_times_ms_queued(const std::function<void()>& work, int warmup = 3, int runs = 20) {
-  using namespace weft::driver::cuda;
-  const CudaDriver& cu = cuda_driver();
-  std::vector<CUevent> start(runs), stop(runs);
-  for (int i = 0; i < runs; ++i) {
-    check(cu.cuEventCreate(&start[i], 0), "cuEventCreate", "benchmark");
-    check(cu.cuEventCreate(&stop[i], 0), "cuEventCreate", "benchmark");
-  }
-  for (int i = 0; i < warmup; ++i) work();
-  for (int i = 0; i < runs; ++i) {
-    check(cu.cuEventRecord(start[i], nullptr), "cuEventRecord", "benchmark");
-    work();
-    check(cu.cuEventRecord(stop[i], nullptr), "cuEventRecord", "benchmark");
-  }
-  check(cu.cuEventSynchronize(stop[runs - 1]), "cuEventSynchronize", "benchmark");
-  std::vector<double> times;
-  for (int i = 0; i < runs; ++i) {
-    float ms = 0;
-    check(cu.cuEventElapsedTime(&ms, start[i], stop[i]), "cuEventElapsedTime", "benchmark");
-    times.push_back(ms);
-    cu.cuEventDestroy(start[i]);
-    cu.cuEventDestroy(stop[i]);
-  }
-  return times;
-}
-
 // Milliseconds of each contender's `runs` runs, the contenders interleaved call by call: run i calls every
 // contender once, starting with contender i % n (so none always follows the same one), each call between
-// its own pair of events, all queued back to back and waited for once. Contenders then share the GPU's
+// its own pair of events, all queued back to back and waited for once (as triton's do_bench does: the host's
+// launch overhead overlaps the previous call instead of counting as idle time inside the events, which
+// matters for calls of a fraction of a millisecond). Contenders then share the GPU's
 // clock and temperature history: under a power cap the H200's clocks drift by 10-20% over a few hundred
 // milliseconds of dense GEMMs, which blocks of one contender's calls at a time turn into a bias.
 inline std::vector<std::vector<double>> gpu_times_ms_interleaved(const std::vector<std::function<void()>>& works,
@@ -119,6 +91,24 @@ inline std::vector<std::vector<double>> gpu_times_ms_interleaved(const std::vect
     cu.cuEventDestroy(stop[i]);
   }
   return times;
+}
+
+// Each contender's times over `rounds` rounds of gpu_times_ms_interleaved: every time, and each round's median
+// (their spread says how steady the GPU was).
+struct RoundTimes {
+  std::vector<std::vector<double>> all, round_medians;  // [contender][time], [contender][round]
+  double median_ms(size_t contender) const { return median(all[contender]); }
+};
+inline RoundTimes gpu_times_ms_rounds(const std::vector<std::function<void()>>& works, int rounds, int runs) {
+  RoundTimes out{std::vector<std::vector<double>>(works.size()), std::vector<std::vector<double>>(works.size())};
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<std::vector<double>> t = gpu_times_ms_interleaved(works, 3, runs);
+    for (size_t which = 0; which < works.size(); ++which) {
+      out.round_medians[which].push_back(median(t[which]));
+      out.all[which].insert(out.all[which].end(), t[which].begin(), t[which].end());
+    }
+  }
+  return out;
 }
 
 }  // namespace bench
