@@ -18,9 +18,11 @@
 //   P converted in registers and fed to wgmma as its A operand for O += P V, then the stage released;
 //   S_{j+1} and P_j V_j are issued together and the softmax of S_{j+1} runs while P_j V_j is in flight,
 //   while the other consumers wait for their turns on the tensor cores (ping-pong, in a ring).
-// The epilogue writes O (acc times 1 / l) through a shared-memory stage with TMA stores (which clip rows
+// The epilogue writes O (acc times 1 / l) through the tile's Q stage with TMA stores (which clip rows
 // past Sq) and the LSE with a masked store. Causal grids run the longest query blocks first; persistent
-// programs walk the tiles in a snake order.
+// programs walk the tiles in a snake order, with two Q stages where they fit: the next tile's Q loads while
+// this one runs, and a consumer's last step of a tile is the next tile's first (S_0 issued with the last
+// P V, its softmax under that P V), O written after it.
 #pragma once
 
 #include <cmath>
@@ -88,16 +90,19 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
   return Kernel(name, [cfg, D, causal](TensorDesc<T, 3> Q, TensorDesc<T, 3> K, TensorDesc<T, 3> V, TensorDesc<T, 3> O,
                                        Ptr<float> LSE, Int Sq, Int Sk, Int BH, Int group, Float scale_log2) {
     const int BM = cfg.BM, BN = cfg.BN, S = cfg.stages, HALF = 64, CONS = BM / HALF, PANEL = 64, PANELS = D / PANEL;
-    auto q_s = local_alloc<T>({HALF, D}, CONS, "q_s");  // stage r: consumer r's rows
+    // Q stages: one per consumer, twice over in a persistent program when both fit (the next tile's Q then comes
+    // while this one runs, and a consumer can start the next tile before it writes this one's O). O leaves
+    // through the Q stage of its own tile, once the tile's last Q K^T is done.
+    const int QB = cfg.persistent && (2 * CONS * HALF + 2 * S * BN) * D * int(sizeof(T)) <= 200 * 1024 ? 2 : 1;
+    // A persistent consumer with two Q stages runs across tiles without a pause: the last step of a tile issues
+    // the next tile's S_0 with this tile's last P V, runs the next tile's first softmax while that P V is in
+    // flight, and writes this tile's O only then.
+    const bool across = QB == 2 && cfg.overlap;
+    auto q_s = local_alloc<T>({HALF, D}, QB * CONS, "q_s");  // stage b * CONS + r: consumer r's rows
     auto k_s = local_alloc<T>({BN, D}, S, "k_s");
     auto v_s = local_alloc<T>({BN, D}, S, "v_s");
-    // O leaves through a buffer of its own when one fits (Q of the next tile can then come while this one's
-    // last products and epilogue run), else through the consumer's Q stage.
-    const bool own_o = (2 * CONS * HALF + 2 * S * BN) * D * int(sizeof(T)) <= 200 * 1024;
-    std::optional<SharedBuffer<T>> o_s;
-    if (own_o) o_s = local_alloc<T>({HALF, D}, CONS, "o_s");
-    auto q_full = alloc_barriers(1, 1, "q_full");
-    auto q_empty = alloc_barriers(1, CONS, "q_empty");  // every consumer is done with Q
+    auto q_full = alloc_barriers(QB, 1, "q_full");
+    auto q_empty = alloc_barriers(QB, CONS, "q_empty");  // every consumer's O has left the stage
     auto k_full = alloc_barriers(S, 1, "k_full");
     auto v_full = alloc_barriers(S, 1, "v_full");
     auto k_empty = alloc_barriers(S, CONS, "k_empty");  // every consumer releases each stage
@@ -120,34 +125,42 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
       Int key_end = causal ? minimum(Sk, q0 + BM + shift) : Int(Sk);
       return OutputTile{bh, bh / group, q0, cdiv(maximum(key_end, 0), BN)};
     };
-    // Runs body(tile, i) for this program's tiles, i counting them from 0 (the parity of Q's barriers): a loop
-    // when persistent, else the one tile of the program. Persistent program p takes one tile per round of
-    // P = num_programs tiles: tile p of even rounds, tile P - 1 - p of odd ones (a snake). Causal tiles differ
-    // in length, and P is often a multiple of M (132 programs, M = 4 query blocks): with p every round,
-    // program p would always get the same query block, the longest for a quarter of the programs. A partial
-    // last round is taken in order.
+    // The tile of round `round` of a persistent program p: P = num_programs tiles per round, tile p of even
+    // rounds and P - 1 - p of odd ones (a snake). Causal tiles differ in length, and P is often a multiple of M
+    // (132 programs, M = 4 query blocks): with p every round, program p would always get the same query block,
+    // the longest for a quarter of the programs. A partial last round is taken in order.
+    Int tiles = M * BH;
+    auto tile_of_round = [&](Int round) {
+      Int P = num_programs(0), p = program_id(0);
+      Int reversed = round * P + (P - 1 - p);
+      return tile_at(where(round % 2 == 1 && (round + 1) * P <= tiles, reversed, round * P + p));
+    };
+    // Runs body(tile, i, next) for this program's tiles, i counting them from 0: a loop when persistent, else
+    // the one tile of the program. next() gives whether the program has a next tile, and that tile.
     auto for_each_tile = [&](auto&& body) {
-      if (!cfg.persistent) return body(tile_at(program_id(0)), scalar<int32_t>(0));
-      Int P = num_programs(0), tiles = M * BH;
+      if (!cfg.persistent) {
+        OutputTile only = tile_at(program_id(0));
+        return body(only, scalar<int32_t>(0), [&] { return std::pair{scalar<bool>(0), only}; });
+      }
+      Int P = num_programs(0);
       for_range(program_id(0), tiles, P, [&](Int t) {
         Int round = t / P;
-        Int reversed = round * P + (P - 1 - program_id(0));
-        Int snake = where(round % 2 == 1 && (round + 1) * P <= tiles, reversed, t);
-        body(tile_at(snake), round);
+        body(tile_of_round(round), round, [&] { return std::pair{t + P < tiles, tile_of_round(round + 1)}; });
       });
     };
 
     async_tasks(
         task("producer", {.warps = 4, .regs = 24}, [&] {
-          Pipeline kp(S), vp(S);  // the K and V rings run on across tiles
-          for_each_tile([&](const OutputTile& tile, Int i) {
-            // Q of this tile once both consumers are done with the last one's.
-            if_(i > 0, [&] { barrier_wait(q_empty[0], (i - 1) % 2); });
-            barrier_expect_bytes(q_full[0], CONS * q_s.stage_bytes());
+          Pipeline qp(QB), kp(S), vp(S);  // the K and V rings run on across tiles
+          for_each_tile([&](const OutputTile& tile, Int, auto&&) {
+            // Q of this tile into its stages once the consumers' O of QB tiles ago has left them.
+            qp.acquire(q_empty);
+            barrier_expect_bytes(q_full[qp.index()], CONS * q_s.stage_bytes());
             for (int r = 0; r < CONS; ++r)
               for (int p = 0; p < PANELS; ++p)
-                async_descriptor_load(Q, q_s[r].cols(p * PANEL, PANEL), {tile.bh, tile.q0 + r * HALF, p * PANEL},
-                                      q_full[0]);
+                async_descriptor_load(Q, q_s[qp.index() * CONS + r].cols(p * PANEL, PANEL),
+                                      {tile.bh, tile.q0 + r * HALF, p * PANEL}, q_full[qp.index()]);
+            qp.advance();
             // Block j of K (or V) into the next stage of its ring, 64 columns per TMA box.
             auto load = [&](Pipeline& ring, const TensorDesc<T, 3>& desc, const SharedBuffer<T>& buf,
                             const Barriers& full, const Barriers& empty, Int j) {
@@ -183,131 +196,204 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           auto your_turn = [&] {
             if (cfg.pingpong) on_replica([&](int i) { named_barrier_arrive(1 + (i + 1) % CONS, 256); });
           };
-          Pipeline kp(S), vp(S);
-          for_each_tile([&](const OutputTile& tile, Int i) {
-            Int row0 = tile.q0 + r * HALF;  // this consumer's first query row
-            Int n_blocks = tile.n_blocks;
-            barrier_wait(q_full[0], i % 2);
-            SharedView<T> q = q_s[r];
-            Var<float> m_i = full<float>({HALF}, -INFINITY);  // running row maximum of s * scale * log2(e)
-            Var<float> l_i = zeros<float>({HALF});            // running row sum of 2^(s * scale * log2(e) - m_i)
-            Var<float> acc = zeros<float>({HALF, D});
-            Var<T> p_prev = zeros<T>({HALF, BN});              // P of the block whose P V is still to issue
-            // Blocks 0 .. n_full - 1 need no mask in any of this consumer's rows: every key is before Sk and (causal)
-            // at or before each row's diagonal. The main loops run those without a mask and the rest with one,
-            // so that no step of either loop branches on it.
-            Int n_full = minimum(Int(Sk) / BN, n_blocks);
+          // The ring of turns starts with consumer 0 (the last consumer's arrival opens its barrier) and, when it
+          // stops, consumer 0 takes the last consumer's last arrival.
+          auto start_turns = [&] {
+            if (cfg.pingpong) if_(r == CONS - 1, [&] { named_barrier_arrive(1, 256); });
+          };
+          auto stop_turns = [&] {
+            if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); });
+          };
+          // This consumer's rows of a tile; blocks 0 .. n_full - 1 need no mask in any of them: every key is
+          // before Sk and (causal) at or before each row's diagonal. The main loops run those without a mask and
+          // the rest with one, so that no step of either loop branches on it.
+          struct Rows {
+            Int row0, n_blocks, n_full;
+          };
+          auto rows_of = [&](const OutputTile& tile) {
+            Int row0 = tile.q0 + r * HALF;
+            Int n_full = minimum(Int(Sk) / BN, tile.n_blocks);
             if (causal) n_full = minimum(n_full, maximum(row0 + shift + 1, 0) / BN);
-            enum class Mask { none, always, if_partial };
-            // The online softmax of block j's scores s: updates the row maxima and sums, returns P (f32) and the
-            // factor alpha that rescales acc.
-            auto softmax = [&](Int j, Tile<float> scores, Mask mask) {
-              Var<float> s = scores;
-              // Keys past Sk, and (causal) keys after the row's diagonal.
-              auto apply_mask = [&] {
-                Int cols = expand_dims(arange(0, BN), 0) + j * BN;  // [1, BN]
-                Bool keep = cols < Sk;
-                if (causal) keep = keep && cols <= expand_dims(arange(0, HALF), 1) + (row0 + shift);  // [HALF, BN]
-                s = where(keep, s, -INFINITY);
-              };
-              if (mask == Mask::always) apply_mask();
-              if (mask == Mask::if_partial) if_(j >= n_full, apply_mask);
-              Tile<float> m_new = maximum(m_i, max(s, 1) * scale_log2);
-              Tile<float> m_use = where(m_new == -INFINITY, 0.f, m_new);  // a row that has seen no key yet
-              Tile<float> p = fast::exp2(fma(s, scale_log2, -expand_dims(m_use, 1)));  // 2^(s * scale * log2 e - m)
-              Tile<float> alpha = fast::exp2(m_i - m_use);
-              l_i = l_i * alpha + sum(p, 1);
-              m_i = m_new;
-              return std::pair{p, alpha};
+            return Rows{row0, tile.n_blocks, n_full};
+          };
+          Pipeline kp(S), vp(S), q_ready(QB), q_free(QB);
+          // The state of the tile in progress (it carries over to the next tile when `across`).
+          Var<float> m_i = full<float>({HALF}, -INFINITY);  // running row maximum of s * scale * log2(e)
+          Var<float> l_i = zeros<float>({HALF});            // running row sum of 2^(s * scale * log2(e) - m_i)
+          Var<float> acc = zeros<float>({HALF, D});
+          Var<T> p_prev = zeros<T>({HALF, BN});  // P of the block whose P V is still to issue
+          Var<int32_t> begun = 0;                // this tile's block 0 was done by the last tile's last step
+          enum class Mask { none, always, if_partial };
+          // The online softmax of block j's scores s: updates the row maxima and sums, returns P (f32) and the
+          // factor alpha that rescales acc.
+          auto softmax = [&](const Rows& rows, Int j, Tile<float> scores, Mask mask) {
+            Var<float> s = scores;
+            // Keys past Sk, and (causal) keys after the row's diagonal.
+            auto apply_mask = [&] {
+              Int cols = expand_dims(arange(0, BN), 0) + j * BN;  // [1, BN]
+              Bool keep = cols < Sk;
+              if (causal) keep = keep && cols <= expand_dims(arange(0, HALF), 1) + (rows.row0 + shift);  // [HALF, BN]
+              s = where(keep, s, -INFINITY);
             };
-            auto next_k = [&] {
-              kp.release(k_empty);
-              kp.advance();
+            if (mask == Mask::always) apply_mask();
+            if (mask == Mask::if_partial) if_(j >= rows.n_full, apply_mask);
+            Tile<float> m_new = maximum(m_i, max(s, 1) * scale_log2);
+            Tile<float> m_use = where(m_new == -INFINITY, 0.f, m_new);  // a row that has seen no key yet
+            Tile<float> p = fast::exp2(fma(s, scale_log2, -expand_dims(m_use, 1)));  // 2^(s * scale * log2 e - m)
+            Tile<float> alpha = fast::exp2(m_i - m_use);
+            l_i = l_i * alpha + sum(p, 1);
+            m_i = m_new;
+            return std::pair{p, alpha};
+          };
+          auto next_k = [&] {
+            kp.release(k_empty);
+            kp.advance();
+          };
+          auto next_v = [&] {
+            vp.release(v_empty);
+            vp.advance();
+          };
+          auto issue_scores = [&](const SharedView<T>& q) {
+            return async_dot(q, local_trans(k_s[kp.index()]), zeros<float>({HALF, BN}));
+          };
+          // The tile's final row statistics: its LSE is stored, and 1 / l returned for O. One division per row, then
+          // products: a division per element of O is ~10 instructions (rcp, its refinement and checks), a tenth of
+          // a short tile's work. A row that saw no key gets O = 0 and LSE = +inf.
+          auto finish_rows = [&](const OutputTile& tile, Int row0) {
+            Tile<float> l = l_i;
+            Bool empty_row = l == 0.f;
+            Tile<float> lse = where(empty_row, INFINITY, (m_i + log2(where(empty_row, 1.f, l))) * float(M_LN2));
+            Int rows = arange(0, HALF) + row0;
+            // 64-bit: B * Hq * Sq may pass 2^31.
+            store(LSE + cast<int64_t>(tile.bh) * cast<int64_t>(Sq) + rows, lse, rows < Sq);
+            return Tile<float>(1.f / where(empty_row, 1.f, l));
+          };
+          // O = acc / l through the tile's Q stage and TMA stores (which clip rows past Sq).
+          auto write_o = [&](const OutputTile& tile, Int row0, const SharedView<T>& stage, Tile<float> inv_l) {
+            local_store(stage, cast<T>(acc * expand_dims(inv_l, 1)));
+            for (int p = 0; p < PANELS; ++p)
+              async_descriptor_store(O, stage.cols(p * PANEL, PANEL), {tile.bh, row0, p * PANEL});
+          };
+          // The O of this consumer's previous tile has been read out of its Q stage: the producer may refill it.
+          auto free_q_stage = [&] {
+            async_store_wait(0);
+            q_free.release(q_empty);
+            q_free.advance();
+          };
+          // With two Q stages, the previous tile's stage is freed once this tile's first step is done (its O store
+          // has long been read by then), or at the tile's end when it has no such step.
+          const int free_at_step = cfg.overlap ? 1 : 0;
+          auto free_previous = [&](Int i, Int j) {
+            if (QB == 2) if_(i > 0 && j == free_at_step, free_q_stage);
+          };
+
+          for_each_tile([&](const OutputTile& tile, Int i, auto&& next_tile) {
+            Rows rows = rows_of(tile);
+            Int n_blocks = tile.n_blocks;
+            SharedView<T> q = q_s[(QB == 2 ? i % 2 : scalar<int32_t>(0)) * CONS + r];
+            auto begin_tile = [&] {  // acc is zero (the last tile's O was written)
+              q_ready.wait(q_full);
+              q_ready.advance();
+              m_i = full<float>({HALF}, -INFINITY);
+              l_i = zeros<float>({HALF});
+              if_(n_blocks > 0, start_turns);
             };
-            auto next_v = [&] {
-              vp.release(v_empty);
-              vp.advance();
-            };
-            // Every QK^T of the tile has completed: with O's own buffer, the producer may bring the next Q.
-            auto release_q = [&] {
-              if (own_o) barrier_arrive(q_empty[0]);
-            };
-            auto issue_scores = [&] { return async_dot(q, local_trans(k_s[kp.index()]), zeros<float>({HALF, BN})); };
             auto scores_alone = [&] {  // S_j issued on its own and waited for
               kp.wait(k_full);
               my_turn();
-              Tile<float> s_j = issue_scores();
+              Tile<float> s_j = issue_scores(q);
               your_turn();
               Tile<float> scores = async_dot_wait(0, s_j);
               next_k();
               return scores;
             };
-            // Consumer 0 goes first: the last consumer's arrival opens its barrier.
-            if (cfg.pingpong) if_(r == CONS - 1 && n_blocks > 0, [&] { named_barrier_arrive(1, 256); });
             if (!cfg.overlap) {  // each step in turn: S_j, its softmax, then P_j V_j
+              begin_tile();
               auto step = [&](Int j, Mask mask) {
-                auto [p, alpha] = softmax(j, scores_alone(), mask);
+                auto [p, alpha] = softmax(rows, j, scores_alone(), mask);
                 vp.wait(v_full);
                 acc = async_dot_wait(0, async_dot(cast<T>(p), v_s[vp.index()], acc * expand_dims(alpha, 1)));
                 next_v();
+                free_previous(i, j);
               };
-              for_range(0, n_full, [&](Int j) { step(j, Mask::none); });
-              for_range(n_full, n_blocks, [&](Int j) { step(j, Mask::always); });
-              release_q();
-              if (cfg.pingpong) if_(r == 0 && n_blocks > 0, [&] { named_barrier_wait(1, 256); });
+              for_range(0, rows.n_full, [&](Int j) { step(j, Mask::none); });
+              for_range(rows.n_full, n_blocks, [&](Int j) { step(j, Mask::always); });
+              if (QB == 2) if_(i > 0 && n_blocks <= free_at_step, free_q_stage);
+              if_(n_blocks > 0, stop_turns);
             } else {
-              if_(n_blocks > 0, [&] {
-                p_prev = cast<T>(softmax(scalar<int32_t>(0), scores_alone(), Mask::if_partial).first);
-              });
+              auto start = [&] {
+                begin_tile();
+                if_(n_blocks > 0, [&] {
+                  p_prev = cast<T>(softmax(rows, scalar<int32_t>(0), scores_alone(), Mask::if_partial).first);
+                });
+              };
+              if (across) if_(begun == 0, start);
+              else start();
               // Step j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} in flight together; the softmax of S_j runs
               // while the tensor cores finish P_{j-1} V_{j-1}.
               auto step = [&](Int j, Mask mask) {
                 kp.wait(k_full);
                 vp.wait(v_full);
                 my_turn();
-                Tile<float> s_j = issue_scores();
+                Tile<float> s_j = issue_scores(q);
                 acc = async_dot(p_prev, v_s[vp.index()], acc);
                 your_turn();
                 Tile<float> scores = async_dot_wait(1, s_j);  // S_j done; P V may still run
                 next_k();
-                auto [p, alpha] = softmax(j, scores, mask);
+                auto [p, alpha] = softmax(rows, j, scores, mask);
+                free_previous(i, j);
                 acc = async_dot_wait(0, acc);
                 next_v();
                 acc = acc * expand_dims(alpha, 1);
                 // P_j packed only now: its registers may be P_{j-1}'s, which the wgmma above read until it ended.
                 p_prev = cast<T>(p);
               };
-              Int first_masked = maximum(n_full, 1);
+              Int first_masked = maximum(rows.n_full, 1);
               for_range(1, first_masked, [&](Int j) { step(j, Mask::none); });
               for_range(first_masked, n_blocks, [&](Int j) { step(j, Mask::always); });
-              release_q();
+              if (QB == 2) if_(i > 0 && n_blocks <= free_at_step, free_q_stage);
+            }
+            Tile<float> inv_l = finish_rows(tile, rows.row0);
+            auto last_alone = [&] {  // the last P V on its own
+              if (!cfg.overlap) return;
               if_(n_blocks > 0, [&] {
                 vp.wait(v_full);
                 acc = async_dot_wait(0, async_dot(p_prev, v_s[vp.index()], acc));
                 next_v();
-                if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); });  // the last consumer's last arrival
+                stop_turns();
               });
+            };
+            if (!across) {
+              last_alone();
+            } else {
+              // The last step of this tile and the first of the next as one: the next tile's S_0 is issued with
+              // this tile's last P V, and its softmax runs while that P V is in flight. The ring of turns runs on.
+              auto [has_next, next] = next_tile();
+              Rows next_rows = rows_of(next);
+              begun = where(has_next && n_blocks > 0 && next.n_blocks > 0, 1, 0);
+              if_(begun == 1, [&] {
+                q_ready.wait(q_full);
+                SharedView<T> q_next = q_s[q_ready.index() * CONS + r];
+                q_ready.advance();
+                kp.wait(k_full);
+                vp.wait(v_full);
+                my_turn();
+                Tile<float> s_0 = issue_scores(q_next);
+                acc = async_dot(p_prev, v_s[vp.index()], acc);
+                your_turn();
+                Tile<float> scores = async_dot_wait(1, s_0);
+                next_k();
+                m_i = full<float>({HALF}, -INFINITY);
+                l_i = zeros<float>({HALF});
+                Tile<float> p = softmax(next_rows, scalar<int32_t>(0), scores, Mask::if_partial).first;
+                acc = async_dot_wait(0, acc);
+                next_v();
+                p_prev = cast<T>(p);
+              }, last_alone);
             }
-            // Epilogue: O = acc / l, through shared memory and TMA stores (which clip rows past Sq).
-            Tile<float> l = l_i;
-            Bool empty_row = l == 0.f;
-            // One division per row, then products: a division per element of O is ~10 instructions (rcp,
-            // its refinement and checks), a tenth of a short tile's work.
-            Tile<float> inv_l = 1.f / where(empty_row, 1.f, l);
-            Tile<float> o = acc * expand_dims(inv_l, 1);
-            SharedView<T> o_stage = own_o ? (*o_s)[r] : q;
-            if (own_o) async_store_wait(0);  // the last tile's O has left o_s[r]
-            local_store(o_stage, cast<T>(o));
-            for (int p = 0; p < PANELS; ++p)
-              async_descriptor_store(O, o_stage.cols(p * PANEL, PANEL), {tile.bh, row0, p * PANEL});
-            Tile<float> lse = where(empty_row, INFINITY, (m_i + log2(where(empty_row, 1.f, l))) * float(M_LN2));
-            Int rows = arange(0, HALF) + row0;
-            // 64-bit: B * Hq * Sq may pass 2^31.
-            store(LSE + cast<int64_t>(tile.bh) * cast<int64_t>(Sq) + rows, lse, rows < Sq);
-            if (!own_o) {  // O went out through Q's stage: the next Q may come once the store has read it
-              async_store_wait(0);
-              barrier_arrive(q_empty[0]);
-            }
+            write_o(tile, rows.row0, q, inv_l);
+            acc = zeros<float>({HALF, D});
+            if (cfg.persistent && QB == 1) free_q_stage();  // the next Q comes into this stage
           });
           async_store_wait(0);
         }));

@@ -144,6 +144,25 @@ TEST_CASE("attention forward: three consumers (BM 192) at D 64, every schedule",
   }
 }
 
+TEST_CASE("attention forward: persistent programs run on across tiles (empty, one-block and long tiles)",
+          "[attention][async]") {
+  // A persistent program takes several tiles (the CPU backend runs as many programs as it has cores, the GPU one
+  // per multiprocessor): the last step of a tile issues the next tile's first product, and Q alternates between
+  // two stages. Tiles without keys (causal, Sq > Sk), with one block of keys, and with many follow each other.
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  for (AttentionConfig cfg : {AttentionConfig{128, 128, 3, true, true, true}, AttentionConfig{128, 64, 2, true, true, true},
+                              AttentionConfig{128, 128, 2, false, true, true}, AttentionConfig{128, 128, 2, true, false, true},
+                              AttentionConfig{192, 128, 2, true, true, true}}) {
+    INFO("BM " << cfg.BM << " BN " << cfg.BN << " stages " << cfg.stages << " pingpong " << cfg.pingpong
+               << " overlap " << cfg.overlap);
+    check_attention<bf16>(dev, {1, 3, 1, 300, 77, 64, true}, rng, 0, &cfg);    // 0, 1 and 1 key blocks
+    check_attention<f16>(dev, {2, 2, 1, 260, 300, 64, true}, rng, 0, &cfg);
+    check_attention<bf16>(dev, {1, 4, 2, 70, 500, 64, false}, rng, 0, &cfg);  // one query block per head
+    if (cfg.BM == 128) check_attention<bf16>(dev, {1, 2, 1, 200, 270, 128, true}, rng, 0, &cfg);
+  }
+}
+
 TEST_CASE("attention forward: the same result under shuffled CPU fiber schedules", "[attention][async][cpu-only]") {
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::cpu();
@@ -153,6 +172,9 @@ TEST_CASE("attention forward: the same result under shuffled CPU fiber schedules
     INFO("WEFT_CPU_SCHED_SEED=" << seed);
     setenv("WEFT_CPU_SCHED_SEED", std::to_string(seed).c_str(), 1);
     check_attention<bf16>(dev, {1, 2, 1, 150, 300, 64, seed % 2 == 1}, rng);
+    AttentionConfig persistent = attention_config(64);
+    persistent.persistent = true;
+    check_attention<bf16>(dev, {1, 3, 1, 200, 150, 64, true}, rng, 0, &persistent);
   }
   if (saved)
     setenv("WEFT_CPU_SCHED_SEED", restore.c_str(), 1);
