@@ -151,9 +151,9 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
 
     async_tasks(
         task("producer", {.warps = 4, .regs = 24}, [&] {
-          Pipeline qp(QB), kp(S), vp(S);  // the K and V rings run on across tiles
-          for_each_tile([&](const OutputTile& tile, Int, auto&&) {
-            // Q of this tile into its stages once the consumers' O of QB tiles ago has left them.
+          Pipeline qp(QB), kp(S), vp(S);  // the rings run on across tiles
+          // Q of a tile into its stages, once the consumers' O of QB tiles before has left them.
+          auto load_q = [&](const OutputTile& tile) {
             qp.acquire(q_empty);
             barrier_expect_bytes(q_full[qp.index()], CONS * q_s.stage_bytes());
             for (int r = 0; r < CONS; ++r)
@@ -161,20 +161,37 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
                 async_descriptor_load(Q, q_s[qp.index() * CONS + r].cols(p * PANEL, PANEL),
                                       {tile.bh, tile.q0 + r * HALF, p * PANEL}, q_full[qp.index()]);
             qp.advance();
-            // Block j of K (or V) into the next stage of its ring, 64 columns per TMA box.
-            auto load = [&](Pipeline& ring, const TensorDesc<T, 3>& desc, const SharedBuffer<T>& buf,
-                            const Barriers& full, const Barriers& empty, Int j) {
-              ring.acquire(empty);
-              barrier_expect_bytes(full[ring.index()], buf.stage_bytes());
-              for (int p = 0; p < PANELS; ++p)
-                async_descriptor_load(desc, buf[ring.index()].cols(p * PANEL, PANEL), {tile.bh_kv, j * BN, p * PANEL},
-                                      full[ring.index()]);
-              ring.advance();
+          };
+          // Block j of K (or V) into the next stage of its ring, 64 columns per TMA box.
+          auto load = [&](Pipeline& ring, const TensorDesc<T, 3>& desc, const SharedBuffer<T>& buf, const Barriers& full,
+                          const Barriers& empty, Int bh_kv, Int j) {
+            ring.acquire(empty);
+            barrier_expect_bytes(full[ring.index()], buf.stage_bytes());
+            for (int p = 0; p < PANELS; ++p)
+              async_descriptor_load(desc, buf[ring.index()].cols(p * PANEL, PANEL), {bh_kv, j * BN, p * PANEL},
+                                    full[ring.index()]);
+            ring.advance();
+          };
+          auto load_k = [&](const OutputTile& tile, Int j) { load(kp, K, k_s, k_full, k_empty, tile.bh_kv, j); };
+          // K runs a block ahead of V: a K stage is free once S_j has been computed, a V stage only once P_j V_j
+          // has, so K_{j+1} is loaded before V_j, and the next tile's Q (with two Q stages) and K_0 before this
+          // tile's last V: they are then in place when a consumer's last step of this tile issues S_0 of the next.
+          for_each_tile([&](const OutputTile& tile, Int i, auto&& next_tile) {
+            if (QB == 1) load_q(tile);
+            else if_(i == 0, [&] { load_q(tile); });  // later tiles' Q came during the tile before
+            if_(i == 0 && tile.n_blocks > 0, [&] { load_k(tile, scalar<int32_t>(0)); });
+            auto [has_next, next] = next_tile();
+            auto prefetch_next = [&] {
+              if_(has_next, [&] {
+                if (QB == 2) load_q(next);
+                if_(next.n_blocks > 0, [&] { load_k(next, scalar<int32_t>(0)); });
+              });
             };
             for_range(0, tile.n_blocks, [&](Int j) {
-              load(kp, K, k_s, k_full, k_empty, j);
-              load(vp, V, v_s, v_full, v_empty, j);
+              if_(j + 1 < tile.n_blocks, [&] { load_k(tile, j + 1); }, prefetch_next);
+              load(vp, V, v_s, v_full, v_empty, tile.bh_kv, j);
             });
+            if_(tile.n_blocks == 0, prefetch_next);
           });
         }),
         task("consumer", {.warps = 4, .regs = CONS == 2 ? 240 : 160, .replicas = CONS}, [&] {
@@ -196,14 +213,11 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           auto your_turn = [&] {
             if (cfg.pingpong) on_replica([&](int i) { named_barrier_arrive(1 + (i + 1) % CONS, 256); });
           };
-          // The ring of turns starts with consumer 0 (the last consumer's arrival opens its barrier) and, when it
-          // stops, consumer 0 takes the last consumer's last arrival.
-          auto start_turns = [&] {
-            if (cfg.pingpong) if_(r == CONS - 1, [&] { named_barrier_arrive(1, 256); });
-          };
-          auto stop_turns = [&] {
-            if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); });
-          };
+          // The ring of turns runs through all of the program's tiles (every consumer takes one turn per key block
+          // of each tile): it starts with consumer 0 (the last consumer's arrival opens its barrier) and, at the
+          // end, consumer 0 takes the last consumer's last arrival. (Stopping and restarting it at each tile would
+          // let the last consumer arrive twice on barrier 1 before consumer 0 waits there once.)
+          if (cfg.pingpong) if_(r == CONS - 1, [&] { named_barrier_arrive(1, 256); });
           // This consumer's rows of a tile; blocks 0 .. n_full - 1 need no mask in any of them: every key is
           // before Sk and (causal) at or before each row's diagonal. The main loops run those without a mask and
           // the rest with one, so that no step of either loop branches on it.
@@ -280,8 +294,9 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
             q_free.release(q_empty);
             q_free.advance();
           };
-          // With two Q stages, the previous tile's stage is freed once this tile's first step is done (its O store
-          // has long been read by then), or at the tile's end when it has no such step.
+          // With two Q stages, the previous tile's stage is freed in this tile's first step after its first softmax
+          // (its O store has long been read by then), or at the tile's end when it has no such step. Always before
+          // the step waits for a V block: the producer loads the next tile's Q ahead of this tile's last V.
           const int free_at_step = cfg.overlap ? 1 : 0;
           auto free_previous = [&](Int i, Int j) {
             if (QB == 2) if_(i > 0 && j == free_at_step, free_q_stage);
@@ -296,7 +311,6 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               q_ready.advance();
               m_i = full<float>({HALF}, -INFINITY);
               l_i = zeros<float>({HALF});
-              if_(n_blocks > 0, start_turns);
             };
             auto scores_alone = [&] {  // S_j issued on its own and waited for
               kp.wait(k_full);
@@ -311,15 +325,14 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               begin_tile();
               auto step = [&](Int j, Mask mask) {
                 auto [p, alpha] = softmax(rows, j, scores_alone(), mask);
+                free_previous(i, j);  // before V_j: the producer loads the next Q ahead of it
                 vp.wait(v_full);
                 acc = async_dot_wait(0, async_dot(cast<T>(p), v_s[vp.index()], acc * expand_dims(alpha, 1)));
                 next_v();
-                free_previous(i, j);
               };
               for_range(0, rows.n_full, [&](Int j) { step(j, Mask::none); });
               for_range(rows.n_full, n_blocks, [&](Int j) { step(j, Mask::always); });
               if (QB == 2) if_(i > 0 && n_blocks <= free_at_step, free_q_stage);
-              if_(n_blocks > 0, stop_turns);
             } else {
               auto start = [&] {
                 begin_tile();
@@ -360,7 +373,6 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
                 vp.wait(v_full);
                 acc = async_dot_wait(0, async_dot(p_prev, v_s[vp.index()], acc));
                 next_v();
-                stop_turns();
               });
             };
             if (!across) {
@@ -395,6 +407,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
             acc = zeros<float>({HALF, D});
             if (cfg.persistent && QB == 1) free_q_stage();  // the next Q comes into this stage
           });
+          if (cfg.pingpong) if_(r == 0, [&] { named_barrier_wait(1, 256); });
           async_store_wait(0);
         }));
   });
