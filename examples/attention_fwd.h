@@ -445,8 +445,10 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
     fail("B * Hq * Sq / 128 must stay below 2^31 (tiles are counted in 32 bits)");
 
   AttentionConfig cfg = cfg_or_null ? *cfg_or_null : attention_config(p);
-  if ((cfg.BM != 128 && cfg.BM != 192) || cfg.BN < 16 || cfg.BN > 256 || cfg.BN % 16 != 0 || cfg.stages < 1)
-    fail("config: BM must be 128 or 192 and BN a multiple of 16 up to 256, with at least one stage");
+  if ((cfg.BM != 128 && cfg.BM != 192) || cfg.BN < 16 || cfg.BN > 256 || (cfg.BN & (cfg.BN - 1)) != 0 || cfg.stages < 1)
+    fail("config: BM must be 128 or 192 and BN one of 16, 32, 64, 128, 256 (tiles are powers of two), with at least "
+         "one stage (got BM " + std::to_string(cfg.BM) + ", BN " + std::to_string(cfg.BN) + ", stages " +
+         std::to_string(cfg.stages) + ")");
   if (cfg.BM == 192 && p.D > 64)
     fail("config: BM = 192 (three consumers of 160 registers) needs D <= 64; D = " + std::to_string(p.D) +
          " takes BM = 128");

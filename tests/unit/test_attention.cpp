@@ -232,4 +232,12 @@ TEST_CASE("attention forward: bad arguments are Errors at the caller's line", "[
   three.BM = 256;
   CHECK_THROWS_WITH(attention_fwd(dev.stream(), q128, kv128, kv128, o128, lse, p128, &three),
                     Catch::Contains("BM must be 128 or 192"));
+  AttentionConfig wide = attention_config(128);
+  wide.BN = 176;  // FlashAttention-3's hd128 tile; weft's tiles are powers of two
+  line = __LINE__ + 1;
+  try { attention_fwd(dev.stream(), q128, kv128, kv128, o128, lse, p128, &wide); FAIL("no error"); } catch (const Error& e) {
+    std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("BN one of 16, 32, 64, 128, 256") && Catch::Contains("BN 176"));
+    CHECK_THAT(what, Catch::Contains("test_attention.cpp:" + std::to_string(line)));
+  }
 }

@@ -475,6 +475,7 @@ std::optional<Layout> Lowering::operand_layout(const ir::Node& n, size_t i, Layo
     case Op::LocalStore:
     case Op::LocalStoreRemote:  // an Acc tile is stored a column pair at a time
       return i == 1 && layout_of(*n.operands[1]) == Layout::Acc ? Layout::Acc : Layout::Blocked;
+    case Op::Store: return store_from_rows(n) ? Layout::AccRows : Layout::Blocked;
     case Op::Slice: return result;
     case Op::ReduceSum:
     case Op::ReduceMax:

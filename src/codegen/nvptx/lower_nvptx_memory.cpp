@@ -186,9 +186,37 @@ void Lowering::load(const NodeRef& n) {
   regs_[n.get()] = std::move(out);
 }
 
+// A store of one value per row of an accumulator (a row reduction: the LSE of attention) whose pointers and
+// mask are index tiles is done where the rows are, each thread storing its rows' registers: no exchange through
+// shared memory into the blocked layout first (the four lanes of a row store the same value at one address,
+// which the memory system merges).
+bool Lowering::store_from_rows(const ir::Node& n) {
+  auto computed_anywhere = [&](const ir::Node& x) { return uniform_node(x) || x.type.numel() <= 1 || index_tile(x); };
+  if (layout_of(*n.operands[1]) != Layout::AccRows || !computed_anywhere(*n.operands[0])) return false;
+  return n.operands.size() < 3 || computed_anywhere(*n.operands[2]);
+}
+
 void Lowering::store(const NodeRef& n) {
   const auto& o = n->operands;
   DType d = o[1]->type.dtype;
+  if (regs(o[1]).in(Layout::AccRows) && store_from_rows(*n)) {
+    const Regs& values = regs(o[1]);
+    auto reg = [&](const NodeRef& x, size_t r) {  // a uniform pointer or mask holds one value for all registers
+      const Regs& x_regs = regs(x);
+      return x_regs.uniform || x_regs.v.size() == 1 ? x_regs.v[0] : x_regs.v.at(r);
+    };
+    for (size_t r = 0; r < values.v.size(); ++r) {
+      auto write = [&]() -> Value* {
+        b_.CreateStore(ops_.to_memory(d, values.v[r]), reg(o[0], r));
+        return nullptr;
+      };
+      if (o.size() > 2)
+        guarded(reg(o[2], r), write, nullptr);
+      else
+        write();
+    }
+    return;
+  }
   int64_t width = vector_width(o[0]->type.numel());
   for (int64_t first = 0; first < per_thread(o[0]->type.numel()); first += width) {
     Chunk c = chunk_of(o, 2, first, width);

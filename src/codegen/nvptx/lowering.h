@@ -210,6 +210,7 @@ class Lowering {
   Chunk chunk_of(const std::vector<NodeRef>& o, size_t mask_operand, int64_t first, int64_t width);
   void load(const NodeRef& n);
   void store(const NodeRef& n);
+  bool store_from_rows(const ir::Node& n);
   std::vector<Value*> branch_values(Value* cond, int64_t count, const std::function<void(std::vector<Value*>&)>& fast,
                                     const std::function<void(std::vector<Value*>&)>& slow);
   Value* shared_address(Value* offset);
