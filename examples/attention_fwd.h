@@ -50,9 +50,10 @@ struct AttentionConfig {
   // A consumer issues S_j = Q K_j^T together with P_{j-1} V_{j-1} and runs softmax_j meanwhile (FA3's
   // intra-warp-group overlap): 6-10% faster on the H200 (benchmarks/NOTES.md, run 19).
   bool overlap = true;
-  // One program per multiprocessor walks the tiles (the next tile's Q, K and V load while this one ends),
-  // instead of one program per tile. The tile loop keeps more values live (the consumers spill a little at
-  // D 128 and much at D 256), so it pays only where tiles are short: see attention_config(params).
+  // One program per multiprocessor walks the tiles instead of one program per tile: the next tile's Q and
+  // first K load while this one runs, and (with two Q stages, which fit up to D 128) a consumer's last step of
+  // a tile is the first of the next. The tile loop keeps more values live (the consumers spill a few bytes
+  // per tile at D 128 and much at D 256), so it pays only where tiles are short: see attention_config(params).
   bool persistent = false;
 };
 
@@ -67,15 +68,16 @@ inline AttentionConfig attention_config(int D) {
 
 // The tiling for one problem: attention_config(D), made persistent where each (batch, head) has few keys.
 // There a tile is short, and a program per tile spends a tenth of its time waiting for its first Q and K
-// tiles; one program per multiprocessor loads the next tile's while this one ends. Measured on the H200
-// (bf16, B * S = 16k): non-causal +8% at D 128 and +13% at D 64 with S = 512, +1-2% at 1k, -2% at 2k;
-// causal (snake order) +8% at S = 512, +3.5% at 1k. Not at D 256, whose persistent consumers spill 240 bytes.
-// Longer D 64 problems take three consumers (BM 192): their softmax, not the products, sets the pace, and a
-// third warp group keeps the tensor cores busy while two compute theirs (H200, bf16: +14-15% non-causal,
-// +5-11% causal at S 2k-8k; at S 512 the persistent two-consumer kernel is faster).
+// tiles; one program per multiprocessor runs from one tile into the next. Measured on the H200 (bf16,
+// B * S = 16k; benchmarks/NOTES.md, sessions 7 and 9): non-causal +15% at D 128 and +13% at D 64 with
+// S = 512, +5% at 1k, even at 2k; causal (snake order) +8% at S = 512, +3.5% at 1k, and at D 64 +3% at 2k.
+// Not at D 256, whose persistent consumers spill 240 bytes. Longer D 64 problems take three consumers
+// (BM 192): their softmax, not the products, sets the pace, and a third warp group keeps the tensor cores
+// busy while two compute theirs (H200, bf16: +14-15% non-causal, +5-11% causal at S 2k-8k; at S 512 the
+// persistent two-consumer kernel is faster).
 inline AttentionConfig attention_config(const AttentionParams& p) {
   AttentionConfig cfg = attention_config(p.D);
-  if (p.Sk <= 1024 && p.D <= 128) cfg.persistent = true;
+  if (p.D <= 128 && (p.Sk <= 1024 || (p.D <= 64 && p.causal && p.Sk <= 2048))) cfg.persistent = true;
   else if (p.D <= 64) cfg.BM = 192;
   return cfg;
 }

@@ -126,8 +126,12 @@ TEST_CASE("attention_config(params): persistent for short keys, three consumers 
   CHECK(!pick(256, 512, false).overlap);
   CHECK(pick(64, 512, false).persistent);
   CHECK(pick(64, 512, false).BM == 128);
-  CHECK(pick(64, 2048, true).BM == 192);
-  CHECK(!pick(64, 2048, true).persistent);
+  CHECK(pick(64, 2048, false).BM == 192);
+  CHECK(!pick(64, 2048, false).persistent);
+  CHECK(pick(64, 2048, true).persistent);  // causal D 64: persistent up to 2048 keys
+  CHECK(pick(64, 2048, true).BM == 128);
+  CHECK(pick(64, 2049, true).BM == 192);
+  CHECK(!pick(64, 2049, true).persistent);
 }
 
 TEST_CASE("attention forward: three consumers (BM 192) at D 64, every schedule", "[attention][async]") {
