@@ -100,6 +100,8 @@ int main(int argc, char** argv) try {
       bad += check<bf16>(dev, {2, 16, 16, 4096, 4096, 128, causal}, rng, true);
       bad += check<f16>(dev, {2, 8, 2, 1000, 1537, 64, causal}, rng, false);
       bad += check<bf16>(dev, {1, 4, 4, 777, 300, 256, causal}, rng, false);
+      // Persistent (at most 1024 keys): 1280 tiles on the GPU's programs, each running from tile to tile.
+      bad += check<bf16>(dev, {4, 64, 8, 600, 900, 128, causal}, rng, true);
     }
   } else {  // the CPU backend simulates every warp group: small shapes
     bad += check<bf16>(dev, {1, 2, 1, 150, 200, 64, false}, rng, false);
