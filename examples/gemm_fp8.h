@@ -160,8 +160,10 @@ struct GemmFp8Config {
 //   On the H200: 0.994x cuBLASLt at 4096^3 and 0.958x at 8192^3 (round 1: 0.923x / 0.877x in the same run).
 // - Block scales: one partial (with two, the scales' loads and broadcast next to three accumulators spill),
 //   two staging buffers, 232 registers.
-// - No clusters: every cluster_m = 2 candidate ran 2.7-3x slower than its single-block twin on the H200
-//   (not yet understood; see NOTES), so they stay candidates for bench_gemm_fp8 --configs only.
+// - No clusters: every cluster_m = 2 candidate ran 2.7-3x slower than its single-block twin on the H200,
+//   most likely because each stage release was a cluster-scope arrival (a MEMBAR.GPU in the SASS, twice per
+//   k-tile and consumer), now CTA-scope (NOTES: "clusters of two ran 2-3x slower"); until that is measured
+//   they stay candidates for bench_gemm_fp8 --configs only.
 // `M`, `N` and `multiprocessors` are not used yet; they are the inputs a per-shape choice will need.
 inline GemmFp8Config gemm_fp8_default_config(Fp8Scaling scaling, int /*M*/, int /*N*/, int /*multiprocessors*/) {
   return scaling == Fp8Scaling::block

@@ -309,10 +309,15 @@ inline void barrier_arrive(const Barrier& bar, SourceLoc loc = SourceLoc::curren
 }
 // One arrival of this task replica on the mbarrier at the same shared-memory offset in block
 // `remote_cta_rank` of this block's thread-block cluster (see cluster_cta_rank): one thread maps the
-// address with mapa.shared::cluster.u32 and arrives with mbarrier.arrive.release.cluster.shared::cluster.b64,
-// after the replica's threads meet. The rank may be this block's own. Only arrivals reach another block:
-// waiting on a remote barrier is not possible (PTX waits on the own block's barriers only), so each block
-// waits on its own and the others arrive there.
+// address with mapa.shared::cluster.u32 and arrives with mbarrier.arrive.shared::cluster.b64, after the
+// replica's threads meet. The release is at cluster scope (mbarrier.arrive.release.cluster, and waits in
+// the kernel acquire at cluster scope) when the kernel writes memory with store() or local_store(..., rank)
+// that another block may read after its wait; otherwise (every write another block sees is a TMA's or a
+// bulk copy's, which complete on the barrier themselves: a multicast ring) it is the default CTA-scope
+// release, as CUTLASS's (ptxas puts a MEMBAR.ALL.GPU before a cluster-scope release: benchmarks/NOTES.md,
+// "clusters"). The rank may be this block's own. Only arrivals reach another block: waiting on a remote
+// barrier is not possible (PTX waits on the own block's barriers only), so each block waits on its own and
+// the others arrive there.
 inline void barrier_arrive(const Barrier& bar, Operand<int32_t> remote_cta_rank) {
   detail::emit(detail::Op::BarrierArriveRemote, {bar.node(), remote_cta_rank.node}, {}, remote_cta_rank.loc);
 }

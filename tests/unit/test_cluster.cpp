@@ -30,6 +30,16 @@ std::vector<float> whole_floats(Rng& rng, size_t n) { return generate<float>(rng
 
 std::string at(int line) { return std::string(__FILE__) + ":" + std::to_string(line); }
 
+bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+// The memory scope of a kernel's remote arrivals and waits (sm_90a PTX): cluster scope where it writes
+// memory that another block reads after a wait (store(), local_store to a rank), else CTA scope.
+void check_cluster_scope(const std::string& ptx, bool cluster_scope) {
+  CHECK(contains(ptx, "mbarrier.arrive.release.cluster.shared::cluster.b64") == cluster_scope);
+  CHECK(contains(ptx, "mbarrier.arrive.shared::cluster.b64") == !cluster_scope);
+  CHECK(contains(ptx, "mbarrier.try_wait.parity.acquire.cluster") == cluster_scope);
+}
+
 }  // namespace
 
 // ---- cluster_cta_rank ---------------------------------------------------------------------------------
@@ -109,6 +119,8 @@ TEST_CASE("a remote arrival hands tiles from block 1 of a cluster to a task of b
   std::vector<float> want(x.size());
   for (size_t i = 0; i < x.size(); ++i) want[i] = 2 * x[i] + 1;
   check_near<float>(out, want);
+  // The hand-over goes through global memory: the arrivals release, the waits acquire, at cluster scope.
+  check_cluster_scope(k.ptx(), true);
 }
 
 TEST_CASE("local_store into another block's shared memory, handed over with remote arrivals", "[async]") {
@@ -145,6 +157,7 @@ TEST_CASE("local_store into another block's shared memory, handed over with remo
   std::vector<float> want(x.size());
   for (size_t i = 0; i < x.size(); ++i) want[i] = 2 * x[i] + 1;
   check_near<float>(out, want);
+  check_cluster_scope(k.ptx(), true);  // st.shared::cluster, published by the arrivals
 }
 
 // ---- TMA multicast ----------------------------------------------------------------------------------------
@@ -176,6 +189,56 @@ TEST_CASE("a multicast TMA load lands in both blocks of a cluster and completes 
         for (int e = 0; e < kTile; ++e)
           want[size_t(((c * 2 + block) * 2 + s) * kTile + e)] = a[size_t((c * 2 + s) * kTile + e)];
   check_near<float>(out, want);
+}
+
+TEST_CASE("a multicast ring whose stages both blocks release: CTA-scope arrivals when only TMA writes",
+          "[async]") {
+  WEFT_SEEDED_RNG(rng);
+  static constexpr int steps = 5, stages = 2;
+  // As a GEMM's producer and consumers in clusters of two: at step i block r loads band r of the cluster's
+  // tile i (rows 2 R) and multicasts it into both blocks' stage; each block waits for both bands, releases
+  // the stage at both blocks' `empty` (it is overwritten by both blocks' multicasts) and TMA-stores the
+  // tile plus 1 to its own rows of the output. Every write another block sees is a TMA's, so the
+  // arrivals need no cluster-scope release (a MEMBAR.GPU each in the SASS) and the waits no
+  // cluster-scope acquire.
+  Kernel k("multicast_ring", [](TensorDesc<float, 2> a, TensorDesc<float, 2> c) {
+    auto ring = local_alloc<float>({2 * R, C}, stages, "ring");
+    auto staging = local_alloc<float>({2 * R, C}, 1, "staging");
+    auto full = alloc_barriers(stages, 1, "full");
+    auto empty = alloc_barriers(stages, 2, "empty");
+    Int rank = cluster_cta_rank();
+    Int cluster = program_id(0) / 2;
+    Pipeline p(stages);
+    for_range(0, steps, [&](Int i) {
+      p.acquire(empty);
+      barrier_expect_bytes(full[p.index()], ring.stage_bytes());
+      async_descriptor_load(a, ring[p.index()].rows(rank * R, R), {((cluster * steps + i) * 2 + rank) * R, 0},
+                            full[p.index()], 0b11);
+      p.wait(full);
+      Tile<float> tile = local_load(ring[p.index()]) + 1.0f;
+      p.release(empty, 0);
+      p.release(empty, 1);
+      async_store_wait(0);
+      local_store(staging[0], tile);
+      async_descriptor_store(c, staging[0], {(program_id(0) * steps + i) * 2 * R, 0});
+      p.advance();
+    });
+    async_store_wait(0);
+  }, in_clusters(2));
+  constexpr int clusters = 2, rows = clusters * steps * 2 * R;
+  std::vector<float> a = whole_floats(rng, size_t(rows) * C);
+  Device dev = Device::current();
+  Buffer<float> da = dev.upload(a);
+  Buffer<float> dc = dev.upload(std::vector<float>(2 * a.size(), -1.0f));
+  k.launch(Grid(2 * clusters), tma(da, {rows, C}, {R, C}), tma(dc, {2 * rows, C}, {2 * R, C}));
+  std::vector<float> got = dc.download(), want(got.size());
+  for (int cl = 0; cl < clusters; ++cl)
+    for (int block = 0; block < 2; ++block)
+      for (int i = 0; i < steps; ++i)
+        for (int e = 0; e < 2 * kTile; ++e)
+          want[size_t(((cl * 2 + block) * steps + i) * 2 * kTile + e)] = a[size_t((cl * steps + i) * 2 * kTile + e)] + 1;
+  check_near<float>(got, want);
+  check_cluster_scope(k.ptx(tma(da, {rows, C}, {R, C}), tma(dc, {2 * rows, C}, {2 * R, C})), false);
 }
 
 // ---- cluster_sync ---------------------------------------------------------------------------------------

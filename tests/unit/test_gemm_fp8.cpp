@@ -273,6 +273,31 @@ TEST_CASE("ptxas: every candidate configuration of the fp8 GEMM compiles without
   }
 }
 
+// In clusters of two, each consumer releases every stage at both blocks' `empty` barriers, once per k-tile.
+// Only TMA writes cross blocks here, so the releases are CTA-scope arrivals (mbarrier.arrive.shared::cluster,
+// as CUTLASS's) and the waits acquire at CTA scope: a cluster-scope release is a MEMBAR.ALL.GPU in the SASS
+// (ptxas), two per k-tile and consumer, and every `_cl2` candidate ran ~2.7x slower than its twin with
+// them on the H200 (benchmarks/NOTES.md, "clusters").
+TEST_CASE("the clustered fp8 GEMM releases stages with CTA-scope remote arrivals", "[fp8]") {
+  Device dev = Device::cpu();
+  const int M = 256, N = 256, K = 256;
+  Buffer<f8e4m3> a = dev.alloc<f8e4m3>(M * K), b = dev.alloc<f8e4m3>(N * K);
+  Buffer<bf16> c = dev.alloc<bf16>(M * N);
+  int clustered = 0;
+  for (const auto& [cfg, s] : supported_candidates()) {
+    if (cfg.cluster_m == 1) continue;
+    ++clustered;
+    INFO((s == Fp8Scaling::block ? "block " : "per-tensor ") << cfg.name());
+    std::string ptx = make_gemm_fp8(cfg, s).ptx(tma(a, {M, K}, {cfg.BM, cfg.BK}),
+                                                tma(b, {N, K}, {cfg.BN / cfg.cluster_m, cfg.BK}),
+                                                tma(c, {M, N}, {cfg.BM / 2, cfg.epilogue_n}));
+    CHECK(ptx.find("mbarrier.arrive.shared::cluster.b64") != std::string::npos);
+    CHECK(ptx.find("mbarrier.arrive.release.cluster") == std::string::npos);
+    CHECK(ptx.find("try_wait.parity.acquire.cluster") == std::string::npos);
+  }
+  CHECK(clustered >= 6);
+}
+
 // Each candidate on the GPU (sampled against the double reference) and on the CPU backend with the same
 // inputs: both within the reference's tolerance, so within twice of it of each other. Shapes with partial
 // tiles, an odd number of tile rows (the cluster's last pair half past the end) and more tiles than the

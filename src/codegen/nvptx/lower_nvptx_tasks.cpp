@@ -67,6 +67,7 @@ void Lowering::init_barriers() {
   bool any = false;
   for (const passes::SharedAllocation& a : allocations_.allocations) any = any || a.node->op == Op::AllocBarriers;
   has_barriers_ = any;
+  cluster_scope_sync_ = clustered() && writes_outside_block_shared_memory(f_.body);
   bool named = debug_waits_ && uses_named_barriers(f_.body);
   if (!any && !named) return;
   if (any) plan_warp_arrivals();
@@ -90,6 +91,18 @@ void Lowering::init_barriers() {
     ptx_.cluster_sync();
   else
     ptx_.barrier();
+}
+
+// Generic-proxy writes another block of the cluster could read: store() to global memory, local_store into
+// another block's shared memory (TMA stores and bulk copies are async-proxy writes, ordered by their own
+// completion, not by an mbarrier arrival's release).
+bool Lowering::writes_outside_block_shared_memory(const ir::Region& r) {
+  for (const NodeRef& n : r.body) {
+    if (n->op == Op::Store || n->op == Op::LocalStoreRemote) return true;
+    for (const ir::Region& inner : n->regions)
+      if (writes_outside_block_shared_memory(inner)) return true;
+  }
+  return false;
 }
 
 bool Lowering::uses_named_barriers(const ir::Region& r) {
@@ -265,7 +278,8 @@ void Lowering::hopper_node(const NodeRef& n) {
     case Op::BarrierArriveRemote: {
       Value* bar = shared_address(regs(o[0]).v[0]);
       Value* rank = regs(o[1]).v[0];
-      return once_per_group([&] { ptx_.mbarrier_arrive_cluster(ptx_.map_shared_to_rank(bar, rank)); });
+      return once_per_group(
+          [&] { ptx_.mbarrier_arrive_cluster(ptx_.map_shared_to_rank(bar, rank), cluster_scope_sync()); });
     }
     case Op::AsyncRemoteShmemCopy: {
       // Every thread's writes to the source, visible to the async proxy; after the group's sync one thread
@@ -297,7 +311,7 @@ void Lowering::barrier_wait(Value* bar, Value* parity) {
   b_.CreateBr(poll);
   b_.SetInsertPoint(poll);
   // In a cluster, arrivals may come from other blocks: acquire at cluster scope (their release is).
-  b_.CreateCondBr(ptx_.mbarrier_try_wait_parity(bar, parity, clustered()), done, poll);
+  b_.CreateCondBr(ptx_.mbarrier_try_wait_parity(bar, parity, cluster_scope_sync()), done, poll);
   b_.SetInsertPoint(done);
 }
 

@@ -120,6 +120,14 @@ class Lowering {
     return it != regs_.end() ? it->second : converted_.at(n.get());
   }
   bool clustered() const { return cluster_.blocks() > 1; }
+  // Whether mbarrier arrivals from other blocks and waits on them must order ordinary (generic-proxy)
+  // memory accesses at cluster scope: in a cluster kernel that writes global memory with store() or
+  // another block's shared memory with local_store(..., rank), whose data another block may read after
+  // waiting. Elsewhere (every write another block sees comes from TMA or bulk copies, which signal the
+  // barrier themselves) the arrival is the CTA-scope release CUTLASS uses: ptxas turns a .release.cluster
+  // arrival into MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before the arrive, and an .acquire.cluster wait into
+  // one more CCTL.IVALL, the cost of a GPU-scope fence on every release of a multicast stage.
+  bool cluster_scope_sync() const { return cluster_scope_sync_; }
 
   // ---- nodes, elementwise ops and control flow (lower_nvptx.cpp) ---------------------------------------
 
@@ -254,6 +262,7 @@ class Lowering {
   void plan_warp_arrivals();
   void init_barriers();
   static bool uses_named_barriers(const ir::Region& r);
+  static bool writes_outside_block_shared_memory(const ir::Region& r);
   Value* debug_named_barrier(int64_t id);
   void once_per_group(const std::function<void()>& body);
   Value* l2_policy(const ir::Node& n);  // a TMA op's L2 eviction policy, or null without a hint
@@ -278,6 +287,7 @@ class Lowering {
   // shared memory (kNamedBarrierIds i64s after everything else; set in run()).
   llvm::GlobalVariable* debug_named_base_ = nullptr;
   ClusterDims cluster_;  // blocks per cluster (1, 1, 1: no clusters)
+  bool cluster_scope_sync_ = false;   // see cluster_scope_sync()
   std::unique_ptr<llvm::Module> mod_;
   llvm::Function* fn_ = nullptr;
   llvm::BasicBlock* entry_ = nullptr;

@@ -203,8 +203,9 @@ void PtxInstructions::fence_proxy_async_shared_cluster() {
   asm_call(b_, b_.getVoidTy(), "fence.proxy.async.shared::cluster;", "~{memory}", {});
 }
 
-void PtxInstructions::mbarrier_arrive_cluster(llvm::Value* bar) {
-  asm_call(b_, b_.getVoidTy(), "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$0];", "r,~{memory}", {bar});
+void PtxInstructions::mbarrier_arrive_cluster(llvm::Value* bar, bool cluster_scope) {
+  std::string sem = cluster_scope ? ".release.cluster" : "";
+  asm_call(b_, b_.getVoidTy(), "mbarrier.arrive" + sem + ".shared::cluster.b64 _, [$0];", "r,~{memory}", {bar});
 }
 
 void PtxInstructions::tma_store(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* smem,

@@ -38,8 +38,8 @@ class PtxInstructions {
   // mbarrier.arrive.expect_tx.shared::cta.b64 state, [bar], bytes
   void mbarrier_arrive_expect_tx(llvm::Value* bar, llvm::Value* bytes);
   // mbarrier.try_wait.parity{.acquire.cluster}.shared::cta.b64 p, [bar], parity -> i1: the phase of that
-  // parity completed. `cluster_scope`: acquire at cluster scope, for arrivals from other blocks of the
-  // cluster (the default is .acquire.cta).
+  // parity completed. `cluster_scope`: acquire at cluster scope (ptxas adds a CCTL.IVALL), for generic
+  // writes of other blocks of the cluster published by their arrivals (the default is .acquire.cta).
   llvm::Value* mbarrier_try_wait_parity(llvm::Value* bar, llvm::Value* parity, bool cluster_scope = false);
 
   // GPU debug mode (debug_waits.h).
@@ -83,8 +83,10 @@ class PtxInstructions {
   // The same with pointers: a shared::cta pointer (addrspace 3) -> a shared::cluster one (addrspace 7),
   // through which loads and stores are ld/st.shared::cluster (the llvm.nvvm.mapa.shared.cluster intrinsic).
   llvm::Value* map_shared_pointer_to_rank(llvm::Value* pointer, llvm::Value* rank);
-  // mbarrier.arrive.release.cluster.shared::cluster.b64 _, [bar]: `bar` from map_shared_to_rank.
-  void mbarrier_arrive_cluster(llvm::Value* bar);
+  // mbarrier.arrive{.release.cluster}.shared::cluster.b64 _, [bar]: `bar` from map_shared_to_rank.
+  // Without `cluster_scope` the release is the default .release.cta (CUTLASS's remote arrive): no fence;
+  // with it ptxas puts MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before the arrival (as for fence.acq_rel.gpu).
+  void mbarrier_arrive_cluster(llvm::Value* bar, bool cluster_scope);
   // cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster
   //   [smem], [desc, {coords}], [bar], mask: the box lands at `smem` and signals `bar` in every block whose
   //   bit is set in `mask` (an i16).
