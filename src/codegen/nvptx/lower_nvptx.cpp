@@ -101,9 +101,18 @@ LoweredKernel Lowering::run() {
   return out;
 }
 
+// Each region starts tid_in_region afresh: a value of an enclosing region would be live across this one.
 void Lowering::region(const ir::Region& r) {
-  for (const NodeRef& n : r.body)
-    if (!deferred_.count(n.get())) node(n);
+  std::map<Value*, Value*> outer;
+  std::swap(outer, region_tids_);
+  llvm::BasicBlock* outer_statement = statement_block_;
+  for (const NodeRef& n : r.body) {
+    if (deferred_.count(n.get())) continue;
+    statement_block_ = b_.GetInsertBlock();
+    node(n);
+  }
+  region_tids_ = std::move(outer);
+  statement_block_ = outer_statement;
 }
 
 // In a kernel with tasks, a tile made before async_tasks belongs to no group yet: its registers depend

@@ -29,6 +29,26 @@ Value* Lowering::thread_value(int kind, int64_t arg, const std::function<Value*(
   return v;
 }
 
+// tid_ read again through an asm LLVM does not move (PtxInstructions::thread_index_in_place): what is
+// computed from it stays in the region being lowered. Everything computed from tid_ is loop-invariant,
+// and LICM hoists it out of every loop around its use, where it stays live across the loop's body: the
+// addresses of an epilogue's stores (acc_pair_offset), made once, would hold a register each through a
+// persistent kernel's whole tile loop. Made once per region where the statement's first block is still
+// the insertion block (it then dominates the rest of the region: statements run in sequence, and nested
+// regions join again), else once per block.
+Value* Lowering::tid_in_region() {
+  auto make = [&] {
+    Value* group_start = b_.CreateSub(block_tid_, tid_);  // 0, or what instcombine folds to the group's start
+    Value* t = b_.CreateSub(ptx_.thread_index_in_place(), group_start);
+    // t < threads_: the mask tells LLVM so (and drops a group start that is a multiple of threads_).
+    return threads_ & (threads_ - 1) ? t : b_.CreateAnd(t, i32c(threads_ - 1));
+  };
+  if (b_.GetInsertBlock() != statement_block_) return thread_value(kTidInRegion, 0, make);
+  Value*& v = region_tids_[tid_];
+  if (!v) v = make();
+  return v;
+}
+
 Value* Lowering::lane() { return thread_value(kLane, 0, [&] { return b_.CreateAnd(tid_, i32c(31)); }); }
 Value* Lowering::warp() { return thread_value(kWarp, 0, [&] { return b_.CreateLShr(tid_, i32c(5)); }); }
 

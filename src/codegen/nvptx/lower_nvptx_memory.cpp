@@ -332,6 +332,69 @@ Value* Lowering::view_element(const NodeRef& view, DType d, Value* flat, Value* 
                               b_.CreateZExt(b_.CreateAdd(regs(view).v[0], byte), b_.getInt64Ty()));
 }
 
+// Where register r (the first of a column pair) of an Acc tile stored to `view` goes, computed from its row and
+// column instead of its flat index (view_element): no division by the row length or the panel width, no
+// per-register swizzle arithmetic. Row and column are each a per-thread part plus a constant (acc_row,
+// acc_col: row_base = 16 warp + lane / 4 in [0, 64), col_base = 2 (lane % 4) in {0, 2, 4, 6}); panels are
+// multiples of 8 columns, so a register's panel is static and its byte in the stage is tb + kb before the
+// swizzle, tb = row_base * row_bytes + col_base * elem_bytes per thread, kb a constant. Swizzled, that is
+// ((tb | x) ^ kx) + ka, x = ((tb >> 7) & mask) << 4 per thread, kb split into the bits tb may have (ka) and
+// those it never has (kx) — checked here against passes::paneled_index and passes::swizzled for every
+// (row_base, col_base) a thread can have. So a register costs one or / xor (none when kx is 0) and one add
+// of the stage base plus ka (a few distinct values per tile); the flat-index route left ~15 instructions per
+// register for instcombine to untangle, the largest part of its work on the GEMM and attention epilogues.
+// Null (view_element then) where the formula is not exact or the view is not the tile's own [rows, cols].
+std::optional<Lowering::AccPairOffset> Lowering::acc_pair_offset(const NodeRef& view, DType d, const Regs& value, int64_t r) {
+  const passes::SharedAllocation& alloc = allocations_.of(passes::root_allocation(view.get()));
+  const ir::Shape& shape = view->type.shape;
+  if (view->op == Op::LocalTrans || shape.size() != 2 || shape[0] != value.rows || shape[1] != value.cols || threads_ != 128)
+    return std::nullopt;
+  int64_t R = shape[0], C = shape[1], eb = d.bytes();
+  int64_t panel = alloc.panel && alloc.panel < C ? alloc.panel : 0;
+  if (panel % 8) return std::nullopt;
+  int64_t per_block = value.cols / 2, block = r / per_block, q = r % per_block, i = q / 4, e = q % 4;
+  int64_t row_c = block * 64 + (e >= 2 ? 8 : 0), col_c = 8 * i + (e & 1);
+  int64_t row_bytes = (panel ? panel : C) * eb;
+  int64_t kb = passes::paneled_index(row_c, col_c, R, C, panel) * eb;
+  int sw = alloc.swizzle;
+  int64_t mask = sw ? sw / 16 - 1 : 0;
+  auto tb_of = [&](int64_t row_base, int64_t col_base) { return row_base * row_bytes + col_base * eb; };
+  auto x_of = [&](int64_t tb) { return ((tb >> 7) & mask) << 4; };
+  int64_t may = 0;  // the bits tb may have
+  for (int64_t rb = 0; rb < 64; ++rb)
+    for (int64_t cb = 0; cb <= 6; cb += 2) may |= tb_of(rb, cb);
+  auto exact = [&](int64_t ka, int64_t kx) {
+    for (int64_t rb = 0; rb < 64; ++rb)
+      for (int64_t cb = 0; cb <= 6; cb += 2) {
+        int64_t tb = tb_of(rb, cb), x = x_of(tb);
+        int64_t want = passes::swizzled(passes::paneled_index(rb + row_c, cb + col_c, R, C, panel) * eb, sw);
+        if ((tb & x) || ((tb | x) ^ kx) + ka != want) return false;
+      }
+    return true;
+  };
+  AccPairOffset out{kb & may, kb & ~may, row_bytes * 16 + eb};
+  if (!exact(out.ka, out.kx)) {
+    out = {kb, 0, out.key};
+    if (!exact(out.ka, out.kx)) return std::nullopt;
+  }
+  // From tid_in_region, not tid_: LICM would otherwise hoist every address of the tile (a register each,
+  // 16-64 per epilogue) out of a persistent kernel's tile loop (ptxas then spilled in the D 64 attention
+  // kernel); recomputed per tile they cost a few instructions there.
+  out.tx = thread_value(kAccStoreBase, out.key * 256 + mask, [&] {
+    Value* t = tid_in_region();
+    Value* lane = b_.CreateAnd(t, i32c(31)), *warp = b_.CreateLShr(t, i32c(5));
+    Value* row_base = b_.CreateAdd(b_.CreateShl(warp, i32c(4)), b_.CreateLShr(lane, i32c(2)));
+    Value* col_base = b_.CreateShl(b_.CreateAnd(lane, i32c(3)), i32c(1));
+    Value* tb = b_.CreateAdd(b_.CreateMul(row_base, i32c(row_bytes)), b_.CreateMul(col_base, i32c(eb)));
+    if (!sw) return tb;
+    Value* x = b_.CreateShl(b_.CreateAnd(b_.CreateLShr(tb, i32c(7)), i32c(mask)), i32c(4));
+    return b_.CreateOr(tb, x, "", /*IsDisjoint=*/true);
+  });
+  int64_t x_bits = mask << 4;
+  out.disjoint = (out.kx & x_bits) == 0;
+  return out;
+}
+
 // Loads (or stores) a tile from (to) a stage of a shared buffer. In the blocked layout each chunk of V
 // consecutive elements is one aligned vector access of at most 16 bytes per piece (buffers are 1024-byte
 // aligned, a chunk starts at a multiple of V, and a swizzle moves whole 16-byte units); transposed views
@@ -351,9 +414,21 @@ void Lowering::shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64
   llvm::Align align(static_cast<uint64_t>(per * eb));
   Regs out;
   if (value) sync_group();  // earlier reads of this group are done before anything is overwritten
+  std::map<int64_t, Value*> stage_plus;  // the stage's offset plus each acc_pair_offset's ka
   for (int64_t first = 0; first < per_thread(numel); first += width) {
     for (int64_t j = 0; j < width; j += per) {
-      Value* at = view_element(view, d, value ? index_of(*value, numel, first + j) : flat_index(numel, first + j), base);
+      std::optional<AccPairOffset> pair = pairs ? acc_pair_offset(view, d, *value, first + j) : std::nullopt;
+      Value* at;
+      if (pair) {
+        Value*& stage_ka = stage_plus[pair->ka];
+        if (!stage_ka) stage_ka = add_const(regs(view).v[0], pair->ka);
+        Value* in_stage = pair->kx == 0 ? pair->tx
+                          : pair->disjoint ? b_.CreateOr(pair->tx, i32c(pair->kx), "", /*IsDisjoint=*/true)
+                                           : b_.CreateXor(pair->tx, i32c(pair->kx));
+        at = b_.CreateInBoundsGEP(b_.getInt8Ty(), base, b_.CreateZExt(b_.CreateAdd(stage_ka, in_stage), b_.getInt64Ty()));
+      } else {
+        at = view_element(view, d, value ? index_of(*value, numel, first + j) : flat_index(numel, first + j), base);
+      }
       if (value) {
         Value* vec = llvm::PoisonValue::get(piece);
         for (int64_t e = 0; e < per; ++e)

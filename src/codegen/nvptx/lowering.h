@@ -149,10 +149,11 @@ class Lowering {
 
   Value* add_const(Value* x, int64_t c, bool nsw = false);
   // What thread_value makes (its `kind`).
-  enum ThreadValue : int { kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase };
+  enum ThreadValue : int { kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccStoreBase, kTidInRegion };
   Value* thread_value(int kind, int64_t arg, const std::function<Value*()>& make);
   Value* lane();
   Value* warp();
+  Value* tid_in_region();
   Value* flat_index(int64_t n, int64_t r);
   Value* same_value_reg(const NodeRef& x, size_t r);
   Value* acc_row(int64_t block, bool lower_half);
@@ -224,6 +225,12 @@ class Lowering {
   Value* shared_address(Value* offset);
   Value* swizzle(Value* byte, int swizzle_bytes);
   Value* view_element(const NodeRef& view, DType d, Value* flat, Value* base = nullptr);
+  struct AccPairOffset {
+    int64_t ka = 0, kx = 0, key = 0;  // the register's byte in its stage: (tx ^ kx) + ka (+ the stage's offset)
+    Value* tx = nullptr;
+    bool disjoint = false;            // kx has no bit of tx: an or
+  };
+  std::optional<AccPairOffset> acc_pair_offset(const NodeRef& view, DType d, const Regs& value, int64_t r);
   void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value,
                    Value* remote_rank = nullptr);
   void async_load(const NodeRef& n);
@@ -332,6 +339,10 @@ class Lowering {
   std::unordered_map<Value*, DescriptorParts> descriptor_parts_;
   // thread_value's memo: (block, tid_, kind, argument) -> value.
   std::map<std::tuple<llvm::BasicBlock*, Value*, int, int64_t>, Value*> thread_values_;
+  // tid_in_region's memo for the region being lowered (tid_ -> value), and the block its current
+  // statement began in.
+  std::map<Value*, Value*> region_tids_;
+  llvm::BasicBlock* statement_block_ = nullptr;
 };
 
 #pragma GCC visibility pop

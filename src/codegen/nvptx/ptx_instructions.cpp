@@ -59,6 +59,10 @@ static llvm::Value* asm_call(llvm::IRBuilder<>& b, llvm::Type* result, const std
   return b.CreateCall(llvm::InlineAsm::get(type, text, constraints, /*hasSideEffects=*/true), args);
 }
 
+llvm::Value* PtxInstructions::thread_index_in_place() {
+  return asm_call(b_, b_.getInt32Ty(), "mov.u32 $0, %tid.x;", "=r", {});
+}
+
 void PtxInstructions::mbarrier_init(llvm::Value* bar, int arrivals) {
   asm_call(b_, b_.getVoidTy(), "mbarrier.init.shared::cta.b64 [$0], $1;", "r,n,~{memory}", {bar, b_.getInt32(arrivals)});
 }

@@ -22,6 +22,9 @@ class PtxInstructions {
   explicit PtxInstructions(llvm::IRBuilder<>& b) : b_(b) {}
 
   llvm::Value* thread_index();          // mov.u32 %r, %tid.x
+  // The same read as inline asm with side effects: LLVM neither hoists it out of a loop nor merges it with
+  // another read, so what is computed from it stays where it is used (Lowering::acc_pair_offset).
+  llvm::Value* thread_index_in_place();  // mov.u32 %r, %tid.x
   llvm::Value* block_index(int axis);   // mov.u32 %r, %ctaid.{x,y,z}
   llvm::Value* grid_size(int axis);     // mov.u32 %r, %nctaid.{x,y,z}
   void barrier();                       // bar.sync 0
