@@ -338,11 +338,12 @@ Value* Lowering::view_element(const NodeRef& view, DType d, Value* flat, Value* 
 // acc_col: row_base = 16 warp + lane / 4 in [0, 64), col_base = 2 (lane % 4) in {0, 2, 4, 6}); panels are
 // multiples of 8 columns, so a register's panel is static and its byte in the stage is tb + kb before the
 // swizzle, tb = row_base * row_bytes + col_base * elem_bytes per thread, kb a constant. Swizzled, that is
-// ((tb | x) ^ kx) + ka, x = ((tb >> 7) & mask) << 4 per thread, kb split into the bits tb may have (ka) and
-// those it never has (kx) — checked here against passes::paneled_index and passes::swizzled for every
-// (row_base, col_base) a thread can have. So a register costs one or / xor (none when kx is 0) and one add
-// of the stage base plus ka (a few distinct values per tile); the flat-index route left ~15 instructions per
-// register for instcombine to untangle, the largest part of its work on the GEMM and attention epilogues.
+// ((tb | x) ^ kx) + ka, x = ((tb >> 7) & mask) << 4 per thread, kb split into the swizzle's bits (kx) and
+// the rest (ka, a constant offset of the store's address), or failing that into the bits tb may have (ka)
+// and those it never has (kx) — checked here against passes::paneled_index and passes::swizzled for every
+// (row_base, col_base) a thread can have. So a column group costs one xor and one 64-bit add, its pairs a
+// store each ([%rd + ka]); the flat-index route left ~15 instructions per register for instcombine to
+// untangle, the largest part of its work on the GEMM and attention epilogues.
 // Null (view_element then) where the formula is not exact or the view is not the tile's own [rows, cols].
 std::optional<Lowering::AccPairOffset> Lowering::acc_pair_offset(const NodeRef& view, DType d, const Regs& value, int64_t r) {
   const passes::SharedAllocation& alloc = allocations_.of(passes::root_allocation(view.get()));
@@ -372,11 +373,17 @@ std::optional<Lowering::AccPairOffset> Lowering::acc_pair_offset(const NodeRef& 
       }
     return true;
   };
-  AccPairOffset out{kb & may, kb & ~may, row_bytes * 16 + eb};
-  if (!exact(out.ka, out.kx)) {
-    out = {kb, 0, out.key};
-    if (!exact(out.ka, out.kx)) return std::nullopt;
-  }
+  // The splits of kb tried, best first: only the swizzle's bits xored (the rest a constant offset of the
+  // store's address), the bits tb may have added, all of kb added.
+  int64_t x_bits = mask << 4, key = row_bytes * 16 + eb;
+  AccPairOffset out;
+  bool found = false;
+  for (int64_t kx : {kb & x_bits, kb & ~may, int64_t(0)})
+    if (!found && exact(kb & ~kx, kx)) {
+      out = {kb & ~kx, kx, key};
+      found = true;
+    }
+  if (!found) return std::nullopt;
   // From tid_in_region, not tid_: LICM would otherwise hoist every address of the tile (a register each,
   // 16-64 per epilogue) out of a persistent kernel's tile loop (ptxas then spilled in the D 64 attention
   // kernel); recomputed per tile they cost a few instructions there.
@@ -390,7 +397,6 @@ std::optional<Lowering::AccPairOffset> Lowering::acc_pair_offset(const NodeRef& 
     Value* x = b_.CreateShl(b_.CreateAnd(b_.CreateLShr(tb, i32c(7)), i32c(mask)), i32c(4));
     return b_.CreateOr(tb, x, "", /*IsDisjoint=*/true);
   });
-  int64_t x_bits = mask << 4;
   out.disjoint = (out.kx & x_bits) == 0;
   return out;
 }
@@ -414,18 +420,19 @@ void Lowering::shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64
   llvm::Align align(static_cast<uint64_t>(per * eb));
   Regs out;
   if (value) sync_group();  // earlier reads of this group are done before anything is overwritten
-  std::map<int64_t, Value*> stage_plus;  // the stage's offset plus each acc_pair_offset's ka
+  Value* stage = nullptr;  // base plus the stage's offset, for acc_pair_offset's addresses
   for (int64_t first = 0; first < per_thread(numel); first += width) {
     for (int64_t j = 0; j < width; j += per) {
       std::optional<AccPairOffset> pair = pairs ? acc_pair_offset(view, d, *value, first + j) : std::nullopt;
       Value* at;
       if (pair) {
-        Value*& stage_ka = stage_plus[pair->ka];
-        if (!stage_ka) stage_ka = add_const(regs(view).v[0], pair->ka);
+        if (!stage) stage = b_.CreateInBoundsGEP(b_.getInt8Ty(), base, b_.CreateZExt(regs(view).v[0], b_.getInt64Ty()));
         Value* in_stage = pair->kx == 0 ? pair->tx
                           : pair->disjoint ? b_.CreateOr(pair->tx, i32c(pair->kx), "", /*IsDisjoint=*/true)
                                            : b_.CreateXor(pair->tx, i32c(pair->kx));
-        at = b_.CreateInBoundsGEP(b_.getInt8Ty(), base, b_.CreateZExt(b_.CreateAdd(stage_ka, in_stage), b_.getInt64Ty()));
+        // ka last: a constant offset of the address (st.shared [%rd + ka]), shared by the pairs of one in_stage.
+        at = b_.CreateConstInBoundsGEP1_64(
+            b_.getInt8Ty(), b_.CreateInBoundsGEP(b_.getInt8Ty(), stage, b_.CreateZExt(in_stage, b_.getInt64Ty())), pair->ka);
       } else {
         at = view_element(view, d, value ? index_of(*value, numel, first + j) : flat_index(numel, first + j), base);
       }
