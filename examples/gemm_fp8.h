@@ -157,13 +157,14 @@ struct GemmFp8Config {
 // The configuration gemm_fp8() runs for an M x N problem on a GPU of `multiprocessors` (benchmarks/NOTES.md,
 // "fp8 GEMM, round 2" and session 8); the struct's own defaults are round 1's kernel.
 // - Per-tensor scales: two partials, the continuous stream, two staging buffers, 240-register consumers.
-//   On the H200: 0.994x cuBLASLt at 4096^3 and 0.958x at 8192^3 (round 1: 0.923x / 0.877x in the same run).
+//   On the H200: 0.994x cuBLASLt at 4096^3 and 0.958x at 8192^3 in session 8, 1.060x / 1.001x in session 9
+//   (round 1: 0.923x / 0.877x and 0.930x / 0.883x in the same runs).
 // - Block scales: one partial (with two, the scales' loads and broadcast next to three accumulators spill),
 //   two staging buffers, 232 registers.
-// - No clusters: every cluster_m = 2 candidate ran 2.7-3x slower than its single-block twin on the H200,
-//   most likely because each stage release was a cluster-scope arrival (a MEMBAR.GPU in the SASS, twice per
-//   k-tile and consumer), now CTA-scope (NOTES: "clusters of two ran 2-3x slower"); until that is measured
-//   they stay candidates for bench_gemm_fp8 --configs only.
+// - No clusters: until session 9 every cluster_m = 2 candidate ran 2.7-3x slower than its single-block twin
+//   (each stage release was a cluster-scope arrival, a MEMBAR.GPU in the SASS, twice per k-tile and
+//   consumer); with CTA-scope releases they run within 3-7% of their twins, and still below them
+//   (`_p2_cl2_r240_cont_eb2` 1.000x / 0.933x in session 9's run). They stay candidates.
 // `M`, `N` and `multiprocessors` are not used yet; they are the inputs a per-shape choice will need.
 inline GemmFp8Config gemm_fp8_default_config(Fp8Scaling scaling, int /*M*/, int /*N*/, int /*multiprocessors*/) {
   return scaling == Fp8Scaling::block
