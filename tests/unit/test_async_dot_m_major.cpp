@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "error_checks.h"
+#include "ptxas_check.h"
 #include "test_util.h"
 
 using namespace weft_test;
@@ -65,11 +66,6 @@ template <class T, int M, int N, int K, bool kBNMajor> void check_m_major_dot(Rn
   std::vector<double> want, tol;
   reference(a, b, kBNMajor, M, N, K, 2, want, tol);
   check_within<float>(c, want, tol, "C = 2 A B");
-}
-
-std::string find_ptxas() {
-  if (std::system("command -v ptxas > /dev/null 2>&1") == 0) return "ptxas";
-  return std::filesystem::exists("/usr/local/cuda/bin/ptxas") ? "/usr/local/cuda/bin/ptxas" : "";
 }
 
 }  // namespace
@@ -146,25 +142,15 @@ TEST_CASE("the PTX of an M-major async_dot is wgmma with imm-trans-a = 1, and pt
   CHECK(both.find("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16") != std::string::npos);
   CHECK(both.find(", p, 1, 1, 1, 1;") != std::string::npos);
   CHECK(both.find(", p, 1, 1, 0, ") == std::string::npos);  // no step reads a K-major
-  std::string ptxas = find_ptxas();
+  std::string ptxas = weft_test::find_ptxas();
   if (ptxas.empty()) {
     WARN("SKIPPED the ptxas check: no ptxas on PATH or at /usr/local/cuda/bin/ptxas");
     return;
   }
   for (const std::string* text : {&ptx, &both}) {
-    std::filesystem::path file = std::filesystem::temp_directory_path() /
-                                 ("weft-test-m-major-" + std::to_string(::getpid()) + ".ptx");
-    std::ofstream(file) << *text;
-    std::string command = ptxas + " -arch=sm_90a " + file.string() + " -o /dev/null 2>&1";
-    FILE* pipe = ::popen(command.c_str(), "r");
-    REQUIRE(pipe);
-    std::string log;
-    char buf[512];
-    while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) log.append(buf, n);
-    int status = ::pclose(pipe);
-    std::filesystem::remove(file);
-    INFO("ptxas: " << log);
-    CHECK(status == 0);
+    weft_test::PtxasRun run = weft_test::run_ptxas(ptxas, *text, "");
+    INFO("ptxas: " << run.output);
+    CHECK(run.status == 0);
   }
 }
 

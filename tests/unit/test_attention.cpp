@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ptxas_check.h"
 #include "test_util.h"
 
 namespace {
@@ -146,9 +147,7 @@ TEST_CASE("attention_config(params): persistent for short keys, three consumers 
 // D 64 BM 192: 8, causal 16, as on main). Needs no GPU, only the CUDA toolkit's ptxas; skipped without it.
 TEST_CASE("ptxas: the persistent D 64 and the D 128 attention kernels compile without spills",
           "[attention][ptx][cpu-only]") {
-  std::string ptxas = std::system("command -v ptxas > /dev/null 2>&1") == 0 ? "ptxas"
-                      : std::filesystem::exists("/usr/local/cuda/bin/ptxas") ? "/usr/local/cuda/bin/ptxas"
-                                                                             : "";
+  std::string ptxas = weft_test::find_ptxas();
   if (ptxas.empty()) {
     WARN("SKIPPED: no ptxas on PATH or at /usr/local/cuda/bin/ptxas");
     return;
@@ -165,19 +164,10 @@ TEST_CASE("ptxas: the persistent D 64 and the D 128 attention kernels compile wi
     Kernel k = make_attention_fwd<bf16>(cfg, D, causal);
     INFO("D " << D << (causal ? " causal" : "") << " BM " << cfg.BM << (cfg.persistent ? " persistent" : ""));
     auto desc = [&](int rows) { return tma(buf, {1, 1024, D}, {1, rows, 64}); };
-    std::string ptx = k.ptx(desc(64), desc(cfg.BN), desc(cfg.BN), desc(64));
-    auto file = std::filesystem::temp_directory_path() / ("weft-attention-" + std::to_string(::getpid()) + ".ptx");
-    std::ofstream(file) << ptx;
-    std::string output;
-    FILE* pipe = ::popen((ptxas + " -arch=sm_90a -v " + file.string() + " -o /dev/null 2>&1").c_str(), "r");
-    REQUIRE(pipe);
-    char chunk[512];
-    while (size_t n = std::fread(chunk, 1, sizeof chunk, pipe)) output.append(chunk, n);
-    int status = ::pclose(pipe);
-    std::filesystem::remove(file);
-    INFO("ptxas said:\n" << output);
-    CHECK(status == 0);
-    CHECK_THAT(output, Catch::Contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"));
+    weft_test::PtxasRun run = weft_test::run_ptxas(ptxas, k.ptx(desc(64), desc(cfg.BN), desc(cfg.BN), desc(64)));
+    INFO("ptxas said:\n" << run.output);
+    CHECK(run.status == 0);
+    CHECK_THAT(run.output, Catch::Contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"));
   }
 }
 

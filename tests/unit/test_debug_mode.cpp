@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "codegen/nvptx/compile_ptx.h"
+#include "ptxas_check.h"
 #include "driver/backend.h"
 #include "driver/cuda/cuda_driver.h"
 #include "dsl/trace.h"
@@ -67,23 +68,16 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-std::string find_ptxas() {
-  if (std::system("command -v ptxas > /dev/null 2>&1") == 0) return "ptxas";
-  return std::filesystem::exists("/usr/local/cuda/bin/ptxas") ? "/usr/local/cuda/bin/ptxas" : "";
-}
-
 // ptxas accepts `ptx` for sm_90a (skipped, saying so, where there is no ptxas).
 void check_ptxas_accepts(const std::string& ptx, const std::string& stem) {
-  std::string ptxas = find_ptxas();
+  std::string ptxas = weft_test::find_ptxas();
   if (ptxas.empty()) {
     WARN("SKIPPED the ptxas check: no ptxas on PATH or at /usr/local/cuda/bin/ptxas");
     return;
   }
-  auto file = std::filesystem::temp_directory_path() / (stem + ".ptx");
-  std::ofstream(file) << ptx;
-  std::string command = ptxas + " -arch=sm_90a " + file.string() + " -o /dev/null 2>&1";
-  CHECK(std::system(command.c_str()) == 0);
-  std::filesystem::remove(file);
+  weft_test::PtxasRun run = weft_test::run_ptxas(ptxas, ptx, "");
+  INFO(stem << ": ptxas said:\n" << run.output);
+  CHECK(run.status == 0);
 }
 
 // The CUDA device, or nullopt with the reason printed where there is none (the case then ends).

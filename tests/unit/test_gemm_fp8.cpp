@@ -3,6 +3,7 @@
 // CI, the GPU in the gpu-ops: run) for the default and every candidate configuration (GemmFp8Config), larger
 // ones and GPU-against-CPU-backend comparisons on the GPU only ([gpu]), ptxas's verdict on every candidate
 // (no spills, no wgmma serialization), and bad calls as Errors at the caller's line.
+#include "ptxas_check.h"
 #include "test_util.h"
 
 #include <unistd.h>
@@ -239,9 +240,7 @@ TEST_CASE("gemm_fp8: a bad call through the helper is an Error at the caller's l
 // Needs no GPU, only the CUDA toolkit's ptxas; skipped without it.
 TEST_CASE("ptxas: every candidate configuration of the fp8 GEMM compiles without spills or wgmma serialization",
           "[fp8][cpu-only]") {
-  std::string ptxas = std::system("command -v ptxas > /dev/null 2>&1") == 0 ? "ptxas"
-                      : std::filesystem::exists("/usr/local/cuda/bin/ptxas") ? "/usr/local/cuda/bin/ptxas"
-                                                                             : "";
+  std::string ptxas = weft_test::find_ptxas();
   if (ptxas.empty()) {
     WARN("SKIPPED: no ptxas on PATH or at /usr/local/cuda/bin/ptxas");
     return;
@@ -250,26 +249,17 @@ TEST_CASE("ptxas: every candidate configuration of the fp8 GEMM compiles without
   const int M = 256, N = 256, K = 256;
   Buffer<f8e4m3> a = dev.alloc<f8e4m3>(M * K), b = dev.alloc<f8e4m3>(N * K);
   Buffer<bf16> c = dev.alloc<bf16>(M * N);
-  auto dir = std::filesystem::temp_directory_path();
   for (const auto& [cfg, s] : supported_candidates()) {
     std::string label = std::string(s == Fp8Scaling::block ? "block " : "per-tensor ") + cfg.name();
     INFO(label);
     std::string ptx = make_gemm_fp8(cfg, s).ptx(tma(a, {M, K}, {cfg.BM, cfg.BK}),
                                                 tma(b, {N, K}, {cfg.BN / cfg.cluster_m, cfg.BK}),
                                                 tma(c, {M, N}, {cfg.BM / 2, cfg.epilogue_n}));
-    auto file = dir / ("weft-gemm-fp8-" + std::to_string(::getpid()) + ".ptx");
-    std::ofstream(file) << ptx;
-    std::string output;
-    FILE* pipe = ::popen((ptxas + " -arch=sm_90a -v " + file.string() + " -o /dev/null 2>&1").c_str(), "r");
-    REQUIRE(pipe);
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, pipe)) output += buf;
-    int status = ::pclose(pipe);
-    std::filesystem::remove(file);
-    INFO("ptxas said:\n" << output);
-    CHECK(status == 0);
-    CHECK_THAT(output, Catch::Contains("0 bytes spill stores, 0 bytes spill loads"));
-    CHECK_THAT(output, !Catch::Contains("wgmma") && !Catch::Contains("Performance Loss"));
+    weft_test::PtxasRun run = weft_test::run_ptxas(ptxas, ptx);
+    INFO("ptxas said:\n" << run.output);
+    CHECK(run.status == 0);
+    CHECK_THAT(run.output, Catch::Contains("0 bytes spill stores, 0 bytes spill loads"));
+    CHECK_THAT(run.output, !Catch::Contains("wgmma") && !Catch::Contains("Performance Loss"));
   }
 }
 
