@@ -157,8 +157,8 @@ struct GemmFp8Config {
 // The configuration gemm_fp8() runs for an M x N problem on a GPU of `multiprocessors` (benchmarks/NOTES.md,
 // "fp8 GEMM, round 2" and session 8); the struct's own defaults are round 1's kernel.
 // - Per-tensor scales: two partials, the continuous stream, two staging buffers, 240-register consumers.
-//   On the H200: 0.994x cuBLASLt at 4096^3 and 0.958x at 8192^3 in session 8, 1.060x / 1.001x in session 9
-//   (round 1: 0.923x / 0.877x and 0.930x / 0.883x in the same runs).
+//   On the H200: 0.994x cuBLASLt at 4096^3 and 0.958x at 8192^3 in session 8; in session 9 1.060x / 1.001x
+//   (throttled) and 1.006x / 0.921x (full clocks) (round 1: 0.923x / 0.877x and 0.930x / 0.883x).
 // - Block scales: one partial (with two, the scales' loads and broadcast next to three accumulators spill),
 //   two staging buffers, 232 registers.
 // - No clusters: until session 9 every cluster_m = 2 candidate ran 2.7-3x slower than its single-block twin
