@@ -118,8 +118,11 @@ inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk
             if (cluster > 1 && (swap || split > 1 || cdiv64(R, BM) < 2)) continue;
             GemmConfig c{.BM = BM, .BN = BN, .BK = 64, .stages = 2, .consumers = consumers, .split_k = split,
                          .swap_ab = swap, .cluster_m = cluster};
-            // As many stages as fit (up to 8): 4 for the 128 x 256 tile, as in the default configuration.
-            while (c.stages < 8 && c.shared_bytes() + (c.BM + c.BN) * c.BK * 2 <= 220 * 1024) ++c.stages;
+            // As many stages as fit (up to 8): 4 for the 128 x 256 tile, as in the default configuration. Tiles
+            // of at most 16 columns (swapped thin products: 9-10 KB a stage) take up to 16: a block keeps only its
+            // ring's bytes in flight, and such products are bound by reading the other operand.
+            const int max_stages = BN <= 16 ? 16 : 8;
+            while (c.stages < max_stages && c.shared_bytes() + (c.BM + c.BN) * c.BK * 2 <= 220 * 1024) ++c.stages;
             if (!c.problems(b_is_nk).empty()) continue;
             scored.push_back({gemm_detail::gemm_model_us(c, M, N, K, sms), c});
           }
