@@ -314,6 +314,19 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               m_i = full<float>({HALF}, -INFINITY);
               l_i = zeros<float>({HALF});
             };
+            // One turn on the tensor cores: S = Q K^T (Q from `q_view`) issued with O += P_prev V, then S waited for
+            // (P V may still run).
+            auto scores_with_pv = [&](const SharedView<T>& q_view) {
+              kp.wait(k_full);
+              vp.wait(v_full);
+              my_turn();
+              Tile<float> s = issue_scores(q_view);
+              acc = async_dot(p_prev, v_s[vp.index()], acc);
+              your_turn();
+              Tile<float> scores = async_dot_wait(1, s);
+              next_k();
+              return scores;
+            };
             auto scores_alone = [&] {  // S_j issued on its own and waited for
               kp.wait(k_full);
               my_turn();
@@ -347,15 +360,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               // Step j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} in flight together; the softmax of S_j runs
               // while the tensor cores finish P_{j-1} V_{j-1}.
               auto step = [&](Int j, Mask mask) {
-                kp.wait(k_full);
-                vp.wait(v_full);
-                my_turn();
-                Tile<float> s_j = issue_scores(q);
-                acc = async_dot(p_prev, v_s[vp.index()], acc);
-                your_turn();
-                Tile<float> scores = async_dot_wait(1, s_j);  // S_j done; P V may still run
-                next_k();
-                auto [p, alpha] = softmax(rows, j, scores, mask);
+                auto [p, alpha] = softmax(rows, j, scores_with_pv(q), mask);
                 free_previous(i, j);
                 acc = async_dot_wait(0, acc);
                 next_v();
@@ -389,14 +394,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
                 q_ready.wait(q_full);
                 SharedView<T> q_next = q_s[q_ready.index() * CONS + r];
                 q_ready.advance();
-                kp.wait(k_full);
-                vp.wait(v_full);
-                my_turn();
-                Tile<float> s_0 = issue_scores(q_next);
-                acc = async_dot(p_prev, v_s[vp.index()], acc);
-                your_turn();
-                Tile<float> scores = async_dot_wait(1, s_0);
-                next_k();
+                Tile<float> scores = scores_with_pv(q_next);
                 m_i = full<float>({HALF}, -INFINITY);
                 l_i = zeros<float>({HALF});
                 Tile<float> p = softmax(next_rows, scalar<int32_t>(0), scores, Mask::if_partial).first;

@@ -40,4 +40,15 @@ template <class Deps> std::vector<const Node*> post_order(const Node& root, Deps
   return order;
 }
 
+// Whether `pred` holds for a statement of region `r` or of a region nested in one of its statements (loop
+// bodies, branches, task bodies). Regions nest as deep as the user's control flow, not as expression chains.
+template <class Pred> bool any_statement(const Region& r, const Pred& pred) {
+  for (const NodeRef& n : r.body) {
+    if (pred(*n)) return true;
+    for (const Region& inner : n->regions)
+      if (any_statement(inner, pred)) return true;
+  }
+  return false;
+}
+
 }  // namespace weft::ir

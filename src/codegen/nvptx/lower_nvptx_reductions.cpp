@@ -1,6 +1,7 @@
 // NVPTX lowering: reductions (sum, max, min, argmax, argmin) along an axis or of a whole tile, through
 // registers, warp shuffles and shared memory.
 #include "codegen/nvptx/lowering.h"
+#include "ir/walk.h"
 
 namespace weft::codegen::nvptx::detail {
 
@@ -42,12 +43,7 @@ bool Lowering::reduces_to_scalar(const ir::Node& n) const {
 }
 
 bool Lowering::has_block_reduction(const ir::Region& r) const {
-  for (const NodeRef& n : r.body) {
-    if (reduces_to_scalar(*n) && threads_ > 32) return true;
-    for (const ir::Region& inner : n->regions)
-      if (has_block_reduction(inner)) return true;
-  }
-  return false;
+  return threads_ > 32 && ir::any_statement(r, [&](const ir::Node& n) { return reduces_to_scalar(n); });
 }
 
 // Along the rows of an Acc tile: each thread combines its own registers of each of its rows (as a tree,

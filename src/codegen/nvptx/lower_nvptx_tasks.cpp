@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "codegen/llvm_builders.h"
+#include "ir/walk.h"
 #include "passes/shared_layouts.h"
 
 namespace weft::codegen::nvptx::detail {
@@ -97,21 +98,12 @@ void Lowering::init_barriers() {
 // another block's shared memory (TMA stores and bulk copies are async-proxy writes, ordered by their own
 // completion, not by an mbarrier arrival's release).
 bool Lowering::writes_outside_block_shared_memory(const ir::Region& r) {
-  for (const NodeRef& n : r.body) {
-    if (n->op == Op::Store || n->op == Op::LocalStoreRemote) return true;
-    for (const ir::Region& inner : n->regions)
-      if (writes_outside_block_shared_memory(inner)) return true;
-  }
-  return false;
+  return ir::any_statement(r, [](const ir::Node& n) { return n.op == Op::Store || n.op == Op::LocalStoreRemote; });
 }
 
 bool Lowering::uses_named_barriers(const ir::Region& r) {
-  for (const NodeRef& n : r.body) {
-    if (n->op == Op::NamedBarrierWait || n->op == Op::NamedBarrierArrive) return true;
-    for (const ir::Region& inner : n->regions)
-      if (uses_named_barriers(inner)) return true;
-  }
-  return false;
+  return ir::any_statement(
+      r, [](const ir::Node& n) { return n.op == Op::NamedBarrierWait || n.op == Op::NamedBarrierArrive; });
 }
 
 // GPU debug mode: the counter of named barrier `id` (an i64 in shared memory, after everything else; its
