@@ -347,7 +347,6 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               };
               for_range(0, rows.n_full, [&](Int j) { step(j, Mask::none); });
               for_range(rows.n_full, n_blocks, [&](Int j) { step(j, Mask::always); });
-              if (QB == 2) if_(i > 0 && n_blocks <= free_at_step, free_q_stage);
             } else {
               auto start = [&] {
                 begin_tile();
@@ -371,8 +370,8 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               Int first_masked = maximum(rows.n_full, 1);
               for_range(1, first_masked, [&](Int j) { step(j, Mask::none); });
               for_range(first_masked, n_blocks, [&](Int j) { step(j, Mask::always); });
-              if (QB == 2) if_(i > 0 && n_blocks <= free_at_step, free_q_stage);
             }
+            if (QB == 2) if_(i > 0 && n_blocks <= free_at_step, free_q_stage);  // a tile without that step
             Tile<float> inv_l = finish_rows(tile, rows.row0);
             auto last_alone = [&] {  // the last P V on its own
               if (!cfg.overlap) return;
