@@ -7,7 +7,8 @@
 //
 // The first call for a problem compiles every candidate on host threads at once, then times them on the
 // stream (a warm-up each, then rounds in which every candidate runs a few launches back to back, the
-// candidates interleaved; a candidate's time is its median round) and keeps the fastest. A
+// candidates interleaved; a candidate's time is its median round, less that of
+// AutotuneOptions::before_each_call alone when there is one) and keeps the fastest. A
 // candidate whose compile or launch throws weft::Error, or that is slower than the budget, is dropped with a
 // line on stderr. The winner is remembered in the process and in weft's compile cache on disk (keyed on the
 // family, the problem, every candidate's name, the device, its driver and weft's build), so a later process does not
@@ -39,6 +40,11 @@ struct AutotuneOptions {
   double budget_ms = 0;      // a candidate slower than this per launch is dropped (0: no limit)
   int compile_threads = 0;   // host threads compiling candidates (0: one per core, at most 8)
   bool verbose = true;       // progress lines on stderr
+  // Launched before every timed launch, e.g. a kernel that evicts the L2, so that each launch reads its
+  // operands from DRAM as it would in a workload (launches back to back on the same buffers find them in
+  // the L2, and a memory-bound candidate then looks faster than it is). Its own time, measured alone in the
+  // same rounds (as one more candidate), is taken out of every candidate's. Empty: nothing.
+  std::function<void()> before_each_call;
 };
 
 // What one tuning found, for reports.
@@ -161,6 +167,7 @@ class Autotuner {
     // a power cap a GPU's clocks drift during a tuning, which timing one candidate after the other would
     // turn into a bias for the first.
     std::vector<std::vector<double>> rounds(n);
+    std::vector<double> before_alone;
     for (size_t i = 0; i < n; ++i) {
       if (!failure[i].empty()) continue;
       try {
@@ -170,23 +177,31 @@ class Autotuner {
         failure[i] = std::string("fails to run: ") + e.what();
       }
     }
+    const bool before = bool(options_.before_each_call);
     for (int r = 0; r < std::max(1, options_.rounds); ++r)
-      for (size_t k = 0; k < n; ++k) {
-        const size_t i = (size_t(r) + k) % n;
+      for (size_t k = 0; k < n + before; ++k) {
+        const size_t i = (size_t(r) + k) % (n + before);
+        if (i == n) {  // before_each_call alone
+          before_alone.push_back(time_round(nullptr, stream, run));
+          continue;
+        }
         if (!failure[i].empty()) continue;
         try {
-          rounds[i].push_back(time_round(candidates_[i], stream, run));
+          rounds[i].push_back(time_round(&candidates_[i], stream, run));
         } catch (const Error& e) {
           failure[i] = std::string("fails to run: ") + e.what();
         }
       }
+    auto median = [](std::vector<double>& t) {
+      std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+      return t[t.size() / 2];
+    };
+    const double before_ms = before ? median(before_alone) : 0.0;
     double best_ms = 0;
     for (size_t i = 0; i < n; ++i) {
       std::optional<double> ms;
       if (failure[i].empty()) {
-        std::vector<double>& t = rounds[i];
-        std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-        ms = t[t.size() / 2];
+        ms = std::max(0.0, median(rounds[i]) - before_ms);
         if (options_.budget_ms > 0 && *ms > options_.budget_ms) {
           failure[i] = "over the budget of " + std::to_string(options_.budget_ms) + " ms per launch (" +
                        std::to_string(*ms) + " ms)";
@@ -219,12 +234,16 @@ class Autotuner {
     return report;
   }
 
-  // Milliseconds per launch of one round: `calls_per_round` launches back to back, then a synchronization.
-  double time_round(const Config& c, const Stream& stream, const Action& run) const {
+  // Milliseconds per launch of one round: `calls_per_round` launches back to back (each after
+  // before_each_call), then a synchronization. No candidate (null): before_each_call alone.
+  double time_round(const Config* c, const Stream& stream, const Action& run) const {
     using clock = std::chrono::steady_clock;
     const int calls = std::max(1, options_.calls_per_round);
     auto start = clock::now();
-    for (int k = 0; k < calls; ++k) run(c);
+    for (int k = 0; k < calls; ++k) {
+      if (options_.before_each_call) options_.before_each_call();
+      if (c) run(*c);
+    }
     stream.synchronize();
     return std::chrono::duration<double, std::milli>(clock::now() - start).count() / calls;
   }

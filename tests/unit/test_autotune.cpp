@@ -216,3 +216,33 @@ TEST_CASE("Autotuner: a second process reuses the winner from the disk cache", "
                         std::to_string(getpid()) + "/exe '[.autotune_second_process]' > /dev/null 2>&1";
   CHECK(std::system(command.c_str()) == 0);
 }
+
+TEST_CASE("Autotuner: before_each_call runs before every timed launch, and its time is taken out", "[autotune]") {
+  EnvGuard env(nullptr);
+  Device dev = Device::current();
+  std::atomic<int> before{0};
+  // Host sleeps stand in for launches: candidate 1 takes 1 ms a call, candidate 40 takes 40 ms, and the
+  // action before each call 10 ms.
+  auto sleep_ms = [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
+  AutotuneOptions options{.warmup = 0, .rounds = 3, .calls_per_round = 2, .verbose = false};
+  options.before_each_call = [&] {
+    ++before;
+    sleep_ms(10);
+  };
+  std::vector<Config> candidates{{40}, {1}};
+  Autotuner<Config> tuner("autotune_before", candidates, name_of, options);
+  int runs = 0;
+  AutotuneReport r = tuner.best_report(fresh_problem("before"), dev.stream(), [](const Config&) {},
+                                       [&](const Config& c) {
+                                         ++runs;
+                                         sleep_ms(c.rounds);
+                                       });
+  CHECK(r.winner == "rounds1_w1024");
+  // 3 rounds of 2 calls for each candidate and for the action alone; the first (untimed) launches go without.
+  CHECK(before == 3 * 2 * 3);
+  CHECK(runs == 2 + 3 * 2 * 2);
+  // About 1 ms: the 10 ms of the action are not counted (a loaded machine sleeps longer than asked; 6 ms of
+  // slack, where counting the action would give 11 ms or more).
+  CHECK(r.ms >= 0);
+  CHECK(r.ms < 7.0);
+}

@@ -441,6 +441,28 @@ TEST_CASE("gemm(): at M <= small_m_limit with rows TMA can stride, the tuner als
     }
 }
 
+TEST_CASE("gemm_candidates: thin products on few tiles also get the split-K that makes one full wave", "[gemm]") {
+  const int sms = 132;
+  struct Shape {
+    int M, N, K, tiles_at_least;  // the one-wave configuration's blocks: at least this many, at most sms
+  };
+  // 16 x 1024 x 8192: 64 x 16 swapped tiles are 16 blocks (8 slices: 128); 1 x 4096 x 14336: 64 x 8 tiles are
+  // 64 blocks (2 slices: 128, where the ranked list had 3: 192, a second partial wave).
+  for (Shape s : {Shape{16, 1024, 8192, 128}, Shape{1, 4096, 14336, 128}, Shape{1, 1024, 8192, 128}}) {
+    INFO(s.M << " x " << s.N << " x " << s.K);
+    int best_wave = 0;
+    for (const GemmConfig& c : gemm_candidates(s.M, s.N, s.K, false, sms)) {
+      const int64_t R = c.swap_ab ? s.N : s.M, Q = c.swap_ab ? s.M : s.N;
+      const int64_t blocks = (R + c.BM - 1) / c.BM * ((Q + c.BN - 1) / c.BN) * c.split_k;
+      CHECK(c.problems(false).empty());
+      if (c.split_k > 1 && blocks <= sms) best_wave = std::max<int>(best_wave, int(blocks));
+    }
+    CHECK(best_wave >= s.tiles_at_least);
+  }
+  // A product that fills the machine already gets none: every split-K candidate of 4096^3 is absent.
+  for (const GemmConfig& c : gemm_candidates(4096, 4096, 4096, false, sms)) CHECK(c.split_k == 1);
+}
+
 TEST_CASE("gemm(): bad sizes are Errors at the caller's line", "[async][gemm][errors]") {
   Device dev = Device::cpu();
   Buffer<bf16> a = dev.alloc<bf16>(64 * 64), b = dev.alloc<bf16>(64 * 64), c = dev.alloc<bf16>(64 * 64);
