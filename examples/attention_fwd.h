@@ -372,7 +372,6 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               for_range(first_masked, n_blocks, [&](Int j) { step(j, Mask::always); });
             }
             if (QB == 2) if_(i > 0 && n_blocks <= free_at_step, free_q_stage);  // a tile without that step
-            Tile<float> inv_l = finish_rows(tile, rows.row0);
             auto last_alone = [&] {  // the last P V on its own
               if (!cfg.overlap) return;
               if_(n_blocks > 0, [&] {
@@ -381,9 +380,12 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
                 next_v();
               });
             };
-            if (!across) {
-              last_alone();
-            } else {
+            // The row statistics once P's registers are free again (with P and acc live beside them, three
+            // consumers' 160 registers spilled): after the last P V, or (across tiles) before the next tile's
+            // first step resets them.
+            if (!across) last_alone();
+            Tile<float> inv_l = finish_rows(tile, rows.row0);
+            if (across) {
               // The last step of this tile and the first of the next as one: the next tile's S_0 is issued with
               // this tile's last P V, and its softmax runs while that P V is in flight. The ring of turns runs on.
               auto [has_next, next] = next_tile();
