@@ -143,10 +143,10 @@ TEST_CASE("attention_config(params): persistent for short keys, three consumers 
 // ptxas -v on kernels attention_config(params) picks at D 64 and D 128: no spills. The persistent ones are
 // the tight ones: LLVM hoisted their epilogue's store addresses out of the tile loop, which cost D 128 a
 // 48-byte stack frame and, with those addresses from per-thread parts (8a12b4f), D 64 a 4-byte spill (5% at
-// S 512 on the H200). The three consumers of D 64 BM 192 (160 registers each) spilled 8 bytes while the LSE
-// was computed beside P and acc, before the last P V. Not checked: those that still spill (D 128 persistent
-// causal: a 16-byte stack frame; D 64 BM 192 causal: 16, its mask's per-column indices). Needs no GPU, only
-// the CUDA toolkit's ptxas; skipped without it.
+// S 512 on the H200); the columns and rows of the masks, hoisted out of the masked loops, cost D 128
+// persistent causal 24 bytes. The three consumers of D 64 BM 192 (160 registers each) spilled 8 bytes while
+// the LSE was computed beside P and acc, before the last P V. Not checked: D 64 BM 192 causal, which still
+// spills 4 bytes. Needs no GPU, only the CUDA toolkit's ptxas; skipped without it.
 TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (but D 64 BM 192 causal)",
           "[attention][ptx][cpu-only]") {
   std::string ptxas = weft_test::find_ptxas();
@@ -161,7 +161,8 @@ TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (b
     bool causal;
   };
   for (auto [D, Sk, causal] : {Case{64, 512, false}, Case{64, 512, true}, Case{64, 2048, true}, Case{64, 4096, false},
-                               Case{128, 512, false}, Case{128, 2048, false}, Case{128, 2048, true}}) {
+                               Case{128, 512, false}, Case{128, 512, true}, Case{128, 2048, false},
+                               Case{128, 2048, true}}) {
     AttentionConfig cfg = attention_config(AttentionParams{1, 1, 1, 1024, Sk, D, causal});
     Kernel k = make_attention_fwd<bf16>(cfg, D, causal);
     INFO("D " << D << (causal ? " causal" : "") << " BM " << cfg.BM << (cfg.persistent ? " persistent" : ""));
