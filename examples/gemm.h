@@ -219,8 +219,6 @@ inline void pad_copy(const weft::Buffer<weft::bf16>& src, const weft::Buffer<wef
   k.launch(stream, weft::Grid(dst_rows, (dst_cols + 1023) / 1024, 1, loc), src, dst, rows, cols, src_stride, dst_cols);
 }
 
-// Scratch buffers of a device for the padded operands (slot 0: A, 1: B, 2: C), grown as needed; shared by
-// the calls of a process like the split-K workspace.
 // Reads 128 MB of scratch (kept per device for the process; one f32 per 2048 written), more than twice the
 // L2 of today's GPUs (50 MB on the H100 and H200): what was in the L2 is evicted, and what replaces it is
 // clean (an eviction by writes leaves 128 MB of dirty lines, whose write-back then competes with the timed
@@ -250,6 +248,8 @@ inline void evict_l2(const weft::Device& dev, weft::SourceLoc loc) {
   read_all.launch(dev.stream(), Grid(int64_t(elements / BLOCK), 1, 1, loc), scratch.first, scratch.second);
 }
 
+// Scratch buffers of a device for the padded operands (slot 0: A, 1: B, 2: C), grown as needed; shared by
+// the calls of a process like the split-K workspace.
 inline weft::Buffer<weft::bf16> pad_scratch(const weft::Device& dev, int slot, size_t elements, weft::SourceLoc loc) {
   static std::mutex mutex;
   static std::map<std::pair<weft::detail::Backend*, int>, weft::Buffer<weft::bf16>> buffers;

@@ -79,16 +79,17 @@ Value* Lowering::same_value_reg(const NodeRef& x, size_t r) {
 // The wgmma accumulator layout of a [rows, cols] f32 tile on one warp group (128 threads): per 64 rows,
 // for each 8 columns c0, thread t (warp w, lane l) holds 4 registers: (16w + l/4, c0 + 2(l%4) + {0, 1})
 // and the same 8 rows lower (the D fragment of wgmma.m64nNk16 in the PTX ISA).
+// Both from tid_in_region: a tile's columns (a register each, 32 for 128 columns) and rows are loop-invariant,
+// and LICM hoisted them out of the loop that masks by them, where they stayed live (ptxas spilled 4-24 bytes
+// in causal attention kernels); recomputed in the loop they cost an instruction each.
 Value* Lowering::acc_row(int64_t block, bool lower_half) {
   Value* base = thread_value(kAccRowBase, 0, [&] {
     Value* t = tid_in_region();
-    return b_.CreateAdd(b_.CreateMul(b_.CreateLShr(t, i32c(5)), i32c(16)), b_.CreateLShr(b_.CreateAnd(t, i32c(31)), i32c(2)));
+    Value* quad = b_.CreateLShr(b_.CreateAnd(t, i32c(31)), i32c(2));  // lane / 4
+    return b_.CreateAdd(b_.CreateMul(b_.CreateLShr(t, i32c(5)), i32c(16)), quad);
   });
   return add_const(base, block * 64 + (lower_half ? 8 : 0));
 }
-// From tid_in_region: the columns of a tile (one register each, 32 for 128 columns) are loop-invariant, and LICM
-// hoisted them out of the loop that masks by them, where they stayed live (ptxas spilled in the causal attention
-// kernel with three consumers); recomputed in the loop they cost an instruction each.
 Value* Lowering::acc_col(int64_t eighth, int64_t e) {
   Value* base = thread_value(kAccColBase, 0, [&] {
     return b_.CreateShl(b_.CreateAnd(tid_in_region(), i32c(3)), i32c(1));
