@@ -53,6 +53,19 @@ namespace gemm_detail {
 
 inline int64_t cdiv64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The output tiles of `c` on an M x N product (swapped: N along the tile's rows), not counting split-K's
+// slices.
+inline int64_t output_tiles(const GemmConfig& c, int M, int N) {
+  return c.swap_ab ? cdiv64(N, c.BM) * cdiv64(M, c.BN) : cdiv64(M, c.BM) * cdiv64(N, c.BN);
+}
+
+// Bytes of split-K's f32 workspace: split_k slices of C, its M rows padded to whole tiles.
+inline double split_workspace_bytes(const GemmConfig& c, int M, int N) {
+  const int64_t m_pad = c.swap_ab ? cdiv64(M, c.BN) * c.BN : cdiv64(M, c.BM) * c.BM;
+  return 4.0 * c.split_k * m_pad * N;
+}
+constexpr double kMaxSplitWorkspaceBytes = 256e6;
+
 // Estimated microseconds of one call of `c` on an H100/H200-class GPU with `sms` multiprocessors: the
 // persistent blocks' share of tiles times a tile's time (its MMAs at a rate that grows with the wgmma N
 // and the consumer count, or its operand bytes at what its ring keeps in flight, whichever is slower),
@@ -61,7 +74,7 @@ inline int64_t cdiv64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline double gemm_model_us(const GemmConfig& c, int M, int N, int K, int sms) {
   const bool swap = c.swap_ab;
   const int64_t R = swap ? N : M, Q = swap ? M : N;
-  const int64_t tiles = cdiv64(R, c.BM) * cdiv64(Q, c.BN) * c.split_k;
+  const int64_t tiles = output_tiles(c, M, N) * c.split_k;
   const int64_t k_steps = cdiv64(cdiv64(K, c.BK), c.split_k);
   const double active = double(std::min<int64_t>(tiles, sms));
   const double n_eff = c.BN >= 128 ? 0.9 : c.BN >= 64 ? 0.75 : c.BN >= 32 ? 0.5 : 0.3;  // wgmma issue overheads
@@ -74,11 +87,10 @@ inline double gemm_model_us(const GemmConfig& c, int M, int N, int K, int sms) {
   const double tile_s = std::max(2.0 * c.BM * c.BN * c.BK * k_steps / mma_rate, loaded_bytes * k_steps / sm_bw) +
                         double(c.BM) * c.BN * (c.split_k > 1 ? 4 : 2) / sm_bw + 0.5e-6;
   const double main_s = double(cdiv64(tiles, sms)) * tile_s;
-  const int64_t m_pad = swap ? cdiv64(Q, c.BN) * c.BN : cdiv64(R, c.BM) * c.BM;
   double dram = 2.0 * (double(M) * K + double(N) * K + double(M) * N);
   double reduce_s = 0;
   if (c.split_k > 1) {
-    double ws = 4.0 * c.split_k * m_pad * N;
+    double ws = split_workspace_bytes(c, M, N);
     dram += ws;                                    // written by the main kernel
     reduce_s = (ws + 2.0 * M * N) / 3.0e12 + 3e-6;  // read back and C written, plus a launch
   }
@@ -109,10 +121,10 @@ inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk
         if (!swap && BN < 64) continue;
         for (int split : {1, 2, 3, 4, 6, 8, 12, 16}) {
           if (split > 1 && k_tiles / split < 4) continue;  // slices too short to fill the ring
-          const int64_t tiles = cdiv64(R, BM) * cdiv64(Q, BN);
-          if (split > 1 && tiles * split > 2 * sms) continue;  // enough tiles already
-          const int64_t m_pad = swap ? cdiv64(Q, BN) * BN : cdiv64(R, BM) * BM;
-          if (split > 1 && 4.0 * split * m_pad * N > 256e6) continue;  // workspace over 256 MB
+          const GemmConfig shape{.BM = BM, .BN = BN, .split_k = split, .swap_ab = swap};
+          if (split > 1 && gemm_detail::output_tiles(shape, M, N) * split > 2 * sms) continue;  // enough tiles
+          if (split > 1 && gemm_detail::split_workspace_bytes(shape, M, N) > gemm_detail::kMaxSplitWorkspaceBytes)
+            continue;
           // Clusters of two along M (B multicast) for products with enough tile rows.
           for (int cluster : {1, 2}) {
             if (cluster > 1 && (swap || split > 1 || cdiv64(R, BM) < 2)) continue;
@@ -142,7 +154,7 @@ inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk
   // only timing can rank these. After the ranked ones, so that WEFT_AUTOTUNE=0 still runs the model's
   // favourite.
   const GemmConfig best = out.front();
-  const int64_t best_tiles = cdiv64(best.swap_ab ? N : M, best.BM) * cdiv64(best.swap_ab ? M : N, best.BN);
+  const int64_t best_tiles = gemm_detail::output_tiles(best, M, N);
   if (M >= 1024 && N >= 1024 && best.split_k == 1 && best_tiles >= sms)
     for (int en : {best.epilogue_n, 32}) {
       GemmConfig c = best;
@@ -166,8 +178,7 @@ inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk
   // with 64 swapped tiles and 38 us with 256 tiles of 64 x 128 split 4 ways.
   if (best.split_k == 1 && best_tiles < sms)
     for (const auto& [us, c] : scored) {
-      const int64_t tiles = cdiv64(c.swap_ab ? N : M, c.BM) * cdiv64(c.swap_ab ? M : N, c.BN) * c.split_k;
-      if (c.split_k == 1 || tiles < sms) continue;
+      if (c.split_k == 1 || gemm_detail::output_tiles(c, M, N) * c.split_k < sms) continue;
       if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
       break;
     }
@@ -177,20 +188,22 @@ inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk
   // such products go as fast as the number of blocks reading at once: 16 x 1024 x 8192 had 64 or 128 blocks,
   // 1 x 4096 x 14336 had 64 or 192 (a second, partial wave).
   std::vector<GemmConfig> shapes;
-  for (const GemmConfig& c : std::vector<GemmConfig>(out)) {
-    if (shapes.size() == 2) break;
+  const size_t ranked = out.size();  // out grows below
+  for (size_t i = 0; i < ranked && shapes.size() < 2; ++i) {
+    const GemmConfig c = out[i];
     GemmConfig one = c;
     one.split_k = 1;
     if (std::find(shapes.begin(), shapes.end(), one) != shapes.end()) continue;
     shapes.push_back(one);
-    const int64_t tiles = cdiv64(c.swap_ab ? N : M, c.BM) * cdiv64(c.swap_ab ? M : N, c.BN);
+    const int64_t tiles = gemm_detail::output_tiles(c, M, N);
     const int64_t split = std::min<int64_t>({sms / std::max<int64_t>(tiles, 1), k_tiles / 4, 64});
     if (tiles * c.split_k >= sms || split <= c.split_k || c.pingpong || c.cluster_m > 1 || c.epilogue_buffers > 1)
       continue;
     GemmConfig wave = c;
     wave.split_k = static_cast<int>(split);
-    const int64_t m_pad = wave.swap_ab ? cdiv64(M, wave.BN) * wave.BN : cdiv64(M, wave.BM) * wave.BM;
-    if (4.0 * wave.split_k * m_pad * N > 256e6 || !wave.problems(b_is_nk).empty()) continue;
+    if (gemm_detail::split_workspace_bytes(wave, M, N) > gemm_detail::kMaxSplitWorkspaceBytes ||
+        !wave.problems(b_is_nk).empty())
+      continue;
     if (std::find(out.begin(), out.end(), wave) == out.end()) out.push_back(wave);
   }
   return out;
