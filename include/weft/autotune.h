@@ -44,7 +44,7 @@ struct AutotuneOptions {
   // operands from DRAM as it would in a workload (launches back to back on the same buffers find them in
   // the L2, and a memory-bound candidate then looks faster than it is). Its own time, measured alone in the
   // same rounds (as one more candidate), is taken out of every candidate's. Empty: nothing.
-  std::function<void()> before_each_call;
+  std::function<void()> before_each_call = nullptr;
 };
 
 // What one tuning found, for reports.

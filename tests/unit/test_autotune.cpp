@@ -191,7 +191,7 @@ TEST_CASE("Autotuner second process", "[.autotune_second_process]") {
                                        [&](const Config&) { ++ran; });
   CHECK(r.from_cache);
   CHECK(r.winner == winner);
-  CHECK(r.index == std::atoi(index));
+  CHECK(r.index == std::strtoull(index, nullptr, 10));
   CHECK(compiled == 0);
   CHECK(ran == 0);
 }
