@@ -264,6 +264,99 @@ void store(const P& ptrs, const V& value, const M& mask, SourceLoc loc = SourceL
                {}, loc);
 }
 
+// ---- atomics ------------------------------------------------------------------------------------------
+//
+// Read-modify-write of global memory, one element at a time, each element indivisible: no other access to
+// it comes between the read and the write. Each returns the values the elements held before (Triton's
+// atomic_* functions; PTX atom). A rank-0 pointer makes one atomic, done once by the program (by one
+// thread on the GPU, its result given to all); a tile of pointers makes one per element (where `mask` is
+// true: elsewhere memory is untouched and the result is 0). Element types: i32, i64, f32, f64 for add;
+// i32 and i64 for max, min (signed), and, or, xor and cas; i32, i64, f32, f64 for xchg.
+//
+// `Atomic::order` orders the program's other memory accesses around the atomic, as the C++ memory model's
+// orders do, program-wide: with `release` (or `acq_rel`) every access the program made before the atomic
+// (by any of its threads) is visible to whoever later acquires the value it wrote; with `acquire` (or
+// `acq_rel`) every access after it sees what was released before the value it read. `scope` says who
+// that holds for: the threads of this block (`cta`), of its cluster, of the GPU (the default) or of the
+// whole system (host and peer GPUs). On the GPU, an atomic with release order is preceded by a barrier of
+// the program's (or task replica's) threads and one with acquire order followed by one, so that the
+// order covers every thread's accesses (CUTLASS's semaphore does the same); relaxed atomics add none.
+//
+//   Int ticket = atomic_add(counter, 1);             // this program's turn, 0, 1, 2, … over the grid
+//   atomic_add(hist + bins, ones, bins < nbins);     // a histogram: colliding bins all count
+//   atomic_max(best + row, score, Atomic{.order = MemOrder::relaxed});
+enum class MemOrder : uint8_t { relaxed, acquire, release, acq_rel };
+enum class MemScope : uint8_t { cta, cluster, gpu, system };
+struct Atomic {
+  MemOrder order = MemOrder::acq_rel;
+  MemScope scope = MemScope::gpu;
+};
+// What an atomic read-modify-write does with the element's old value and the operand (ir: atomic_rmw's
+// first attribute).
+enum class AtomicOp : uint8_t { add, max, min, and_, or_, xor_, xchg };
+
+namespace detail {
+inline Attrs atomic_attrs(std::initializer_list<int64_t> first, Atomic how) {
+  Attrs a;
+  a.ints = first;
+  a.ints.push_back(static_cast<int64_t>(how.order));
+  a.ints.push_back(static_cast<int64_t>(how.scope));
+  return a;
+}
+template <class P, class V>
+Tile<pointee<P>> atomic_rmw(AtomicOp op, const P& ptrs, const V& value, const NodeRef* mask, Atomic how,
+                            SourceLoc loc) {
+  std::vector<NodeRef> operands{node_of(ptrs, loc), value_of<pointee<P>>(value, loc)};
+  if (mask) operands.push_back(*mask);
+  return Tile<pointee<P>>(emit(Op::AtomicRmw, std::move(operands), atomic_attrs({static_cast<int64_t>(op)}, how), loc));
+}
+}  // namespace detail
+
+#define WEFT_ATOMIC_RMW(fn, op)                                                                               \
+  template <detail::PointerTile P, class V>                                                                  \
+    requires detail::TileOrLiteral<V>                                                                       \
+  Tile<detail::pointee<P>> fn(const P& ptrs, const V& value, Atomic how = {},                                \
+                              SourceLoc loc = SourceLoc::current()) {                                        \
+    return detail::atomic_rmw(AtomicOp::op, ptrs, value, nullptr, how, loc);                                 \
+  }                                                                                                          \
+  template <detail::PointerTile P, class V, class M>                                                         \
+    requires detail::TileOrLiteral<V> && std::is_same_v<detail::elem_of<M>, bool>                           \
+  Tile<detail::pointee<P>> fn(const P& ptrs, const V& value, const M& mask, Atomic how = {},                 \
+                              SourceLoc loc = SourceLoc::current()) {                                        \
+    detail::NodeRef m = detail::node_of(mask, loc);                                                          \
+    return detail::atomic_rmw(AtomicOp::op, ptrs, value, &m, how, loc);                                      \
+  }
+WEFT_ATOMIC_RMW(atomic_add, add)    // old + value
+WEFT_ATOMIC_RMW(atomic_max, max)    // the larger (signed)
+WEFT_ATOMIC_RMW(atomic_min, min)    // the smaller (signed)
+WEFT_ATOMIC_RMW(atomic_and, and_)   // bitwise
+WEFT_ATOMIC_RMW(atomic_or, or_)
+WEFT_ATOMIC_RMW(atomic_xor, xor_)
+WEFT_ATOMIC_RMW(atomic_xchg, xchg)  // value (the old one returned)
+#undef WEFT_ATOMIC_RMW
+
+// Compare and swap: where an element equals `compare` it becomes `value`; returns the old elements (equal
+// to `compare` where the swap happened). i32 and i64.
+template <detail::PointerTile P, class C, class V>
+  requires detail::TileOrLiteral<C> && detail::TileOrLiteral<V>
+Tile<detail::pointee<P>> atomic_cas(const P& ptrs, const C& compare, const V& value, Atomic how = {},
+                                    SourceLoc loc = SourceLoc::current()) {
+  using T = detail::pointee<P>;
+  return Tile<T>(detail::emit(detail::Op::AtomicCas,
+                              {detail::node_of(ptrs, loc), detail::value_of<T>(compare, loc), detail::value_of<T>(value, loc)},
+                              detail::atomic_attrs({}, how), loc));
+}
+template <detail::PointerTile P, class C, class V, class M>
+  requires detail::TileOrLiteral<C> && detail::TileOrLiteral<V> && std::is_same_v<detail::elem_of<M>, bool>
+Tile<detail::pointee<P>> atomic_cas(const P& ptrs, const C& compare, const V& value, const M& mask, Atomic how = {},
+                                    SourceLoc loc = SourceLoc::current()) {
+  using T = detail::pointee<P>;
+  return Tile<T>(detail::emit(detail::Op::AtomicCas,
+                              {detail::node_of(ptrs, loc), detail::value_of<T>(compare, loc), detail::value_of<T>(value, loc),
+                               detail::node_of(mask, loc)},
+                              detail::atomic_attrs({}, how), loc));
+}
+
 // ---- reductions -----------------------------------------------------------------------------------------
 
 #define WEFT_REDUCTION(fn, op, result)                                                              \

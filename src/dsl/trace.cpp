@@ -118,13 +118,19 @@ NodeRef emit(Op op, std::vector<NodeRef> operands, Attrs attrs, SourceLoc loc) {
   // Masks, fill values and stored values take the shape of the pointers; a scalar assigned to a Var
   // takes the Var's shape.
   // async_load's operands are (ptrs, view, mask, other): its mask and fill value start at operand 2.
-  if ((op == Op::Load || op == Op::Store || op == Op::AsyncLoad) && !operands.empty() && operands[0]->type.is_value()) {
+  // Atomics' operands (value, or compare and value, then the mask) do too.
+  const bool atomic = op == Op::AtomicRmw || op == Op::AtomicCas;
+  if ((op == Op::Load || op == Op::Store || op == Op::AsyncLoad || atomic) && !operands.empty() &&
+      operands[0]->type.is_value()) {
     const ir::Shape& target = operands[0]->type.shape;
     const size_t first = op == Op::AsyncLoad ? 2 : 1;
+    const size_t mask_at = op == Op::AtomicCas ? 3 : 2;
     for (size_t i = first; i < operands.size(); ++i) {
       const ir::Type& t = operands[i]->type;
       if (t.is_value() && !broadcasts_to(t.shape, target)) {
-        const char* role = op != Op::Store ? (i == first ? "mask" : "fill value") : (i == 1 ? "value" : "mask");
+        const char* role = atomic ? (i == mask_at ? "mask" : op == Op::AtomicCas && i == 1 ? "compare value" : "value")
+                           : op != Op::Store ? (i == first ? "mask" : "fill value")
+                                             : (i == 1 ? "value" : "mask");
         throw Error(fmt::format("{}: the {} has shape {} but the pointers have shape {}; it must have the pointers' "
                                 "shape or broadcast to it (to {} a tile, offset the pointers by a tile of offsets, "
                                 "e.g. p + arange(0, n))",

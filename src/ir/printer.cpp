@@ -4,6 +4,8 @@
 
 #include <unordered_map>
 
+#include "ir/atomics.h"
+
 namespace weft::ir {
 namespace {
 
@@ -51,6 +53,11 @@ class Printer {
         return " to " + a.dtype.str();
       case Op::LocalAlloc:
         return " " + a.dtype.str() + shape_str(a.shape);
+      case Op::AtomicRmw:
+      case Op::AtomicCas: {
+        AtomicInfo info = atomic_info(n);
+        return fmt::format(" {} {} {}", atomic_name(info), order_name(info.order), scope_name(info.scope));
+      }
       default:
         if (op_category(n.op) == OpCategory::Unary) return !a.ints.empty() && a.ints[0] == 1 ? " fast" : "";
         break;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ir/atomics.h"
 #include "ir/verifier_internal.h"
 
 namespace weft::ir {
@@ -170,6 +171,51 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op, Sour
     out[i] = da == 1 ? db : da;
   }
   return out;
+}
+
+// atomic_rmw (ptrs, value [, mask]) and atomic_cas (ptrs, compare, value [, mask]): the old values, of the
+// pointee type and the pointers' shape.
+static Type infer_atomic(Op op, const std::vector<NodeRef>& operands, const Attrs& attrs, SourceLoc loc) {
+  const DType i1{ScalarType::i1, false};
+  const bool cas = op == Op::AtomicCas;
+  const size_t values = cas ? 2 : 1;
+  if (attrs.ints.size() != (cas ? 2u : 3u) || (!cas && (attrs.ints[0] < 0 || attrs.ints[0] > int64_t(AtomicOp::xchg))) ||
+      attrs.ints[cas ? 0 : 1] < 0 || attrs.ints[cas ? 0 : 1] > int64_t(MemOrder::acq_rel) ||
+      attrs.ints[cas ? 1 : 2] < 0 || attrs.ints[cas ? 1 : 2] > int64_t(MemScope::system))
+    fail(loc, fmt::format("{}: malformed attributes (operation, order, scope)", name(op)));
+  AtomicInfo info = atomic_info(op, attrs);
+  const std::string what = fmt::format("atomic_{}", atomic_name(info));
+  if (operands.size() != 1 + values && operands.size() != 2 + values)
+    fail(loc, fmt::format("{} takes the pointers, {} and an optional mask", what, cas ? "the compare value, the value" : "the value"));
+  const Type& p = value_operand(op, operands, 0, loc);
+  if (!p.dtype.pointer) fail(loc, fmt::format("{} needs a tile of pointers (or one pointer), got {}", what, p.str()));
+  DType elem{p.dtype.scalar, false};
+  const ScalarType s = elem.scalar;
+  const bool word = s == ScalarType::i32 || s == ScalarType::i64;
+  const bool wide_float = s == ScalarType::f32 || s == ScalarType::f64;
+  const bool add_or_xchg = !info.cas && (info.op == AtomicOp::add || info.op == AtomicOp::xchg);
+  if (!word && !(wide_float && add_or_xchg))
+    fail(loc, fmt::format("{} on {} pointers: the GPU's atomics take {}; keep the counters in a buffer of one of "
+                          "those types",
+                          what, p.dtype.str(), add_or_xchg ? "i32, i64, f32 or f64 elements" : "i32 or i64 elements"));
+  for (size_t i = 1; i <= values; ++i) {
+    const Type& v = value_operand(op, operands, i, loc);
+    const char* role = cas && i == 1 ? "compare value" : "value";
+    if (v.dtype != elem)
+      fail(loc, fmt::format("{} through {} pointers: the {} is {}; its element type must be {} (convert it with "
+                            "cast<{}>(...))",
+                            what, p.dtype.str(), role, v.dtype.str(), elem.str(), elem.str()));
+    if (v.shape != p.shape)
+      fail(loc, fmt::format("{}: the {}'s shape {} differs from the pointers' shape {}", what, role, shape_str(v.shape),
+                            shape_str(p.shape)));
+  }
+  if (operands.size() == 2 + values) {
+    const Type& m = value_operand(op, operands, 1 + values, loc);
+    if (m.dtype != i1 || m.shape != p.shape)
+      fail(loc, fmt::format("{}: the mask must be a bool tile of the pointers' shape {}, got {}", what, shape_str(p.shape),
+                            m.str()));
+  }
+  return Type::value(elem, p.shape);
 }
 
 Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, SourceLoc loc) {
@@ -383,6 +429,9 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       }
       return Type::none();
     }
+    case Op::AtomicRmw:
+    case Op::AtomicCas:
+      return infer_atomic(op, operands, attrs, loc);
     case Op::ReduceSum:
     case Op::ReduceMax:
     case Op::ReduceMin:

@@ -4,6 +4,7 @@
 
 #include <unordered_set>
 
+#include "ir/atomics.h"
 #include "ir/verifier.h"
 #include "ir/verifier_internal.h"
 
@@ -23,6 +24,7 @@ struct PlacementChecker {
   const Node* tasks = nullptr;
   const Node* tile_var = nullptr;  // the first tile Var declared at the top of the body, before any async_tasks
   const Node* thread_query_outside_tasks = nullptr;  // thread_id() & co. outside every task body
+  const Node* atomic_outside_tasks = nullptr;        // an atomic outside every task body
 
   void check(const Node& n) {
     switch (n.op) {
@@ -56,6 +58,10 @@ struct PlacementChecker {
       case Op::ThreadIndex:
       case Op::ReadClock:
         if (!in_task && !thread_query_outside_tasks) thread_query_outside_tasks = &n;
+        break;
+      case Op::AtomicRmw:
+      case Op::AtomicCas:
+        if (!in_task && !atomic_outside_tasks) atomic_outside_tasks = &n;
         break;
       case Op::TaskReplicaId:
         if (!in_task)
@@ -131,6 +137,13 @@ void verify(const Function& f) {
                      "the tasks' threads, so per-thread values belong inside a task body; call it there",
                      thread_query_name(placed.thread_query_outside_tasks->op, placed.thread_query_outside_tasks->attrs),
                      placed.tasks->loc.str()));
+  // The code outside the tasks is not run once per block on every backend (the GPU lowering makes its tiles
+  // again in each task; the CPU backend's task fibers each run it): an atomic there would not be done once.
+  if (placed.tasks && placed.atomic_outside_tasks)
+    fail(placed.atomic_outside_tasks->loc,
+         fmt::format("atomic_{} is outside every task body of a kernel with async_tasks (at {}): the code outside the "
+                     "tasks is not run exactly once per block; move the atomic into the task that owns the update",
+                     atomic_name(atomic_info(*placed.atomic_outside_tasks)), placed.tasks->loc.str()));
 }
 
 }  // namespace weft::ir

@@ -49,7 +49,7 @@ struct LaunchChecks {
 // One checked access of the kernel, for the report.
 struct AccessSite {
   SourceLoc loc;
-  std::string op;             // "load", "store", "async_load"
+  std::string op;             // "load", "store", "async_load", "atomic_add", …
   std::string element;        // its element type, "f32"
   int64_t elements = 0;       // elements of the access (its pointer tile)
   int64_t element_bytes = 0;

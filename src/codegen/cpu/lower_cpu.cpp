@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "codegen/cpu/lowering.h"
+#include "ir/atomics.h"
 #include "passes/kernel_plans.h"
 
 namespace weft::codegen::cpu::detail {
@@ -237,6 +238,9 @@ void Lowering::node(const NodeRef& n) {
       });
       return;
     }
+    case Op::AtomicRmw:
+    case Op::AtomicCas:
+      return atomic(n);
     case Op::ReduceSum:
     case Op::ReduceMax:
     case Op::ReduceMin:
@@ -353,6 +357,50 @@ void Lowering::node(const NodeRef& n) {
     default: break;
   }
   throw InternalError(fmt::format("CPU lowering: no rule for op '{}'", ir::op_name(n->op)));
+}
+
+// Each element (where the mask holds) as one LLVM atomicrmw / cmpxchg with the C++ order asked for: the
+// program runs on one host thread, so its order is program order, and other programs run on other threads
+// (system scope: the host has no narrower one). Masked-off elements read as 0.
+void Lowering::atomic(const NodeRef& n) {
+  const auto& ops = n->operands;
+  const ir::AtomicInfo info = ir::atomic_info(*n);
+  const size_t values = info.cas ? 2 : 1;
+  const NodeRef* mask = ops.size() > 1 + values ? &ops[1 + values] : nullptr;
+  check_access(n, fmt::format("atomic_{}", ir::atomic_name(info)).c_str(), ops[0], mask);
+  const DType d = n->type.dtype;
+  const llvm::MaybeAlign align(d.bytes());
+  using llvm::AtomicOrdering;
+  const AtomicOrdering order[] = {AtomicOrdering::Monotonic, AtomicOrdering::Acquire, AtomicOrdering::Release,
+                                  AtomicOrdering::AcquireRelease};
+  const AtomicOrdering on_failure[] = {AtomicOrdering::Monotonic, AtomicOrdering::Acquire, AtomicOrdering::Monotonic,
+                                       AtomicOrdering::Acquire};
+  const int o = static_cast<int>(info.order);
+  using Rmw = llvm::AtomicRMWInst;
+  Rmw::BinOp rmw = Rmw::Xchg;
+  switch (info.op) {
+    case AtomicOp::add: rmw = d.is_float() ? Rmw::FAdd : Rmw::Add; break;
+    case AtomicOp::max: rmw = Rmw::Max; break;
+    case AtomicOp::min: rmw = Rmw::Min; break;
+    case AtomicOp::and_: rmw = Rmw::And; break;
+    case AtomicOp::or_: rmw = Rmw::Or; break;
+    case AtomicOp::xor_: rmw = Rmw::Xor; break;
+    case AtomicOp::xchg: rmw = Rmw::Xchg; break;
+  }
+  llvm::Type* t = ops_.compute_type(d);
+  Value* old_slot = mask ? entry_alloca(t) : nullptr;
+  define_tile(n, [&](Value* i) {
+    auto apply = [&]() -> Value* {
+      Value* p = elem(ops[0], i);
+      if (!info.cas) return b_.CreateAtomicRMW(rmw, p, elem(ops[1], i), align, order[o]);
+      llvm::AtomicCmpXchgInst* x = b_.CreateAtomicCmpXchg(p, elem(ops[1], i), elem(ops[2], i), align, order[o], on_failure[o]);
+      return b_.CreateExtractValue(x, 0);
+    };
+    if (!mask) return apply();
+    b_.CreateStore(llvm::Constant::getNullValue(t), old_slot);
+    emit_if(b_, elem(*mask, i), [&] { b_.CreateStore(apply(), old_slot); }, [] {});
+    return static_cast<Value*>(b_.CreateLoad(t, old_slot));
+  });
 }
 
 void Lowering::copy_into(Value* slot, const NodeRef& value) {

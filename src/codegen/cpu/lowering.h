@@ -162,6 +162,7 @@ class Lowering {
   void region(const ir::Region& r);
   void node(const NodeRef& n);
   void copy_into(Value* slot, const NodeRef& value);
+  void atomic(const NodeRef& n);
   void reduce(const NodeRef& n);
   void dot(const NodeRef& n);
   void for_loop(const NodeRef& n);

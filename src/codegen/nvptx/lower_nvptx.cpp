@@ -188,6 +188,8 @@ void Lowering::node(const NodeRef& n) {
     case Op::Slice: return slice(n);
     case Op::Load: return load(n);
     case Op::Store: return store(n);
+    case Op::AtomicRmw:
+    case Op::AtomicCas: return atomic(n);
     case Op::ReduceSum:
     case Op::ReduceMax:
     case Op::ReduceMin:

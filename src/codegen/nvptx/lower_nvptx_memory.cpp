@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "codegen/nvptx/async_copy.h"
+#include "ir/atomics.h"
 #include "passes/shared_layouts.h"
 
 namespace weft::codegen::nvptx::detail {
@@ -265,6 +266,70 @@ void Lowering::store(const NodeRef& n) {
     else
       branch_values(whole_chunk_ok(c, d, proven), 0, whole, [&](std::vector<Value*>&) { element_wise(); });
   }
+}
+
+// The PTX type of an atomic's operation on `d`: add counts (u32, u64) or sums floats, max and min compare
+// signed, the rest work on bits (b32, b64; f32 and f64 exchanged as their bits).
+static const char* atom_type(const ir::AtomicInfo& info, DType d) {
+  const bool wide = d.bytes() == 8;
+  if (!info.cas && info.op == AtomicOp::add)
+    return d.is_float() ? (wide ? "f64" : "f32") : (wide ? "u64" : "u32");
+  if (!info.cas && (info.op == AtomicOp::max || info.op == AtomicOp::min)) return wide ? "s64" : "s32";
+  return wide ? "b64" : "b32";
+}
+
+// Atomics (weft/ops.h): each element by the one thread that holds it in the blocked layout. In a tile smaller
+// than the group, threads t and t + count hold copies of element t: only t < count (thread 0 for a rank-0
+// pointer) does the atomic, and the old values reach the copies through the group's scratch, between two
+// barriers (after the second, the scratch is free again). The program's order: a release waits at a barrier
+// for the group's earlier accesses first, an acquire makes the group wait at one for the atomics (CUTLASS's
+// semaphore: bar.sync, then one thread's red.release.gpu; one thread's ld.acquire.gpu, then bar.sync).
+void Lowering::atomic(const NodeRef& n) {
+  const auto& o = n->operands;
+  const ir::AtomicInfo info = ir::atomic_info(*n);
+  const size_t values = info.cas ? 2 : 1;
+  const bool masked = o.size() > 1 + values;
+  const DType d = n->type.dtype;
+  const int64_t count = o[0]->type.numel();
+  const bool copies = count < threads_;
+  llvm::Type* t = ops_.compute_type(d);
+  llvm::Type* bits = d.is_float() ? b_.getIntNTy(static_cast<unsigned>(8 * d.bytes())) : t;
+  if (copies) claim_shared(count * d.bytes(), n->loc);
+  if (info.release()) sync_group();
+  Value* owner = copies ? b_.CreateICmpULT(tid_, i32c(count)) : nullptr;
+  auto reg = [&](const NodeRef& x, size_t r) {
+    const Regs& x_regs = regs(x);
+    return x_regs.v.size() == 1 ? x_regs.v[0] : x_regs.v.at(r);
+  };
+  Regs out;
+  out.uniform = count == 1;
+  for (size_t r = 0; r < static_cast<size_t>(per_thread(count)); ++r) {
+    auto update = [&]() -> Value* {
+      Value* value = reg(o[values], r);
+      Value* compare = info.cas ? reg(o[1], r) : nullptr;
+      const bool as_bits = d.is_float() && info.op == AtomicOp::xchg;
+      if (as_bits) value = b_.CreateBitCast(value, bits);
+      Value* old = ptx_.atom(info.cas ? "cas" : info.op == AtomicOp::xchg ? "exch" : ir::atomic_name(info),
+                             atom_type(info, d), ir::order_name(info.order), ir::scope_name(info.scope),
+                             reg(o[0], r), value, compare);
+      return as_bits ? b_.CreateBitCast(old, t) : old;
+    };
+    Value* cond = masked ? reg(o[1 + values], r) : nullptr;
+    if (owner) cond = cond ? b_.CreateAnd(owner, cond) : owner;
+    out.v.push_back(cond ? guarded(cond, update, llvm::Constant::getNullValue(t)) : update());
+  }
+  if (copies) {
+    guarded(owner, [&]() -> Value* {
+      b_.CreateStore(out.v[0], shared_at(t, 0, tid_));
+      return nullptr;
+    }, nullptr);
+    sync_group();
+    out.v[0] = b_.CreateLoad(t, shared_at(t, 0, flat_index(count, 0)));
+    sync_group();
+  } else if (info.acquire()) {
+    sync_group();
+  }
+  regs_[n.get()] = std::move(out);
 }
 
 // if (cond) fast(values) else slow(values); returns the `count` values merged by phis.

@@ -94,11 +94,13 @@ void Lowering::init_barriers() {
     ptx_.barrier();
 }
 
-// Generic-proxy writes another block of the cluster could read: store() to global memory, local_store into
-// another block's shared memory (TMA stores and bulk copies are async-proxy writes, ordered by their own
-// completion, not by an mbarrier arrival's release).
+// Generic-proxy writes another block of the cluster could read: store() and atomics to global memory,
+// local_store into another block's shared memory (TMA stores and bulk copies are async-proxy writes, ordered
+// by their own completion, not by an mbarrier arrival's release).
 bool Lowering::writes_outside_block_shared_memory(const ir::Region& r) {
-  return ir::any_statement(r, [](const ir::Node& n) { return n.op == Op::Store || n.op == Op::LocalStoreRemote; });
+  return ir::any_statement(r, [](const ir::Node& n) {
+    return n.op == Op::Store || n.op == Op::LocalStoreRemote || n.op == Op::AtomicRmw || n.op == Op::AtomicCas;
+  });
 }
 
 bool Lowering::uses_named_barriers(const ir::Region& r) {

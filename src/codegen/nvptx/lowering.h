@@ -220,6 +220,7 @@ class Lowering {
   void load(const NodeRef& n);
   void store(const NodeRef& n);
   bool store_from_rows(const ir::Node& n);
+  void atomic(const NodeRef& n);
   std::vector<Value*> branch_values(Value* cond, int64_t count, const std::function<void(std::vector<Value*>&)>& fast,
                                     const std::function<void(std::vector<Value*>&)>& slow);
   Value* shared_address(Value* offset);

@@ -102,6 +102,22 @@ void PtxInstructions::nanosleep(llvm::Value* ns) {
   asm_call(b_, b_.getVoidTy(), "nanosleep.u32 $0;", "r,~{memory}", {ns});
 }
 
+llvm::Value* PtxInstructions::atom(const char* op, const char* type, const char* order, const char* scope,
+                                   llvm::Value* address, llvm::Value* value, llvm::Value* compare) {
+  llvm::Type* t = value->getType();
+  const char* reg = t->isFloatTy() ? "f" : t->isDoubleTy() ? "d" : t->isIntegerTy(64) ? "l" : "r";
+  std::string text = std::string("atom.") + order + "." + scope + ".global." + op + "." + type + " $0, [$1], $2";
+  std::string constraints = std::string("=") + reg + ",l," + reg;
+  std::vector<llvm::Value*> args{b_.CreatePtrToInt(address, b_.getInt64Ty())};
+  if (compare) {
+    text += ", $3";
+    constraints += std::string(",") + reg;
+    args.push_back(compare);
+  }
+  args.push_back(value);
+  return asm_call(b_, t, text + ";", constraints + ",~{memory}", args);
+}
+
 void PtxInstructions::fence_system() { asm_call(b_, b_.getVoidTy(), "fence.sc.sys;", "~{memory}", {}); }
 
 void PtxInstructions::trap() { asm_call(b_, b_.getVoidTy(), "trap;", "~{memory}", {}); }

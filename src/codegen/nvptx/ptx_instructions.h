@@ -55,6 +55,12 @@ class PtxInstructions {
   llvm::Value* clock64();             // mov.u64 %rd, %clock64: this SM's cycle counter
   void nanosleep(llvm::Value* ns);    // nanosleep.u32 ns: sleep about ns nanoseconds (0 to 2 ns, at most 1 ms)
 
+  // Global-memory atomics (weft/ops.h): atom.{order}.{scope}.global.{op}.{type} old, [address], value, and
+  // for op "cas" atom.{order}.{scope}.global.cas.{type} old, [address], compare, value. `address`: a global
+  // pointer (addrspace 1); `value` and `compare`: i32, i64, f32 or f64 as `type` says (u32, s64, f32, b32, …).
+  llvm::Value* atom(const char* op, const char* type, const char* order, const char* scope, llvm::Value* address,
+                    llvm::Value* value, llvm::Value* compare = nullptr);
+
   // TMA. `desc`: the generic address (i64) of a CUtensorMap; `coords`: i32, innermost first; `smem`,
   // `bar`: 32-bit shared addresses.
   // cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes [smem], [desc, {coords}], [bar]
