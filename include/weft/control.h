@@ -29,6 +29,24 @@ void for_range(const Lo& lo, const Hi& hi, Body&& body, SourceLoc loc = SourceLo
   for_range(lo, hi, 1, std::forward<Body>(body), loc);
 }
 
+// while (cond()) body(). `cond` returns a rank-0 Bool; it is traced once, as the loop's test, and runs
+// before every iteration, so it may have effects — a spin lock is
+//   while_([&] { return atomic_cas(lock, 0, 1) != 0; }, [] {});
+// and a dynamic tile scheduler `Var<int32_t> t = atomic_add(next, 1); while_([&] { return t < tiles; },
+// [&] { ...; t = atomic_add(next, 1); })`. Values made in `cond` stay there (carry them through Vars). A
+// loop that waits for another program (a spin-wait on a flag) needs that program to run meanwhile: on the
+// GPU, every program it waits for resident at once (a grid no larger than what fits on the GPU); on the
+// CPU backend, no more waiting programs than WEFT_CPU_THREADS.
+template <class Cond, class Body>
+  requires std::is_invocable_v<Cond> && std::is_invocable_v<Body>
+void while_(Cond&& cond, Body&& body, SourceLoc loc = SourceLoc::current()) {
+  detail::trace_while([&] {
+    auto c = cond();
+    static_assert(std::is_same_v<detail::elem_of<decltype(c)>, bool>, "while_: the condition must return a Bool");
+    return detail::node_of(c, loc);
+  }, [&] { body(); }, loc);
+}
+
 // if (cond) then_body() [else else_body()]; cond is a rank-0 Bool.
 template <class C, class Then>
   requires std::is_same_v<detail::elem_of<C>, bool>

@@ -32,6 +32,20 @@ void emit_for(llvm::IRBuilder<>& b, llvm::Value* lo, llvm::Value* hi, llvm::Valu
   emit_loop(b, lo64, end, step64, [&](llvm::Value* i) { body(b.CreateTrunc(i, b.getInt32Ty())); });
 }
 
+void emit_while(llvm::IRBuilder<>& b, const std::function<llvm::Value*()>& cond, const std::function<void()>& body) {
+  llvm::Function* fn = b.GetInsertBlock()->getParent();
+  auto* header = llvm::BasicBlock::Create(b.getContext(), "while", fn);
+  auto* inside = llvm::BasicBlock::Create(b.getContext(), "while.body", fn);
+  auto* exit = llvm::BasicBlock::Create(b.getContext(), "while.exit", fn);
+  b.CreateBr(header);
+  b.SetInsertPoint(header);
+  b.CreateCondBr(cond(), inside, exit);
+  b.SetInsertPoint(inside);
+  body();
+  b.CreateBr(header);
+  b.SetInsertPoint(exit);
+}
+
 void emit_if(llvm::IRBuilder<>& b, llvm::Value* cond, const std::function<void()>& then_body,
              const std::function<void()>& else_body) {
   llvm::Function* fn = b.GetInsertBlock()->getParent();

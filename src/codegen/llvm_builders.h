@@ -25,6 +25,9 @@ void emit_for(llvm::IRBuilder<>& b, llvm::Value* lo, llvm::Value* hi, llvm::Valu
               const std::function<void(llvm::Value*)>& body);
 
 // if (cond) then_body() else else_body().
+// while (cond()) body(): cond() emits the test at the loop's header (its first block) and returns the i1.
+void emit_while(llvm::IRBuilder<>& b, const std::function<llvm::Value*()>& cond, const std::function<void()>& body);
+
 void emit_if(llvm::IRBuilder<>& b, llvm::Value* cond, const std::function<void()>& then_body,
              const std::function<void()>& else_body);
 

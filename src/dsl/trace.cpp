@@ -196,6 +196,22 @@ void trace_if(NodeRef cond, const std::function<void()>& then_body, const std::f
   append(ctx, make_node(ctx, Op::If, {std::move(cond)}, {}, std::move(regions), loc));
 }
 
+void trace_while(const std::function<NodeRef()>& cond, const std::function<void()>& body, SourceLoc loc) {
+  TraceContext& ctx = context(loc);
+  std::vector<Region> regions(2);
+  {
+    RegionScope scope(ctx, regions[0]);
+    NodeRef c = cond();
+    if (!c) throw Error("while_: the condition returned an empty Tile handle; return a Bool", loc);
+    emit(Op::LoopCondition, {std::move(c)}, {}, loc);
+  }
+  {
+    RegionScope scope(ctx, regions[1]);
+    body();
+  }
+  append(ctx, make_node(ctx, Op::While, {}, {}, std::move(regions), loc));
+}
+
 void trace_tasks(const std::vector<TaskSpec>& tasks, SourceLoc loc) {
   TraceContext& ctx = context(loc);
   if (tasks.empty()) throw Error("async_tasks needs at least one task", loc);

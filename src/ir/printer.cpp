@@ -104,6 +104,14 @@ class Printer {
       out_ += std::string(2 * depth, ' ') + "}\n";
       return;
     }
+    if (n->op == Op::While) {
+      line(depth, "while {", *n);
+      region(n->regions.at(0), depth + 1);
+      out_ += std::string(2 * depth, ' ') + "} do {\n";
+      region(n->regions.at(1), depth + 1);
+      out_ += std::string(2 * depth, ' ') + "}\n";
+      return;
+    }
     if (n->op == Op::AsyncTasks) {
       line(depth, "async_tasks {", *n);
       for (size_t t = 0; t < n->regions.size(); ++t) {

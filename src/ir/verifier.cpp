@@ -454,6 +454,17 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       if (c.dtype != i1) fail(loc, fmt::format("if_: the condition must be a bool scalar, got {}", c.str()));
       return Type::none();
     }
+    case Op::While:
+      if (!operands.empty()) fail(loc, "while: takes no operands (its test is region 0)");
+      return Type::none();
+    case Op::LoopCondition: {
+      const Type& c = value_operand(op, operands, 0, loc);
+      if (c.dtype != i1 || !c.shape.empty())
+        fail(loc, fmt::format("while_: the condition must be a rank-0 Bool (one value for the whole program), got {}; "
+                              "reduce a tile to one value first, e.g. with max(cast<int32_t>(mask), 0) > 0",
+                              c.str()));
+      return Type::none();
+    }
     case Op::VarDecl: {
       const Type& init = value_operand(op, operands, 0, loc);
       return Type::var(init.dtype, init.shape);

@@ -54,6 +54,8 @@ const Shape& node_shape(const NodeRef&);
 
 // Structured control flow: the bodies are traced into new regions.
 void trace_for(NodeRef lo, NodeRef hi, NodeRef step, const std::function<void(NodeRef)>& body, SourceLoc loc);
+// while (cond()) body(): cond's statements and the rank-0 Bool it returns are region 0, body region 1.
+void trace_while(const std::function<NodeRef()>& cond, const std::function<void()>& body, SourceLoc loc);
 void trace_if(NodeRef cond, const std::function<void()>& then_body, const std::function<void()>* else_body,
               SourceLoc loc);
 

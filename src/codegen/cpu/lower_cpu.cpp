@@ -253,6 +253,14 @@ void Lowering::node(const NodeRef& n) {
       return for_loop(n);
     case Op::If:
       return if_else(n);
+    case Op::While:
+      return emit_while(b_, [&] {
+        region(n->regions[0]);
+        return loop_condition_;
+      }, [&] { region(n->regions[1]); });
+    case Op::LoopCondition:
+      loop_condition_ = elem(n->operands[0], i64c(0));
+      return;
     case Op::VarDecl: {
       const ir::Type& t = n->type;
       if (t.shape.empty()) {

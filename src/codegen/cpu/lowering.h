@@ -163,6 +163,7 @@ class Lowering {
   void node(const NodeRef& n);
   void copy_into(Value* slot, const NodeRef& value);
   void atomic(const NodeRef& n);
+  Value* loop_condition_ = nullptr;  // the test of the while loop being lowered (its region 0's last statement)
   void reduce(const NodeRef& n);
   void dot(const NodeRef& n);
   void for_loop(const NodeRef& n);

@@ -198,6 +198,8 @@ void Lowering::node(const NodeRef& n) {
     case Op::Dot: return dot(n);
     case Op::For: return for_loop(n);
     case Op::If: return if_else(n);
+    case Op::While: return while_loop(n);
+    case Op::LoopCondition: loop_condition_ = regs(o[0]).v[0]; return;
     case Op::VarDecl: vars_[n.get()] = var_words(n.get(), in_var_layout(o[0], n.get(), n->loc)); return;
     case Op::VarGet: {
       Regs out = empty_regs(var_layout(o[0].get()), n->type.shape);
@@ -318,6 +320,43 @@ void Lowering::for_loop(const NodeRef& n) {
       }
   });
   partials_unsettled_ = partials_unsettled_ || before;  // the loop may not run
+}
+
+// The test (region 0) runs at the header, the body (region 1) after it. The Vars either region assigns get
+// a phi each at the header (the value from before the loop and the one at the end of the body); after the
+// loop they hold what the last test left.
+void Lowering::while_loop(const NodeRef& n) {
+  bool before = partials_unsettled_;
+  bool inside = has_block_reduction(n->regions[0]) || has_block_reduction(n->regions[1]);
+  std::vector<const ir::Node*> carried = vars_set_in(n->regions[0]);
+  for (const ir::Node* v : vars_set_in(n->regions[1]))
+    if (std::find(carried.begin(), carried.end(), v) == carried.end()) carried.push_back(v);
+  llvm::BasicBlock* pre = b_.GetInsertBlock();
+  std::vector<llvm::PHINode*> phis;
+  std::vector<std::vector<Value*>> after_test;
+  bool unsettled_after_test = false;
+  emit_while(b_, [&] {
+    llvm::IRBuilder<> hb(b_.GetInsertBlock(), b_.GetInsertBlock()->begin());
+    for (const ir::Node* v : carried)
+      for (Value*& word : vars_.at(v)) {
+        phis.push_back(hb.CreatePHI(word->getType(), 2));
+        phis.back()->addIncoming(word, pre);
+        word = phis.back();
+      }
+    partials_unsettled_ = before || inside;  // from before the loop or from the last iteration
+    region(n->regions[0]);
+    after_test = var_values(carried);
+    unsettled_after_test = partials_unsettled_;
+    return loop_condition_;
+  }, [&] {
+    region(n->regions[1]);
+    llvm::BasicBlock* latch = b_.GetInsertBlock();
+    size_t k = 0;
+    for (const ir::Node* v : carried)
+      for (Value* word : vars_.at(v)) phis[k++]->addIncoming(word, latch);
+  });
+  for (size_t k = 0; k < carried.size(); ++k) vars_.at(carried[k]) = after_test[k];
+  partials_unsettled_ = unsettled_after_test;
 }
 
 void Lowering::if_else(const NodeRef& n) {

@@ -138,6 +138,7 @@ class Lowering {
   void counted_loop(Value* begin, Value* end, Value* step, const std::function<void(Value*)>& body);
   void for_loop(const NodeRef& n);
   void if_else(const NodeRef& n);
+  void while_loop(const NodeRef& n);
   bool packed_var(const ir::Node* var) const;
   std::vector<Value*> var_words(const ir::Node* var, const Regs& value);
   std::vector<const ir::Node*> vars_set_in(const ir::Region& r);
@@ -344,6 +345,7 @@ class Lowering {
   // statement began in.
   std::map<Value*, Value*> region_tids_;
   llvm::BasicBlock* statement_block_ = nullptr;
+  Value* loop_condition_ = nullptr;  // the test of the while loop being lowered (its region 0's last statement)
 };
 
 #pragma GCC visibility pop
