@@ -278,12 +278,29 @@ static const char* atom_type(const ir::AtomicInfo& info, DType d) {
   return wide ? "b64" : "b32";
 }
 
+// Whether any node reads `n`'s value (the program's nodes' operands, made once).
+bool Lowering::value_used(const ir::Node& n) {
+  if (!used_values_) {
+    used_values_.emplace();
+    std::function<void(const ir::Region&)> walk = [&](const ir::Region& r) {
+      for (const NodeRef& x : r.body) {
+        for (const NodeRef& o : x->operands) used_values_->insert(o.get());
+        for (const ir::Region& inner : x->regions) walk(inner);
+      }
+    };
+    walk(f_.body);
+  }
+  return used_values_->count(&n) > 0;
+}
+
 // Atomics (weft/ops.h): each element by the one thread that holds it in the blocked layout. In a tile smaller
 // than the group, threads t and t + count hold copies of element t: only t < count (thread 0 for a rank-0
 // pointer) does the atomic, and the old values reach the copies through the group's scratch, between two
 // barriers (after the second, the scratch is free again). The program's order: a release waits at a barrier
 // for the group's earlier accesses first, an acquire makes the group wait at one for the atomics (CUTLASS's
-// semaphore: bar.sync, then one thread's red.release.gpu; one thread's ld.acquire.gpu, then bar.sync).
+// semaphore: bar.sync, then one thread's red.release.gpu; one thread's ld.acquire.gpu, then bar.sync). When
+// nothing reads the old values, none is handed round, and a relaxed or release add, max, min, and, or or xor
+// is a `red` (no round trip to the thread).
 void Lowering::atomic(const NodeRef& n) {
   const auto& o = n->operands;
   const ir::AtomicInfo info = ir::atomic_info(*n);
@@ -291,10 +308,11 @@ void Lowering::atomic(const NodeRef& n) {
   const bool masked = o.size() > 1 + values;
   const DType d = n->type.dtype;
   const int64_t count = o[0]->type.numel();
-  const bool copies = count < threads_;
+  const bool copies = count < threads_, used = value_used(*n);
+  const bool reduction = !used && !info.cas && info.op != AtomicOp::xchg && !info.acquire();
   llvm::Type* t = ops_.compute_type(d);
   llvm::Type* bits = d.is_float() ? b_.getIntNTy(static_cast<unsigned>(8 * d.bytes())) : t;
-  if (copies) claim_shared(count * d.bytes(), n->loc);
+  if (copies && used) claim_shared(count * d.bytes(), n->loc);
   if (info.release()) sync_group();
   Value* owner = copies ? b_.CreateICmpULT(tid_, i32c(count)) : nullptr;
   auto reg = [&](const NodeRef& x, size_t r) {
@@ -306,19 +324,23 @@ void Lowering::atomic(const NodeRef& n) {
   for (size_t r = 0; r < static_cast<size_t>(per_thread(count)); ++r) {
     auto update = [&]() -> Value* {
       Value* value = reg(o[values], r);
+      const char* order = ir::order_name(info.order), *scope = ir::scope_name(info.scope);
+      if (reduction) {
+        ptx_.red(ir::atomic_name(info), atom_type(info, d), order, scope, reg(o[0], r), value);
+        return llvm::Constant::getNullValue(t);
+      }
       Value* compare = info.cas ? reg(o[1], r) : nullptr;
       const bool as_bits = d.is_float() && info.op == AtomicOp::xchg;
       if (as_bits) value = b_.CreateBitCast(value, bits);
       Value* old = ptx_.atom(info.cas ? "cas" : info.op == AtomicOp::xchg ? "exch" : ir::atomic_name(info),
-                             atom_type(info, d), ir::order_name(info.order), ir::scope_name(info.scope),
-                             reg(o[0], r), value, compare);
+                             atom_type(info, d), order, scope, reg(o[0], r), value, compare);
       return as_bits ? b_.CreateBitCast(old, t) : old;
     };
     Value* cond = masked ? reg(o[1 + values], r) : nullptr;
     if (owner) cond = cond ? b_.CreateAnd(owner, cond) : owner;
     out.v.push_back(cond ? guarded(cond, update, llvm::Constant::getNullValue(t)) : update());
   }
-  if (copies) {
+  if (copies && used) {
     guarded(owner, [&]() -> Value* {
       b_.CreateStore(out.v[0], shared_at(t, 0, tid_));
       return nullptr;

@@ -222,6 +222,7 @@ class Lowering {
   void store(const NodeRef& n);
   bool store_from_rows(const ir::Node& n);
   void atomic(const NodeRef& n);
+  bool value_used(const ir::Node& n);
   std::vector<Value*> branch_values(Value* cond, int64_t count, const std::function<void(std::vector<Value*>&)>& fast,
                                     const std::function<void(std::vector<Value*>&)>& slow);
   Value* shared_address(Value* offset);
@@ -346,6 +347,7 @@ class Lowering {
   std::map<Value*, Value*> region_tids_;
   llvm::BasicBlock* statement_block_ = nullptr;
   Value* loop_condition_ = nullptr;  // the test of the while loop being lowered (its region 0's last statement)
+  std::optional<std::unordered_set<const ir::Node*>> used_values_;  // value_used's memo
 };
 
 #pragma GCC visibility pop

@@ -118,6 +118,15 @@ llvm::Value* PtxInstructions::atom(const char* op, const char* type, const char*
   return asm_call(b_, t, text + ";", constraints + ",~{memory}", args);
 }
 
+void PtxInstructions::red(const char* op, const char* type, const char* order, const char* scope,
+                          llvm::Value* address, llvm::Value* value) {
+  llvm::Type* t = value->getType();
+  const char* reg = t->isFloatTy() ? "f" : t->isDoubleTy() ? "d" : t->isIntegerTy(64) ? "l" : "r";
+  std::string text = std::string("red.") + order + "." + scope + ".global." + op + "." + type + " [$0], $1;";
+  asm_call(b_, b_.getVoidTy(), text, std::string("l,") + reg + ",~{memory}",
+           {b_.CreatePtrToInt(address, b_.getInt64Ty()), value});
+}
+
 void PtxInstructions::fence_system() { asm_call(b_, b_.getVoidTy(), "fence.sc.sys;", "~{memory}", {}); }
 
 void PtxInstructions::trap() { asm_call(b_, b_.getVoidTy(), "trap;", "~{memory}", {}); }

@@ -60,6 +60,10 @@ class PtxInstructions {
   // pointer (addrspace 1); `value` and `compare`: i32, i64, f32 or f64 as `type` says (u32, s64, f32, b32, …).
   llvm::Value* atom(const char* op, const char* type, const char* order, const char* scope, llvm::Value* address,
                     llvm::Value* value, llvm::Value* compare = nullptr);
+  // The same without the old value: red.{order}.{scope}.global.{op}.{type} [address], value (no round trip
+  // back to the thread; `order` relaxed or release only, as PTX allows).
+  void red(const char* op, const char* type, const char* order, const char* scope, llvm::Value* address,
+           llvm::Value* value);
 
   // TMA. `desc`: the generic address (i64) of a CUtensorMap; `coords`: i32, innermost first; `smem`,
   // `bar`: 32-bit shared addresses.
