@@ -219,6 +219,11 @@ void Lowering::store(const NodeRef& n) {
     return;
   }
   int64_t width = vector_width(o[0]->type.numel());
+  // A tile smaller than the group (a rank-0 store included): threads t and t + count hold copies of
+  // element t, and only t < count stores it, so that a program's read-modify-write of one address (load,
+  // then store) writes once, what that thread read, whatever the other warps read meanwhile.
+  const int64_t count = o[0]->type.numel();
+  Value* owner = count < threads_ ? b_.CreateICmpULT(tid_, i32c(count)) : nullptr;
   for (int64_t first = 0; first < per_thread(o[0]->type.numel()); first += width) {
     Chunk c = chunk_of(o, 2, first, width);
     auto value = [&](int64_t j) { return ops_.to_memory(d, regs(o[1]).v[first + j]); };
@@ -228,10 +233,11 @@ void Lowering::store(const NodeRef& n) {
           b_.CreateStore(value(j), c.ptrs[j]);
           return nullptr;
         };
-        if (c.masks.empty())
+        Value* cond = c.masks.empty() ? owner : owner ? b_.CreateAnd(owner, c.masks[j]) : c.masks[j];
+        if (!cond)
           write();
         else
-          guarded(c.masks[j], write, nullptr);
+          guarded(cond, write, nullptr);
       }
     };
     auto whole = [&](std::vector<Value*>&) {
