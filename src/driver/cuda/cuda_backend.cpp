@@ -170,6 +170,7 @@ class CudaBackend final : public Backend {
 
   // Runs in destructors (Allocation's), so it reports instead of throwing.
   void release(void* address) override {
+    if (cuda_driver_exiting()) return;  // the process's end frees it (cuda_driver.h)
     CUresult result = device_.try_make_current();
     if (result == CUDA_SUCCESS) result = driver().cuMemFree(device_address(address));
     if (result != CUDA_SUCCESS && result != CUDA_ERROR_DEINITIALIZED) {  // DEINITIALIZED: at process exit

@@ -3,7 +3,9 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -73,6 +75,8 @@ const char* advice_for(CUresult result) {
   }
 }
 
+std::atomic<bool> exiting{false};
+
 void initialise(DriverState& state) {
   const CudaDriver& driver = *state.driver;
   CUresult result = driver.cuInit(0);
@@ -85,16 +89,22 @@ void initialise(DriverState& state) {
   }
   if (driver.cuDriverGetVersion(&state.driver->version) != CUDA_SUCCESS) state.driver->version = 0;
   state.initialised = true;
+  // At exit, handlers run in the reverse order of their registration: this one before the destructors of
+  // everything in static storage made before the driver was (a static Kernel made before its first launch),
+  // and before any teardown the driver registered in cuInit. Measured on the H200: such a Kernel's
+  // cuModuleUnload at exit aborted in the driver (double free).
+  std::atexit([] { exiting.store(true); });
 }
 
+// Never destroyed: modules and buffers released by static destructors still reach the driver through it.
 DriverState& driver_state() {
-  static DriverState state;
+  static DriverState* state = new DriverState;
   static std::once_flag once;
   std::call_once(once, [] {
-    state.driver = open_cuda_driver(kDriverLibrary, &state.failure);
-    if (state.driver) initialise(state);
+    state->driver = open_cuda_driver(kDriverLibrary, &state->failure);
+    if (state->driver) initialise(*state);
   });
-  return state;
+  return *state;
 }
 
 std::string trimmed(const std::vector<char>& log) {
@@ -211,6 +221,8 @@ const CudaDriver& cuda_driver() {
   return *state.driver;
 }
 
+bool cuda_driver_exiting() { return exiting.load(); }
+
 bool cuda_available(std::string* why_not) {
   const DriverState& state = driver_state();
   std::string reason = state.failure;
@@ -301,7 +313,7 @@ CudaModule::CudaModule(const std::string& ptx, const CudaDevice& device, std::st
 }
 
 CudaModule::~CudaModule() {
-  if (!module_) return;
+  if (!module_ || cuda_driver_exiting()) return;
   // Errors ignored: a module may outlive the driver at process exit.
   if (device_.try_make_current() == CUDA_SUCCESS) cuda_driver().cuModuleUnload(module_);
 }

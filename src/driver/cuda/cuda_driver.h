@@ -33,6 +33,10 @@ const CudaDriver& cuda_driver();
 
 // Whether the driver works and sees at least one device; if not, the reason goes to `why_not`.
 bool cuda_available(std::string* why_not = nullptr);
+// Whether the process has begun to exit since the driver was initialised: objects in static storage made
+// before that (a Kernel compiled later, a Buffer) are then destroyed after the driver's own state may be,
+// so they leave their modules and memory to the process's end instead of calling into the driver.
+bool cuda_driver_exiting();
 
 // Opens `library` and resolves the symbol table without initialising or caching anything; null with the
 // reason in `why_not` on failure. cuda_driver() uses it; tests call it to exercise the failure paths.
