@@ -206,6 +206,17 @@ inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk
       continue;
     if (std::find(out.begin(), out.end(), wave) == out.end()) out.push_back(wave);
   }
+  // Split-K configurations whose slices of one tile are few bytes also with the reduction in the kernel
+  // (reduce_in_kernel): the slice that finishes a tile last reads the tile's partial sums (at most 128 KB,
+  // a microsecond or so for one multiprocessor) instead of a second kernel's launch reading all of them.
+  const size_t before_twins = out.size();
+  for (size_t i = 0; i < before_twins; ++i) {
+    GemmConfig c = out[i];
+    if (c.split_k == 1 || c.reduce_in_kernel || int64_t(c.split_k) * c.BM * c.BN * 4 > 128 * 1024) continue;
+    c.reduce_in_kernel = true;
+    while (c.stages > 2 && c.shared_bytes() > 220 * 1024) --c.stages;
+    if (c.problems(b_is_nk).empty() && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  }
   return out;
 }
 

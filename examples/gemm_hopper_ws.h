@@ -56,6 +56,8 @@ struct GemmConfig {
                                      // read shared memory while the consumer writes the next chunk
   bool pingpong = false;             // two consumers, each computing whole tiles (BM rows), alternate tiles,
                                      // main loops in turn: one's epilogue under the other's wgmmas
+  bool reduce_in_kernel = false;     // split_k > 1: the last slice to finish a tile sums the slices' partial
+                                     // sums (in slice order) and writes C: no second kernel
 
   int rows_per_consumer() const { return pingpong ? BM : BM / consumers; }
   bool is_default() const { return *this == GemmConfig{}; }
@@ -71,16 +73,18 @@ struct GemmConfig {
     if (cluster_m > 1) s += "_cl" + std::to_string(cluster_m);
     if (epilogue_buffers != 1) s += "_eb" + std::to_string(epilogue_buffers);
     if (pingpong) s += "_pp";
+    if (reduce_in_kernel) s += "_rk";
     return s;
   }
 
   // Shared memory the kernel needs (bytes): the ring, epilogue_buffers C staging tiles per consumer and,
-  // swapped, the consumers' exchange space for transposing their accumulators (weft's scratch: at most the
-  // f32 tile).
+  // swapped or reducing in the kernel, the consumers' exchange space for their accumulators (weft's scratch:
+  // at most the f32 tile).
   int64_t shared_bytes() const {
     int64_t ring = int64_t(stages) * (BM + BN) * BK * 2;
     int64_t c_tile = swap_ab ? int64_t(BN) * epilogue_n * 2 : int64_t(rows_per_consumer()) * epilogue_n * 2;
-    int64_t exchange = swap_ab ? int64_t(rows_per_consumer()) * BN * 4 : 0;
+    if (reduce_in_kernel) c_tile = 0;  // plain stores: no staging tile
+    int64_t exchange = swap_ab || reduce_in_kernel ? int64_t(rows_per_consumer()) * BN * 4 : 0;
     return ring + consumers * (epilogue_buffers * c_tile + exchange);
   }
 
@@ -117,6 +121,7 @@ struct GemmConfig {
            swap_ab ? "epilogue_buffers = 2 needs at least two stores per tile: BM / consumers >= 2 * epilogue_n"
                    : "epilogue_buffers = 2 needs at least two stores per tile: BN >= 2 * epilogue_n");
     rule(cluster_m == 1 || cluster_m == 2, "cluster_m must be 1 or 2");
+    if (reduce_in_kernel) rule(split_k > 1 && epilogue_buffers == 1, "reduce_in_kernel needs split_k > 1 and epilogue_buffers = 1");
     if (cluster_m == 2) {
       rule(split_k == 1 && !swap_ab, "cluster_m = 2 needs split_k = 1 and swap_ab off");
       rule(y_nk ? BN >= 16 : BN % 128 == 0,
@@ -148,10 +153,23 @@ template <class Out> int epilogue_cols(const GemmConfig& cfg) {
   return cfg.swap_ab ? n : std::min(n, cfg.BN);
 }
 
-// The body of the GEMM kernel for C of element type Out (bf16: C itself; f32: split-K partial sums).
+// Split-K reduced in the kernel (GemmConfig::reduce_in_kernel): each slice's partial sums go to `w`, f32
+// [split_k, R_pad, Q] (R x Q: the product as the kernel tiles it, C^T when swapped; R_pad: R rounded up to
+// BM), by plain stores; `counters` (one per tile and consumer, zero between launches) counts the slices
+// done, and the slice that makes the count whole sums the slices in order (as the reduction kernel does,
+// so C is the same bits) into C [M, N] and sets the counter back to zero.
+struct InKernelReduce {
+  weft::Ptr<float> w;
+  weft::Ptr<int32_t> counters;
+  weft::Ptr<weft::bf16> c;
+};
+
+// The body of the GEMM kernel for C of element type Out (bf16: C itself; f32: split-K partial sums), C
+// written by TMA, or (`rk`) the split-K partial sums reduced in the kernel (C null).
 template <class Out>
 void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf16, 2> A, weft::TensorDesc<weft::bf16, 2> B,
-                  weft::TensorDesc<Out, 2> C, weft::Int M, weft::Int N, weft::Int K) {
+                  const weft::TensorDesc<Out, 2>* C, weft::Int M, weft::Int N, weft::Int K,
+                  const InKernelReduce* rk = nullptr) {
   using namespace weft;
   using bf16 = weft::bf16;
   const int BM = cfg.BM, BN = cfg.BN, BK = cfg.BK, S = cfg.stages, HALF = cfg.rows_per_consumer();
@@ -171,7 +189,8 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
   auto b_s = y_nk ? local_alloc<bf16>({BN, BK}, S, "b_s") : local_alloc<bf16>({BK, BN}, S, "b_s");
   // EB staging tiles per consumer: consumer r's buffer b is stage r * EB + b.
   const int EB = cfg.epilogue_buffers;
-  auto c_s = swap ? local_alloc<Out>({BN, EN}, CONS * EB, "c_s") : local_alloc<Out>({HALF, EN}, CONS * EB, "c_s");
+  std::optional<SharedBuffer<Out>> c_s;  // (none when reducing in the kernel: plain stores)
+  if (!rk) c_s = swap ? local_alloc<Out>({BN, EN}, CONS * EB, "c_s") : local_alloc<Out>({HALF, EN}, CONS * EB, "c_s");
   auto full = alloc_barriers(S, 1, "full");     // the producer's expect_bytes, then TMA bytes
   const int CL = cfg.cluster_m;
   // Every consumer (of every block of the cluster) releases a stage; with ping-pong, the one consumer whose
@@ -302,6 +321,27 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
             release(done);
             done.advance();
           });
+          if (rk) {
+            // This consumer's rows of the tile in R x Q (each consumer counts its own rows' slices).
+            Int rows = expand_dims(m * BM + r * HALF + arange(0, HALF), 1);
+            Int cols = expand_dims(n * BN + arange(0, BN), 0);
+            Bool in = (rows < R) & (cols < Q);
+            Int r_pad = tiles_r * BM;
+            auto at = [&](Int slice) { return rk->w + (cast<int64_t>(slice * r_pad + rows) * cast<int64_t>(Q) + cast<int64_t>(cols)); };
+            store(at(nq % SPLIT), result, in);
+            Ptr<int32_t> counter = rk->counters + ((m * tiles_q + n) * CONS + r);
+            Int done_before = atomic_add(counter, 1);  // acq_rel: publishes this slice, sees the others'
+            if_(done_before == SPLIT - 1, [&] {
+              Var<float> sum = zeros<float>({HALF, BN});
+              for_range(0, SPLIT, [&](Int s) { sum = sum + load(at(s), in, 0.f); });
+              // C[M, N]: (rows, cols) of R x Q, or of C^T when swapped.
+              Long c_at = swap ? cast<int64_t>(cols) * cast<int64_t>(N) + cast<int64_t>(rows)
+                               : cast<int64_t>(rows) * cast<int64_t>(N) + cast<int64_t>(cols);
+              store(rk->c + c_at, cast<bf16>(sum.read()), in);
+              store(counter, 0);
+            });
+            return;
+          }
           // Store j of a tile: its staging buffer is free once the stores issued since its last use (the
           // EB - 1 newest) are all that still read shared memory. One buffer: every store waits for the
           // previous one. Two: store j uses buffer j % 2 and waits only for store j - 2, so that store
@@ -312,7 +352,7 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
           auto wait_staging = [&](int j) {
             async_store_wait(EB == 1 || (j == 0 && chunks % 2 != 0) ? 0 : EB - 1);
           };
-          auto staging = [&](int j) { return EB == 1 ? c_s[r] : c_s[r * EB + j % EB]; };
+          auto staging = [&](int j) { return EB == 1 ? (*c_s)[r] : (*c_s)[r * EB + j % EB]; };
           // This consumer's first row of C: its half of the tile, or (ping-pong) the whole tile.
           auto first_row = [&] { return PP ? m * BM : m * BM + r * HALF; };
           if (!swap) {
@@ -320,9 +360,9 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
               wait_staging(j);
               local_store(staging(j), to_out<Out>(result.slice(1, j * EN, EN)));
               if (SPLIT == 1)
-                async_descriptor_store(C, staging(j), {first_row(), n * BN + j * EN});
+                async_descriptor_store(*C, staging(j), {first_row(), n * BN + j * EN});
               else
-                async_descriptor_store(C, staging(j), {w.c_row0 + m * BM + r * HALF, n * BN + j * EN});
+                async_descriptor_store(*C, staging(j), {w.c_row0 + m * BM + r * HALF, n * BN + j * EN});
             }
           } else {
             // result: [rows of C^T (N), columns of C^T (M)]; C gets its transpose, EN columns at a time.
@@ -330,7 +370,7 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
               wait_staging(j);
               local_store(staging(j), to_out<Out>(trans(result.slice(0, j * EN, EN))));
               Int c_row = SPLIT == 1 ? n * BN : w.c_row0 + n * BN;
-              async_descriptor_store(C, staging(j), {c_row, m * BM + r * HALF + j * EN});
+              async_descriptor_store(*C, staging(j), {c_row, m * BM + r * HALF + j * EN});
             }
           }
         };
@@ -380,12 +420,18 @@ inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg, bool b_is_nk) {
   if (!cfg.is_default()) name += "_" + cfg.name();
   KernelOptions options;
   options.cluster = {cfg.cluster_m, 1, 1};
+  if (cfg.reduce_in_kernel)
+    return Kernel(name, [cfg, b_is_nk](TensorDesc<bf16, 2> A, TensorDesc<bf16, 2> B, Ptr<float> w, Ptr<int32_t> counters,
+                                       Ptr<bf16> c, Int M, Int N, Int K) {
+      const gemm_detail::InKernelReduce rk{w, counters, c};
+      gemm_detail::gemm_ws_body<float>(cfg, b_is_nk, A, B, nullptr, M, N, K, &rk);
+    }, options);
   if (cfg.split_k > 1)
     return Kernel(name, [cfg, b_is_nk](TensorDesc<bf16, 2> A, TensorDesc<bf16, 2> B, TensorDesc<float, 2> C, Int M,
-                                       Int N, Int K) { gemm_detail::gemm_ws_body<float>(cfg, b_is_nk, A, B, C, M, N, K); },
+                                       Int N, Int K) { gemm_detail::gemm_ws_body<float>(cfg, b_is_nk, A, B, &C, M, N, K); },
                   options);
   return Kernel(name, [cfg, b_is_nk](TensorDesc<bf16, 2> A, TensorDesc<bf16, 2> B, TensorDesc<bf16, 2> C, Int M, Int N,
-                                     Int K) { gemm_detail::gemm_ws_body<bf16>(cfg, b_is_nk, A, B, C, M, N, K); },
+                                     Int K) { gemm_detail::gemm_ws_body<bf16>(cfg, b_is_nk, A, B, &C, M, N, K); },
                 options);
 }
 
@@ -432,6 +478,17 @@ inline weft::Buffer<float> workspace(const weft::Device& dev, size_t elements, w
   return b;
 }
 
+// The tile counters of split-K reduced in the kernel: one per device, zeros between launches (each launch's
+// last slices set them back), grown as needed (new ones start at zero).
+inline weft::Buffer<int32_t> split_counters(const weft::Device& dev, size_t count, weft::SourceLoc loc) {
+  static std::mutex mutex;
+  static std::map<weft::detail::Backend*, weft::Buffer<int32_t>> buffers;
+  std::lock_guard<std::mutex> lock(mutex);
+  weft::Buffer<int32_t>& b = buffers[&dev.backend()];
+  if (b.size() < count) b = dev.upload(std::vector<int32_t>(std::max(count, b.size() * 2), 0), loc);
+  return b;
+}
+
 // The scratch of gemm() and gemm_hopper_ws() (the split-K workspace, the padded copies) is one per device,
 // and a call uses it between two of its launches. So a call holds its device's lock from taking scratch to
 // its last launch: two host threads calling on one device do not interleave their launches around it (all
@@ -457,6 +514,7 @@ struct GemmLaunch {
   std::optional<weft::Tma<weft::bf16>> c;       // split_k == 1
   std::optional<weft::Tma<float>> partial;      // split_k > 1: the workspace
   weft::Buffer<float> work;
+  weft::Buffer<int32_t> counters;               // reduce_in_kernel
   weft::Buffer<weft::bf16> c_buffer;
   int M, N, K, m_pad, grid;
 
@@ -466,6 +524,10 @@ struct GemmLaunch {
       kernel->prepare(dev, a, b, *c, M, N, K);
       return;
     }
+    if (!partial) {
+      kernel->prepare(dev, a, b, work, counters, c_buffer, M, N, K);
+      return;
+    }
     kernel->prepare(dev, a, b, *partial, M, N, K);
     splitk_reduce_kernel().prepare(dev, work, c_buffer, M, N, m_pad, int(partial->shape()[0] / m_pad));
   }
@@ -473,6 +535,10 @@ struct GemmLaunch {
     weft::Grid g(grid, 1, 1, loc);  // launch errors name the caller's line
     if (c) {
       kernel->launch(stream, g, a, b, *c, M, N, K);
+      return;
+    }
+    if (!partial) {
+      kernel->launch(stream, g, a, b, work, counters, c_buffer, M, N, K);
       return;
     }
     kernel->launch(stream, g, a, b, *partial, M, N, K);
@@ -502,10 +568,18 @@ inline GemmLaunch plan_gemm(const GemmConfig& cfg, const weft::Buffer<weft::bf16
                tma(a, {M, K}, {swap ? cfg.BN : cfg.BM, cfg.BK}, {}, loc),
                b_is_nk ? tma(b, {N, K}, {swap ? cfg.BM : cfg.BN / CL, cfg.BK}, {}, loc)
                        : tma(b, {K, N}, {cfg.BK, std::min(swap ? cfg.BM : cfg.BN, 64)}, {}, loc),
-               std::nullopt, std::nullopt, {}, c, M, N, K, m_pad, grid};
+               std::nullopt, std::nullopt, {}, {}, c, M, N, K, m_pad, grid};
   if (cfg.split_k == 1) {
     int en = gemm_detail::epilogue_cols<bf16>(cfg);
     l.c = swap ? tma(c, {M, N}, {cfg.BN, en}, {}, loc) : tma(c, {M, N}, {rows, en}, {}, loc);
+  } else if (cfg.reduce_in_kernel) {
+    const int64_t elements = int64_t(cfg.split_k) * tiles_r * cfg.BM * Q;
+    if (elements >= (int64_t(1) << 31))
+      throw Error("gemm_hopper_ws: split_k = " + std::to_string(cfg.split_k) + " needs a workspace of " +
+                      std::to_string(elements) + " f32 partial sums, over 2^31: use a smaller split_k",
+                  loc);
+    l.work = workspace(dev, size_t(elements), loc);
+    l.counters = split_counters(dev, size_t(tiles_r) * tiles_q * cfg.consumers, loc);
   } else {
     int64_t elements = int64_t(cfg.split_k) * m_pad * N;
     if (elements >= (int64_t(1) << 31))

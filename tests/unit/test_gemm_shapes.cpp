@@ -125,6 +125,45 @@ TEST_CASE("GEMM split-K: f32 partial sums and a deterministic reduction, empty s
     }
 }
 
+// The last slice of each tile sums the slices in order, as the reduction kernel does: the same bits; the
+// tile counters are back at zero after each launch, so a second launch is right too.
+TEST_CASE("GEMM split-K reduced in the kernel: the same C as the two-kernel reduction, launch after launch",
+          "[async][gemm][atomics]") {
+  WEFT_SEEDED_RNG(rng);
+  struct Case {
+    int M, N, K;
+    GemmConfig cfg;
+  };
+  const std::vector<Case> cases{
+      {72, 136, 328, {.BM = 64, .BN = 128, .consumers = 1, .split_k = 4}},  // 6 k-tiles: the last slice empty
+      {72, 136, 328, {.BM = 128, .BN = 64, .consumers = 2, .split_k = 2}},  // two consumers, a counter each
+      {13, 200, 392, {.BM = 64, .BN = 16, .consumers = 1, .split_k = 3, .swap_ab = true}},
+      {40, 200, 264, {.BM = 128, .BN = 64, .BK = 32, .consumers = 2, .split_k = 2, .swap_ab = true}},
+  };
+  for (const Case& k : cases) {
+    Problem p = make_problem(rng, k.M, k.N, k.K);
+    for (bool b_is_nk : {true, false}) {
+      GemmConfig two = k.cfg, one = k.cfg;
+      one.reduce_in_kernel = true;
+      if (!two.problems(b_is_nk).empty() || !one.problems(b_is_nk).empty()) continue;
+      INFO(one.name() << " B " << (b_is_nk ? "N x K" : "K x N") << ", " << k.M << " x " << k.N << " x " << k.K);
+      std::vector<bf16> reference;
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) {
+        gemm_hopper_ws(a, b, c, p.M, p.N, p.K, b_is_nk, two);
+        reference = c.download();
+      });
+      for (int launch = 0; launch < 2; ++launch)
+        check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) {
+          gemm_hopper_ws(a, b, c, p.M, p.N, p.K, b_is_nk, one);
+          std::vector<bf16> got = c.download();
+          int differ = 0;
+          for (size_t i = 0; i < got.size(); ++i) differ += got[i].bits != reference[i].bits;
+          CHECK(differ == 0);
+        });
+    }
+  }
+}
+
 TEST_CASE("GEMM with swapped operands for small M (C^T = B A^T), with and without split-K", "[async][gemm]") {
   WEFT_SEEDED_RNG(rng);
   for (int M : {1, 13, 40}) {
