@@ -169,9 +169,11 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+// Never destroyed, as the CUDA backends: Buffers in static storage made before the backend (a library's
+// workspace map) are destroyed after it would be, and still remove themselves from its registry.
 Backend& cpu_backend() {
-  static CpuBackend backend;
-  return backend;
+  static CpuBackend* backend = new CpuBackend;
+  return *backend;
 }
 
 }  // namespace weft::detail
