@@ -98,6 +98,11 @@ bool Lowering::chunks_proven(const NodeRef& ptrs, DType d, int64_t width) {
   return p.contiguity >= width && p.divisor % align == 0;
 }
 
+// Whether each chunk's pointers are proven consecutive (their alignment perhaps not: a row of unknown length).
+bool Lowering::chunks_consecutive(const NodeRef& ptrs, int64_t width) {
+  return width > 1 && patterns_.of(ptrs.get()).contiguity >= width;
+}
+
 Value* Lowering::whole_chunk_ok(const Chunk& c, DType d, bool proven) {
   Value* ok = b_.getTrue();
   for (Value* m : c.masks) {
@@ -109,7 +114,7 @@ Value* Lowering::whole_chunk_ok(const Chunk& c, DType d, bool proven) {
   int64_t align = std::min(width, piece_elems(d)) * d.bytes();
   Value* first = b_.CreatePtrToInt(c.ptrs[0], b_.getInt64Ty());
   ok = b_.CreateAnd(ok, b_.CreateICmpEQ(b_.CreateAnd(first, b_.getInt64(align - 1)), b_.getInt64(0)));
-  for (int64_t j = 1; j < width; ++j) {
+  for (int64_t j = 1; j < width && !c.consecutive; ++j) {
     Value* gap = b_.CreateSub(b_.CreatePtrToInt(c.ptrs[j], b_.getInt64Ty()), first);
     ok = b_.CreateAnd(ok, b_.CreateICmpEQ(gap, b_.getInt64(j * d.bytes())));
   }
@@ -129,6 +134,7 @@ Lowering::Chunk Lowering::chunk_of(const std::vector<NodeRef>& o, size_t mask_op
   Chunk c;
   // A chunk is `width` consecutive flat elements starting at a multiple of `width`: the analysis's runs.
   c.one_mask = o.size() > mask_operand && patterns_.of(o[mask_operand].get()).constancy >= width;
+  c.consecutive = chunks_consecutive(o[0], width);
   for (int64_t j = 0; j < width; ++j) {
     c.ptrs.push_back(regs(o[0]).v[first + j]);
     if (o.size() > mask_operand) c.masks.push_back(regs(o[mask_operand]).v[first + j]);
@@ -477,7 +483,7 @@ void Lowering::async_load(const NodeRef& n) {
   sync_group();
   for (int64_t first = 0; first < per_thread(numel); first += width) {
     Chunk c = chunk_of(o, 2, first, width);
-    AsyncCopyChunk copy{d.bytes(), ops_.memory_type(d), c.ptrs, {}, c.masks, c.one_mask, proven, {}};
+    AsyncCopyChunk copy{d.bytes(), ops_.memory_type(d), c.ptrs, {}, c.masks, c.one_mask, c.consecutive, proven, {}};
     copy.evict = n->attrs.ints.empty() ? 0 : static_cast<int>(n->attrs.ints[0]);  // async_load(..., Evict)
     for (int64_t j = 0; j < width; ++j) {
       copy.dst.push_back(view_element(o[1], d, flat_index(numel, first + j)));
