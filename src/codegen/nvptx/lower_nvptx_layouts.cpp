@@ -158,6 +158,29 @@ Value* Lowering::index_of(const Regs& r, int64_t n, int64_t k) {
   }
 }
 
+// index_of as a per-thread part and a constant, or nullopt where threads of the blocked layout hold copies
+// (the index wraps around). The per-thread part is made once per basic block (thread_value), so the
+// registers' shared-memory addresses become one address and constant offsets (scratch_register).
+std::optional<std::pair<Value*, int64_t>> Lowering::index_parts(const Regs& r, int64_t n, int64_t k) {
+  switch (r.layout) {
+    case Layout::Acc: {
+      int64_t per_block = r.cols / 2, block = k / per_block, q = k % per_block, i = q / 4, e = q % 4;
+      Value* base = thread_value(kAccIndexBase, r.cols, [&] {
+        return b_.CreateAdd(b_.CreateMul(acc_row(0, false), i32c(r.cols)), acc_col(0, 0));
+      });
+      return std::make_pair(base, (block * 64 + (e >= 2 ? 8 : 0)) * r.cols + 8 * i + (e & 1));
+    }
+    case Layout::AccRows: return std::make_pair(acc_row(0, false), k / 2 * 64 + (k % 2 == 1 ? 8 : 0));
+    default: {
+      if (n == 1) return std::make_pair(i32c(0), int64_t(0));
+      int64_t v = vector_width(n);
+      if (n < threads_ * v) return std::nullopt;
+      Value* base = thread_value(kTidTimesNsw, v, [&] { return b_.CreateNSWMul(tid_, i32c(v)); });
+      return std::make_pair(base, k / v * threads_ * v + k % v);
+    }
+  }
+}
+
 int64_t Lowering::register_count(Layout layout, const ir::Shape& shape) const {
   int64_t n = numel(shape);
   switch (layout) {
@@ -209,11 +232,11 @@ Regs Lowering::relayout(const Regs& src, DType d, const ir::Shape& shape, Layout
   if (src.uniform) return splat_in(src.v[0], to, shape);
   llvm::Type* t = shared_type(d);
   reserve_shared(n * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), loc);
-  for (size_t r = 0; r < src.v.size(); ++r) b_.CreateStore(to_shared(d, src.v[r]), shared_at(t, 0, index_of(src, n, r)));
+  for (size_t r = 0; r < src.v.size(); ++r) b_.CreateStore(to_shared(d, src.v[r]), scratch_register(t, 0, src, n, r));
   sync_group();
   Regs out = empty_regs(to, shape);
   for (int64_t r = 0; r < register_count(to, shape); ++r)
-    out.v.push_back(from_shared(d, b_.CreateLoad(t, shared_at(t, 0, index_of(out, n, r)))));
+    out.v.push_back(from_shared(d, b_.CreateLoad(t, scratch_register(t, 0, out, n, r))));
   sync_group();
   return out;
 }

@@ -149,7 +149,9 @@ class Lowering {
 
   Value* add_const(Value* x, int64_t c, bool nsw = false);
   // What thread_value makes (its `kind`).
-  enum ThreadValue : int { kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccStoreBase, kTidInRegion };
+  enum ThreadValue : int {
+    kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccStoreBase, kTidInRegion, kAccIndexBase
+  };
   Value* thread_value(int kind, int64_t arg, const std::function<Value*()>& make);
   Value* lane();
   Value* warp();
@@ -166,6 +168,7 @@ class Lowering {
   Value* acc_col(int64_t eighth, int64_t e);
   Value* acc_index(int64_t cols, int64_t r);
   Value* index_of(const Regs& r, int64_t n, int64_t k);
+  std::optional<std::pair<Value*, int64_t>> index_parts(const Regs& r, int64_t n, int64_t k);
   int64_t register_count(Layout layout, const ir::Shape& shape) const;
   Regs empty_regs(Layout layout, const ir::Shape& shape) const;
   Regs splat_in(Value* v, Layout layout, const ir::Shape& shape) const;
@@ -203,6 +206,7 @@ class Lowering {
   Value* from_shared(DType d, Value* v);
   Value* scratch_base();
   Value* shared_at(llvm::Type* t, int64_t byte_offset, Value* index);
+  Value* scratch_register(llvm::Type* t, int64_t byte_offset, const Regs& r, int64_t n, int64_t k);
   Value* shared_element(llvm::Type* t, Value* byte_offset, Value* index);
   int64_t reserve_shared(int64_t bytes, SourceLoc loc);
   void claim_shared(int64_t bytes, SourceLoc loc);
