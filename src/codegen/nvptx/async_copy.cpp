@@ -35,7 +35,7 @@ class ChunkCopy {
   Value* consecutive_and_aligned() {
     Value* first = b_.CreatePtrToInt(c_.src[0], b_.getInt64Ty());
     Value* ok = b_.CreateICmpEQ(b_.CreateAnd(first, b_.getInt64(piece_elems() * eb_ - 1)), b_.getInt64(0));
-    for (int64_t j = 1; j < width_; ++j) {
+    for (int64_t j = 1; j < width_ && !c_.consecutive; ++j) {
       Value* gap = b_.CreateSub(b_.CreatePtrToInt(c_.src[j], b_.getInt64Ty()), first);
       ok = b_.CreateAnd(ok, b_.CreateICmpEQ(gap, b_.getInt64(j * eb_)));
     }

@@ -18,6 +18,7 @@ struct AsyncCopyChunk {
   std::vector<llvm::Value*> dst;       // shared pointers (address space 3), one per element
   std::vector<llvm::Value*> masks;     // i1 per element; empty: unmasked
   bool one_mask = false;               // masks[0] is proven to hold for the whole chunk
+  bool consecutive = false;            // src is proven consecutive (its alignment perhaps not)
   bool proven = false;                 // src is proven consecutive and aligned to the copy size
   std::vector<llvm::Value*> fill;      // memory-type values of masked-off elements; empty: zeros
   int evict = 0;                       // weft::Evict: an L2 policy on each cp.async (0: none)

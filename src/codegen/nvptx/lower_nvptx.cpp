@@ -179,8 +179,10 @@ void Lowering::node(const NodeRef& n) {
     case Op::Cast: return elementwise(n, [&](size_t r) { return ops_.cast(o[0]->type.dtype, d, at(0, r)); }, layout);
     case Op::PtrAdd: {
       llvm::Type* pointee = ops_.memory_type(DType{d.scalar, false});
-      return elementwise(
-          n, [&](size_t r) { return b_.CreateGEP(pointee, at(0, r), b_.CreateSExt(at(1, r), b_.getInt64Ty())); });
+      regs_[n.get()] = pointers_in_runs(*n, [&](int64_t r) {
+        return b_.CreateGEP(pointee, at(0, r), b_.CreateSExt(at(1, r), b_.getInt64Ty()));
+      });
+      return;
     }
     case Op::Reshape: regs_[n.get()] = regs(o[0]); return;  // same element count, same layout
     case Op::Broadcast: return broadcast(n);

@@ -97,7 +97,7 @@ void Lowering::dot_tensor_cores(const NodeRef& n) {
   auto stage_bits = [&](const NodeRef& x, int64_t at) {  // 16-bit elements, as they are in memory
     const Regs& r = regs(x);
     for (size_t k = 0; k < r.v.size(); ++k)
-      b_.CreateStore(b_.CreateBitCast(ops_.to_memory(d, r.v[k]), i16), shared_at(i16, at, flat_index(x->type.numel(), k)));
+      b_.CreateStore(b_.CreateBitCast(ops_.to_memory(d, r.v[k]), i16), scratch_register(i16, at, Regs{}, x->type.numel(), k));
   };
   stage_bits(a, 0);
   stage_bits(bm, b_at);
@@ -108,7 +108,7 @@ void Lowering::dot_tensor_cores(const NodeRef& n) {
   sync_group();
   Regs out;
   for (int64_t r = 0; r < per_thread(M * N); ++r)
-    out.v.push_back(b_.CreateLoad(f32, shared_at(f32, c_at, flat_index(M * N, r))));
+    out.v.push_back(b_.CreateLoad(f32, scratch_register(f32, c_at, out, M * N, r)));
   sync_group();
   regs_[n.get()] = std::move(out);
 }

@@ -66,6 +66,52 @@ Value* Lowering::flat_index(int64_t n, int64_t r) {
   return add_const(base, chunk * threads_ * v + j, /*nsw=*/true);
 }
 
+// Where the access-pattern analysis proves that a blocked tile of n elements runs in steps of one along
+// `contiguity` flat elements: for each register, an earlier register whose element lies in the same run
+// for every thread, and how many elements further on its own is ({r, 0}: none, compute it). Thread t's
+// register r holds flat element ((r / V) * T + t) * V + r % V (mod n where threads hold copies: flat_index).
+std::vector<Lowering::RunStep> Lowering::run_steps(int64_t n, int64_t contiguity) {
+  int64_t count = per_thread(n), v = vector_width(n);
+  std::vector<RunStep> steps;
+  for (int64_t r = 0; r < count; ++r) steps.push_back({r, 0});
+  if (contiguity <= 1 || n == 1) return steps;
+  auto flat = [&](int64_t r, int64_t t) {
+    int64_t f = ((r / v) * threads_ + t) * v + r % v;
+    return n < threads_ * v ? f & (n - 1) : f;
+  };
+  std::vector<int64_t> bases;  // registers computed in full, in order
+  for (int64_t r = 0; r < count; ++r) {
+    for (int64_t from : bases) {
+      bool same_run = true;
+      int64_t delta = flat(r, 0) - flat(from, 0);
+      for (int64_t t = 0; same_run && t < threads_; ++t)
+        same_run = flat(r, t) / contiguity == flat(from, t) / contiguity && flat(r, t) - flat(from, t) == delta;
+      if (same_run) {
+        steps[r] = {from, delta};
+        break;
+      }
+    }
+    if (steps[r].from == r) bases.push_back(r);
+  }
+  return steps;
+}
+
+// A blocked tile of pointers (a PtrAdd): `pointer(r)` makes register r's pointer in full; where the
+// analysis proves a run of consecutive elements, later registers of the run are an earlier register's
+// pointer plus a constant instead. So a chunk's elements (and often all of a thread's) are one address and
+// constant offsets, which the code generator folds into each access ([%rd+16]); from the per-register
+// sext(row * n + tid * V + j) LLVM could not tell that without straight-line strength reduction, and the
+// masked chunks' run-time check that the pointers are consecutive stayed in the PTX.
+Regs Lowering::pointers_in_runs(const ir::Node& n, const std::function<Value*(int64_t r)>& pointer) {
+  llvm::Type* pointee = ops_.memory_type(DType{n.type.dtype.scalar, false});
+  Regs out;
+  for (const RunStep& s : run_steps(n.type.numel(), patterns_.of(&n).contiguity)) {
+    int64_t r = static_cast<int64_t>(out.v.size());
+    out.v.push_back(s.from == r ? pointer(r) : b_.CreateConstGEP1_64(pointee, out.v[s.from], s.delta));
+  }
+  return out;
+}
+
 // Register r of x, or the first register of its run when the analysis proves the run holds one value
 // (a chunk's V registers are V consecutive flat elements from a multiple of V): a mask `cols < n` then
 // costs one compare per chunk, not one per element.
@@ -109,6 +155,29 @@ Value* Lowering::index_of(const Regs& r, int64_t n, int64_t k) {
     case Layout::Acc: return acc_index(r.cols, k);
     case Layout::AccRows: return acc_row(k / 2, k % 2 == 1);
     default: return flat_index(n, k);
+  }
+}
+
+// index_of as a per-thread part and a constant, or nullopt where threads of the blocked layout hold copies
+// (the index wraps around). The per-thread part is made once per basic block (thread_value), so the
+// registers' shared-memory addresses become one address and constant offsets (scratch_register).
+std::optional<std::pair<Value*, int64_t>> Lowering::index_parts(const Regs& r, int64_t n, int64_t k) {
+  switch (r.layout) {
+    case Layout::Acc: {
+      int64_t per_block = r.cols / 2, block = k / per_block, q = k % per_block, i = q / 4, e = q % 4;
+      Value* base = thread_value(kAccIndexBase, r.cols, [&] {
+        return b_.CreateAdd(b_.CreateMul(acc_row(0, false), i32c(r.cols)), acc_col(0, 0));
+      });
+      return std::make_pair(base, (block * 64 + (e >= 2 ? 8 : 0)) * r.cols + 8 * i + (e & 1));
+    }
+    case Layout::AccRows: return std::make_pair(acc_row(0, false), k / 2 * 64 + (k % 2 == 1 ? 8 : 0));
+    default: {
+      if (n == 1) return std::make_pair(i32c(0), int64_t(0));
+      int64_t v = vector_width(n);
+      if (n < threads_ * v) return std::nullopt;
+      Value* base = thread_value(kTidTimesNsw, v, [&] { return b_.CreateNSWMul(tid_, i32c(v)); });
+      return std::make_pair(base, k / v * threads_ * v + k % v);
+    }
   }
 }
 
@@ -163,11 +232,11 @@ Regs Lowering::relayout(const Regs& src, DType d, const ir::Shape& shape, Layout
   if (src.uniform) return splat_in(src.v[0], to, shape);
   llvm::Type* t = shared_type(d);
   reserve_shared(n * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), loc);
-  for (size_t r = 0; r < src.v.size(); ++r) b_.CreateStore(to_shared(d, src.v[r]), shared_at(t, 0, index_of(src, n, r)));
+  for (size_t r = 0; r < src.v.size(); ++r) b_.CreateStore(to_shared(d, src.v[r]), scratch_register(t, 0, src, n, r));
   sync_group();
   Regs out = empty_regs(to, shape);
   for (int64_t r = 0; r < register_count(to, shape); ++r)
-    out.v.push_back(from_shared(d, b_.CreateLoad(t, shared_at(t, 0, index_of(out, n, r)))));
+    out.v.push_back(from_shared(d, b_.CreateLoad(t, scratch_register(t, 0, out, n, r))));
   sync_group();
   return out;
 }
@@ -364,8 +433,11 @@ Value* Lowering::compute_element(const ir::Node& n, const std::vector<Value*>& c
 // Index tile x in `layout`: each register computed from its own coordinates.
 Regs Lowering::materialize(const NodeRef& x, Layout layout) {
   Regs out = empty_regs(layout, x->type.shape);
-  for (int64_t r = 0; r < register_count(layout, x->type.shape); ++r)
-    out.v.push_back(element_at(x, coordinates(layout, x->type.shape, r)));
+  if (layout == Layout::Blocked && x->op == Op::PtrAdd)
+    out = pointers_in_runs(*x, [&](int64_t r) { return element_at(x, coordinates(layout, x->type.shape, r)); });
+  else
+    for (int64_t r = 0; r < register_count(layout, x->type.shape); ++r)
+      out.v.push_back(element_at(x, coordinates(layout, x->type.shape, r)));
   element_memo_.clear();  // its values belong where they were made
   return out;
 }

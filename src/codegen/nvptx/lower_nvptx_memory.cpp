@@ -43,6 +43,16 @@ Value* Lowering::shared_element(llvm::Type* t, Value* byte_offset, Value* index)
   return b_.CreateInBoundsGEP(t, base, b_.CreateZExt(index, b_.getInt64Ty()));
 }
 
+// Where register k of a tile of n elements in the layout of `r` goes in an array of `t` at `byte_offset` into
+// the group's scratch: the thread's own first element plus a constant (index_parts), which the code generator
+// folds into each access ([%rd+1024]); from the index of each register, zero-extended, LLVM could not see
+// that without straight-line strength reduction.
+Value* Lowering::scratch_register(llvm::Type* t, int64_t byte_offset, const Regs& r, int64_t n, int64_t k) {
+  std::optional<std::pair<Value*, int64_t>> parts = index_parts(r, n, k);
+  if (!parts) return shared_at(t, byte_offset, index_of(r, n, k));
+  return b_.CreateConstInBoundsGEP1_64(t, shared_at(t, byte_offset, parts->first), parts->second);
+}
+
 int64_t Lowering::reserve_shared(int64_t bytes, SourceLoc loc) {
   scratch_bytes_ = std::max(scratch_bytes_, bytes);
   if (scratch_start_ + scratch_bytes_ > kMaxSharedBytes)
@@ -69,8 +79,9 @@ void Lowering::settle_shared() {
 // Writes a tile's elements to shared memory (as `t`) starting at `byte_offset`.
 void Lowering::stage(const Regs& src, DType d, int64_t n, int64_t byte_offset) {
   llvm::Type* t = shared_type(d);
+  Regs blocked;  // (src may be uniform: its registers are still stored where the blocked layout puts them)
   for (size_t r = 0; r < src.v.size(); ++r)
-    b_.CreateStore(to_shared(d, src.v[r]), shared_at(t, byte_offset, flat_index(n, r)));
+    b_.CreateStore(to_shared(d, src.v[r]), scratch_register(t, byte_offset, blocked, n, static_cast<int64_t>(r)));
 }
 
 // Runs `body` only where `cond` holds; returns the phi of its value and `otherwise`.
@@ -99,6 +110,11 @@ bool Lowering::chunks_proven(const NodeRef& ptrs, DType d, int64_t width) {
   return p.contiguity >= width && p.divisor % align == 0;
 }
 
+// Whether each chunk's pointers are proven consecutive (their alignment perhaps not: a row of unknown length).
+bool Lowering::chunks_consecutive(const NodeRef& ptrs, int64_t width) {
+  return width > 1 && patterns_.of(ptrs.get()).contiguity >= width;
+}
+
 Value* Lowering::whole_chunk_ok(const Chunk& c, DType d, bool proven) {
   Value* ok = b_.getTrue();
   for (Value* m : c.masks) {
@@ -110,7 +126,7 @@ Value* Lowering::whole_chunk_ok(const Chunk& c, DType d, bool proven) {
   int64_t align = std::min(width, piece_elems(d)) * d.bytes();
   Value* first = b_.CreatePtrToInt(c.ptrs[0], b_.getInt64Ty());
   ok = b_.CreateAnd(ok, b_.CreateICmpEQ(b_.CreateAnd(first, b_.getInt64(align - 1)), b_.getInt64(0)));
-  for (int64_t j = 1; j < width; ++j) {
+  for (int64_t j = 1; j < width && !c.consecutive; ++j) {
     Value* gap = b_.CreateSub(b_.CreatePtrToInt(c.ptrs[j], b_.getInt64Ty()), first);
     ok = b_.CreateAnd(ok, b_.CreateICmpEQ(gap, b_.getInt64(j * d.bytes())));
   }
@@ -130,6 +146,7 @@ Lowering::Chunk Lowering::chunk_of(const std::vector<NodeRef>& o, size_t mask_op
   Chunk c;
   // A chunk is `width` consecutive flat elements starting at a multiple of `width`: the analysis's runs.
   c.one_mask = o.size() > mask_operand && patterns_.of(o[mask_operand].get()).constancy >= width;
+  c.consecutive = chunks_consecutive(o[0], width);
   for (int64_t j = 0; j < width; ++j) {
     c.ptrs.push_back(regs(o[0]).v[first + j]);
     if (o.size() > mask_operand) c.masks.push_back(regs(o[mask_operand]).v[first + j]);
@@ -567,13 +584,22 @@ void Lowering::async_load(const NodeRef& n) {
     return c.op == Op::Constant && c.attrs.number == 0 && !std::signbit(c.attrs.number);
   };
   bool zero_fill = o.size() < 4 || positive_zero(*o[3]);
+  // A destination inside the 16-byte unit of the one before it is that address plus a constant: the buffer
+  // layouts keep 16-byte units whole (swizzles move whole units, panels are multiples of them), as the whole
+  // pieces' copies already assume; transposed views go element by element.
+  int64_t panel = allocations_.of(passes::root_allocation(o[1].get())).panel;
+  bool units_whole = o[1]->op != Op::LocalTrans && panel * d.bytes() % kMaxAccessBytes == 0;
+  int64_t unit = piece_elems(d);
   sync_group();
   for (int64_t first = 0; first < per_thread(numel); first += width) {
     Chunk c = chunk_of(o, 2, first, width);
-    AsyncCopyChunk copy{d.bytes(), ops_.memory_type(d), c.ptrs, {}, c.masks, c.one_mask, proven, {}};
+    AsyncCopyChunk copy{d.bytes(), ops_.memory_type(d), c.ptrs, {}, c.masks, c.one_mask, c.consecutive, proven, {}};
     copy.evict = n->attrs.ints.empty() ? 0 : static_cast<int>(n->attrs.ints[0]);  // async_load(..., Evict)
     for (int64_t j = 0; j < width; ++j) {
-      copy.dst.push_back(view_element(o[1], d, flat_index(numel, first + j)));
+      if (units_whole && j % unit != 0)
+        copy.dst.push_back(b_.CreateConstInBoundsGEP1_64(ops_.memory_type(d), copy.dst[j - j % unit], j % unit));
+      else
+        copy.dst.push_back(view_element(o[1], d, flat_index(numel, first + j)));
       if (!zero_fill) copy.fill.push_back(ops_.to_memory(d, regs(o[3]).v[first + j]));
     }
     emit_async_copy(b_, ptx_, copy);

@@ -150,17 +150,26 @@ class Lowering {
 
   Value* add_const(Value* x, int64_t c, bool nsw = false);
   // What thread_value makes (its `kind`).
-  enum ThreadValue : int { kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccStoreBase, kTidInRegion };
+  enum ThreadValue : int {
+    kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccStoreBase, kTidInRegion, kAccIndexBase
+  };
   Value* thread_value(int kind, int64_t arg, const std::function<Value*()>& make);
   Value* lane();
   Value* warp();
   Value* tid_in_region();
   Value* flat_index(int64_t n, int64_t r);
   Value* same_value_reg(const NodeRef& x, size_t r);
+  struct RunStep {
+    int64_t from;   // the register this one is computed from (itself: in full)
+    int64_t delta;  // elements past it
+  };
+  std::vector<RunStep> run_steps(int64_t n, int64_t contiguity);
+  Regs pointers_in_runs(const ir::Node& n, const std::function<Value*(int64_t r)>& pointer);
   Value* acc_row(int64_t block, bool lower_half);
   Value* acc_col(int64_t eighth, int64_t e);
   Value* acc_index(int64_t cols, int64_t r);
   Value* index_of(const Regs& r, int64_t n, int64_t k);
+  std::optional<std::pair<Value*, int64_t>> index_parts(const Regs& r, int64_t n, int64_t k);
   int64_t register_count(Layout layout, const ir::Shape& shape) const;
   Regs empty_regs(Layout layout, const ir::Shape& shape) const;
   Regs splat_in(Value* v, Layout layout, const ir::Shape& shape) const;
@@ -198,6 +207,7 @@ class Lowering {
   Value* from_shared(DType d, Value* v);
   Value* scratch_base();
   Value* shared_at(llvm::Type* t, int64_t byte_offset, Value* index);
+  Value* scratch_register(llvm::Type* t, int64_t byte_offset, const Regs& r, int64_t n, int64_t k);
   Value* shared_element(llvm::Type* t, Value* byte_offset, Value* index);
   int64_t reserve_shared(int64_t bytes, SourceLoc loc);
   void claim_shared(int64_t bytes, SourceLoc loc);
@@ -212,9 +222,11 @@ class Lowering {
     std::vector<Value*> ptrs;
     std::vector<Value*> masks;  // empty: unmasked
     bool one_mask = false;      // proven equal over the chunk (`cols < n`, n a multiple of it): masks[0] says all
+    bool consecutive = false;   // ptrs proven consecutive (pointers_in_runs made them one address plus constants)
   };
   int64_t piece_elems(DType d);
   bool chunks_proven(const NodeRef& ptrs, DType d, int64_t width);
+  bool chunks_consecutive(const NodeRef& ptrs, int64_t width);
   Value* whole_chunk_ok(const Chunk& c, DType d, bool proven);
   void for_each_piece(const Chunk& c, DType d, const std::function<void(Value*, llvm::FixedVectorType*, int64_t)>& f);
   Chunk chunk_of(const std::vector<NodeRef>& o, size_t mask_operand, int64_t first, int64_t width);

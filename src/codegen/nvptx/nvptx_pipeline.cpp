@@ -33,11 +33,16 @@ constexpr const char* kDefaultPipeline =
     "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),gvn,"
     "instcombine<no-verify-fixpoint>,infer-alignment,adce)";
 
-// The code generator's own optional passes weft skips by default: none. Measured (benchmarks/NOTES.md,
-// session 8): straight-line strength reduction is 30% of softmax's code generation and 3% of attention's,
-// but without it addresses lose their constant offsets (softmax 422 -> 435 PTX instructions, layernorm
-// 705 -> 760); nary-reassociate and consthoist change nothing in the bench kernels and cost ~1%.
-// WEFT_NVPTX_SKIP names passes to skip, to measure such trades.
+// The code generator's own optional passes weft skips by default: none. Straight-line strength reduction
+// (slsr) costs 37% of softmax's compile process (callgrind, benchmarks/NOTES.md round 5), 3% of the GEMM's,
+// 1.5% of attention's; nary-reassociate and consthoist another 1-2%. Since round 5 the lowering makes global
+// pointers, scratch slots and cp.async destinations one per-thread address plus constants itself, and
+// without the three passes the six bench kernels' PTX has the same instructions (softmax and layernorm
+// byte-identical); but 65 of the unit suite's 279 kernels are still longer than with slsr, 47 of them longer
+// than before round 5: the GEMM epilogues with two staging buffers (eb2: +7 to +11 instructions, the fp8
+// continuous-stream ones +44), the small-M GEMM (+5 to +26), reduce (+5), attention (+1 to +3). Skip the three
+// once those addresses are base + constant too. WEFT_NVPTX_SKIP names passes to skip ("none": run them all),
+// to measure such trades.
 constexpr const char* kDefaultSkip = "";
 
 // Asked by every optional pass of the code generator's legacy pipeline whether to run (FunctionPass::
