@@ -10,7 +10,12 @@
 
 #include "driver/cuda/cuda_driver.h"
 
+// test_exit_order.cpp's child (weak: builds with a subset of the test files, WEFT_UNIT_TESTS_ONLY, lack it).
+__attribute__((weak)) int exit_order_child();
+
 int main(int argc, char** argv) {
+  // A child of the exit-order test: it runs before anything else touches a backend.
+  if (std::getenv("WEFT_TEST_EXIT_ORDER_CHILD") && exit_order_child) return exit_order_child();
   // Every CPU load and store of the tests is checked against its allocation (README, "Bounds checks"): an
   // out-of-bounds access fails its test with the kernel's line instead of damaging the heap. The
   // environment may still say WEFT_CHECK_BOUNDS=0.
