@@ -220,17 +220,23 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           // end, consumer 0 takes the last consumer's last arrival. (Stopping and restarting it at each tile would
           // let the last consumer arrive twice on barrier 1 before consumer 0 waits there once.)
           if (cfg.pingpong) if_(r == CONS - 1, [&] { named_barrier_arrive(1, 256); });
-          // This consumer's rows of a tile; blocks 0 .. n_full - 1 need no mask in any of them: every key is
-          // before Sk and (causal) at or before each row's diagonal. The main loops run those without a mask and
-          // the rest with one, so that no step of either loop branches on it.
+          // This consumer's rows of a tile. It computes key blocks 0 .. n_mine - 1: the blocks its rows see, fewer
+          // than the tile's n_blocks where the causal diagonal ends earlier for them than for the tile's last rows
+          // (BM 192, or BN < 64), none where its rows are all past Sq (the last tile of a ragged Sq). It steps
+          // through the tile's other blocks without products (idle steps), releasing them and taking its turns.
+          // Blocks 0 .. n_full - 1 need no mask in any of its rows: every key is before Sk and (causal) at or
+          // before each row's diagonal. The main loops run those without a mask and the rest with one, so that
+          // no step of either loop branches on it.
           struct Rows {
-            Int row0, n_blocks, n_full;
+            Int row0, n_mine, n_full;
           };
           auto rows_of = [&](const OutputTile& tile) {
             Int row0 = tile.q0 + r * HALF;
-            Int n_full = minimum(Int(Sk) / BN, tile.n_blocks);
+            Int n_mine = where(row0 < Sq, tile.n_blocks, 0);
+            if (causal) n_mine = minimum(n_mine, cdiv(maximum(minimum(Int(Sk), row0 + HALF + shift), 0), BN));
+            Int n_full = minimum(Int(Sk) / BN, n_mine);
             if (causal) n_full = minimum(n_full, maximum(row0 + shift + 1, 0) / BN);
-            return Rows{row0, tile.n_blocks, n_full};
+            return Rows{row0, n_mine, n_full};
           };
           Pipeline kp(S), vp(S), q_ready(QB), q_free(QB);
           // The state of the tile in progress (it carries over to the next tile when `across`).
@@ -306,7 +312,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
 
           for_each_tile([&](const OutputTile& tile, Int i, auto&& next_tile) {
             Rows rows = rows_of(tile);
-            Int n_blocks = tile.n_blocks;
+            Int n_blocks = tile.n_blocks, n_mine = rows.n_mine;
             SharedView<T> q = q_s[(QB == 2 ? i % 2 : scalar<int32_t>(0)) * CONS + r];
             auto begin_tile = [&] {  // acc is zero (the last tile's O was written)
               q_ready.wait(q_full);
@@ -346,11 +352,11 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
                 next_v();
               };
               for_range(0, rows.n_full, [&](Int j) { step(j, Mask::none); });
-              for_range(rows.n_full, n_blocks, [&](Int j) { step(j, Mask::always); });
+              for_range(rows.n_full, n_mine, [&](Int j) { step(j, Mask::always); });
             } else {
               auto start = [&] {
                 begin_tile();
-                if_(n_blocks > 0, [&] {
+                if_(n_mine > 0, [&] {
                   p_prev = cast<T>(softmax(rows, scalar<int32_t>(0), scores_alone(), Mask::if_partial).first);
                 });
               };
@@ -369,28 +375,40 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               };
               Int first_masked = maximum(rows.n_full, 1);
               for_range(1, first_masked, [&](Int j) { step(j, Mask::none); });
-              for_range(first_masked, n_blocks, [&](Int j) { step(j, Mask::always); });
+              for_range(first_masked, n_mine, [&](Int j) { step(j, Mask::always); });
             }
-            if (QB == 2) if_(i > 0 && n_blocks <= free_at_step, free_q_stage);  // a tile without that step
-            auto last_alone = [&] {  // the last P V on its own
+            if (QB == 2) if_(i > 0 && n_mine <= free_at_step, free_q_stage);  // a tile without that step
+            auto last_alone = [&](Bool when) {  // the last P V on its own
               if (!cfg.overlap) return;
-              if_(n_blocks > 0, [&] {
+              if_(when, [&] {
                 vp.wait(v_full);
                 acc = async_dot_wait(0, async_dot(p_prev, v_s[vp.index()], acc));
                 next_v();
               });
             };
+            // The tile's blocks past this consumer's: each waited for and released, one turn taken, no product.
+            auto idle_step = [&](Int) {
+              kp.wait(k_full);
+              my_turn();
+              your_turn();
+              next_k();
+              vp.wait(v_full);
+              next_v();
+            };
+            // With no idle steps, a consumer running across tiles issues its last P V with the next tile's S_0.
+            Bool whole = n_mine == n_blocks;
+            last_alone(across ? n_mine > 0 && !whole : n_mine > 0);
+            for_range(n_mine, n_blocks, idle_step);
             // The row statistics once P's registers are free again (with P and acc live beside them, three
             // consumers' 160 registers spilled): after the last P V, or (across tiles) before the next tile's
             // first step resets them.
-            if (!across) last_alone();
             Tile<float> inv_l = finish_rows(tile, rows.row0);
             if (across) {
               // The last step of this tile and the first of the next as one: the next tile's S_0 is issued with
               // this tile's last P V, and its softmax runs while that P V is in flight. The ring of turns runs on.
               auto [has_next, next] = next_tile();
               Rows next_rows = rows_of(next);
-              begun = where(has_next && n_blocks > 0 && next.n_blocks > 0, 1, 0);
+              begun = where(has_next && n_mine > 0 && whole && next_rows.n_mine > 0, 1, 0);
               if_(begun == 1, [&] {
                 q_ready.wait(q_full);
                 SharedView<T> q_next = q_s[q_ready.index() * CONS + r];
@@ -402,7 +420,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
                 acc = async_dot_wait(0, acc);
                 next_v();
                 p_prev = cast<T>(p);
-              }, last_alone);
+              }, [&] { last_alone(n_mine > 0 && whole); });
             }
             write_o(tile, rows.row0, q, inv_l);
             acc = zeros<float>({HALF, D});

@@ -185,6 +185,10 @@ TEST_CASE("attention forward: three consumers (BM 192) at D 64, every schedule",
     check_attention<bf16>(dev, {1, 2, 1, 250, 300, 64, true}, rng, 0, &cfg);
     check_attention<f16>(dev, {2, 2, 2, 250, 130, 64, false}, rng, 0, &cfg);
     check_attention<bf16>(dev, {1, 1, 1, 300, 200, 64, true}, rng, 0, &cfg);
+    // Consumers stop at their own rows' last key block: here row 63's diagonal (key 63 + 65) is the first key of
+    // a block (BN 64 and 128), which consumer 0 must still compute; consumers 1 and 2 of the second tile have no
+    // rows (250 < 256) and only step through the blocks.
+    check_attention<f16>(dev, {1, 1, 1, 250, 315, 64, true}, rng, 0, &cfg);
   }
 }
 
