@@ -162,8 +162,10 @@ TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (b
   };
   for (auto [D, Sk, causal] : {Case{64, 512, false}, Case{64, 512, true}, Case{64, 2048, true}, Case{64, 4096, false},
                                Case{128, 512, false}, Case{128, 512, true}, Case{128, 2048, false},
-                               Case{128, 2048, true}}) {
-    AttentionConfig cfg = attention_config(AttentionParams{1, 1, 1, 1024, Sk, D, causal});
+                               Case{128, 2048, true}, Case{64, 0, false}}) {
+    // Sk 0 stands for the four-consumer tiling (BM 256, BN 64, 120 registers each), not yet a default.
+    AttentionConfig cfg = Sk ? attention_config(AttentionParams{1, 1, 1, 1024, Sk, D, causal})
+                             : AttentionConfig{256, 64, 3, true, true, false};
     Kernel k = make_attention_fwd<bf16>(cfg, D, causal);
     INFO("D " << D << (causal ? " causal" : "") << " BM " << cfg.BM << (cfg.persistent ? " persistent" : ""));
     auto desc = [&](int rows) { return tma(buf, {1, 1024, D}, {1, rows, 64}); };
@@ -189,6 +191,20 @@ TEST_CASE("attention forward: three consumers (BM 192) at D 64, every schedule",
     // a block (BN 64 and 128), which consumer 0 must still compute; consumers 1 and 2 of the second tile have no
     // rows (250 < 256) and only step through the blocks.
     check_attention<f16>(dev, {1, 1, 1, 250, 315, 64, true}, rng, 0, &cfg);
+  }
+}
+
+TEST_CASE("attention forward: four consumers (BM 256, BN <= 64) at D 64", "[attention][async]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  for (AttentionConfig cfg : {AttentionConfig{256, 64, 3, true, true}, AttentionConfig{256, 32, 2, false, true},
+                              AttentionConfig{256, 64, 2, true, false}, AttentionConfig{256, 64, 3, true, true, true}}) {
+    INFO("BN " << cfg.BN << " stages " << cfg.stages << " pingpong " << cfg.pingpong << " overlap " << cfg.overlap
+               << " persistent " << cfg.persistent);
+    // 300 rows: a full block and one whose last consumer has no rows; causal Sq < Sk and Sq > Sk; GQA.
+    check_attention<bf16>(dev, {1, 2, 1, 300, 330, 64, true}, rng, 0, &cfg);
+    check_attention<f16>(dev, {2, 2, 2, 300, 130, 64, false}, rng, 0, &cfg);
+    check_attention<bf16>(dev, {1, 1, 1, 300, 200, 64, true}, rng, 0, &cfg);
   }
 }
 
@@ -270,7 +286,7 @@ TEST_CASE("attention forward: bad arguments are Errors at the caller's line", "[
   CHECK_THROWS_WITH(attention_fwd(dev.stream(), q, kv, kv, o, lse, p), Catch::Contains("use 64, 128 or 256"));
   p.D = 64;
   CHECK_THROWS_WITH(attention_fwd(dev.stream(), q, kv, kv, o, lse, p), Catch::Contains("k holds 3072 elements"));
-  // Three consumers need D <= 64; BM is 128 or 192.
+  // Three or four consumers need D <= 64 (four also BN <= 64); BM is 128, 192 or 256.
   Buffer<bf16> q128 = buf(4 * 16 * 128), kv128 = buf(4 * 16 * 128), o128 = buf(4 * 16 * 128);
   AttentionParams p128{1, 4, 4, 16, 16, 128, false, 0.f};
   AttentionConfig three = attention_config(128);
@@ -279,7 +295,16 @@ TEST_CASE("attention forward: bad arguments are Errors at the caller's line", "[
                     Catch::Contains("BM = 192 (three consumers of 160 registers) needs D <= 64"));
   three.BM = 256;
   CHECK_THROWS_WITH(attention_fwd(dev.stream(), q128, kv128, kv128, o128, lse, p128, &three),
-                    Catch::Contains("BM must be 128 or 192"));
+                    Catch::Contains("BM = 256 (four of 120 registers) needs D <= 64"));
+  three.BM = 320;
+  CHECK_THROWS_WITH(attention_fwd(dev.stream(), q128, kv128, kv128, o128, lse, p128, &three),
+                    Catch::Contains("BM must be 128, 192 or 256"));
+  AttentionConfig four = attention_config(64);  // BN 128
+  four.BM = 256;
+  Buffer<bf16> kv64 = buf(4 * 16 * 64);
+  AttentionParams p64{1, 4, 4, 16, 16, 64, false, 0.f};
+  CHECK_THROWS_WITH(attention_fwd(dev.stream(), q, kv64, kv64, o, lse, p64, &four),
+                    Catch::Contains("BM = 256 (four consumers of 120 registers) needs BN <= 64"));
   AttentionConfig wide = attention_config(128);
   wide.BN = 176;  // FlashAttention-3's hd128 tile; weft's tiles are powers of two
   line = __LINE__ + 1;
