@@ -394,6 +394,72 @@ TEST_CASE("WEFT_CPU_SCHED_SEED shuffles the order fibers resume in, the same way
   require_error([&] { run("not-a-number"); }, {"WEFT_CPU_SCHED_SEED=not-a-number is not a seed"});
 }
 
+// A consumer that releases its stage before the async_dot reading it has retired: on the GPU the producer may
+// refill the stage under the running wgmma. On the CPU backend the product reads the stage at its
+// async_dot_wait, and under a schedule seed a fiber gives way right after an arrival, so the producer can
+// refill the stage first and the product reads the next tile. Round-robin (and, before fibers gave way, every
+// order) runs the consumer on to its wait and hides the bug.
+Kernel release_kernel(bool before_wait) {
+  return Kernel(before_wait ? "release_before_wait" : "release_after_wait",
+                [=](Ptr<bf16> a, Ptr<bf16> b, Ptr<float> out, Int iters) {
+    constexpr int M = 64, K = 16, N = 16;
+    auto ring = local_alloc<bf16>({M, K}, 1, "ring");
+    auto b_s = local_alloc<bf16>({N, K}, 1, "b_s");
+    auto full = alloc_barriers(1, 1, "full");
+    auto empty = alloc_barriers(1, 1, "empty");
+    auto offsets = [](int rows, int cols) { return expand_dims(arange(0, rows), 1) * cols + expand_dims(arange(0, cols), 0); };
+    Int first = program_id(0) * iters;
+    async_tasks(task("producer", {.warps = 4}, [&] {
+                  for_range(0, iters, [&](Int i) {
+                    barrier_wait(empty[0], (i % 2) ^ 1);
+                    local_store(ring[0], load(a + (first + i) * (M * K) + offsets(M, K)));
+                    barrier_arrive(full[0]);
+                  });
+                }),
+                task("consumer", {.warps = 4}, [&] {
+                  local_store(b_s[0], load(b + offsets(N, K)));
+                  for_range(0, iters, [&](Int i) {
+                    barrier_wait(full[0], i % 2);
+                    Tile<float> acc = async_dot(ring[0], local_trans(b_s[0]), zeros<float>({M, N}));
+                    if (before_wait) barrier_arrive(empty[0]);
+                    acc = async_dot_wait(0, acc);
+                    if (!before_wait) barrier_arrive(empty[0]);
+                    store(out + (first + i) * (M * N) + offsets(M, N), acc);
+                  });
+                }));
+  });
+}
+
+TEST_CASE("a stage released before the async_dot reading it retires gives wrong results under a schedule seed",
+          "[async][cpu-only]") {
+  WEFT_SEEDED_RNG(rng);
+  constexpr int M = 64, K = 16, N = 16, programs = 4, iters = 6;
+  std::vector<bf16> a = generate<bf16>(rng, size_t(programs) * iters * M * K, small_whole<bf16>(-8, 8));
+  std::vector<bf16> b = generate<bf16>(rng, size_t(N) * K, small_whole<bf16>(-8, 8));
+  std::vector<float> want(size_t(programs) * iters * M * N);
+  for (size_t t = 0; t < size_t(programs) * iters; ++t)
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        double d = 0;
+        for (int k = 0; k < K; ++k) d += double(float(a[(t * M + m) * K + k])) * double(float(b[size_t(n) * K + k]));
+        want[(t * M + m) * N + n] = float(d);
+      }
+  auto run = [&](bool before_wait, const std::optional<std::string>& seed) {
+    ScopedEnv env("WEFT_CPU_SCHED_SEED", seed);
+    Output<float> out(want.size());
+    launch(release_kernel(before_wait), Grid(programs), Input<bf16>(a), Input<bf16>(b), out, iters);
+    return out.read();
+  };
+  for (const auto& schedule : kSchedules) {
+    INFO(schedule_name(schedule));
+    CHECK(run(false, schedule) == want);
+  }
+  CHECK(run(true, std::nullopt) == want);  // round-robin: the consumer reaches its wait before the producer runs
+  int wrong = 0;
+  for (int seed = 1; seed <= 6; ++seed) wrong += run(true, std::to_string(seed)) != want;
+  CHECK(wrong > 0);
+}
+
 // ---- errors ---------------------------------------------------------------------------------------------
 
 TEST_CASE("a producer waiting for the wrong phase deadlocks with a report of every fiber", "[async][cpu-only]") {

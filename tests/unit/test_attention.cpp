@@ -239,6 +239,14 @@ TEST_CASE("attention forward: the same result under shuffled CPU fiber schedules
     AttentionConfig persistent = attention_config(64);
     persistent.persistent = true;
     check_attention<bf16>(dev, {1, 3, 1, 200, 150, 64, true}, rng, 0, &persistent);
+    // Without ping-pong nothing keeps a row-less consumer (rows 192-255 of 150) in step with the other: it must
+    // wait for each K and V stage before it releases it, or the producer refills a V stage still to be read.
+    AttentionConfig free_running = attention_config(64);
+    free_running.BM = 256;
+    free_running.BN = 64;
+    free_running.pingpong = false;
+    free_running.stages = 1;
+    check_attention<bf16>(dev, {1, 2, 1, 150, 400, 64, false}, rng, 0, &free_running);
   }
   if (saved)
     setenv("WEFT_CPU_SCHED_SEED", restore.c_str(), 1);

@@ -76,6 +76,14 @@ void ClusterState::reset() {
   error.clear();
 }
 
+void ClusterState::give_way() {
+  if (!preempt || (next_random(preempt_random) & 1) == 0) return;
+  pool.suspend();
+  // Resumed: what it does from here on (arrivals included) is this round's progress, as a fiber's first steps
+  // after a wait are.
+  progress = true;
+}
+
 std::string ClusterState::fiber_name(int32_t fiber) const {
   const FiberState& f = fibers.at(fiber);
   std::string name = fmt::format("task '{}' replica {}", plan.tasks.at(f.ctx.task).name, f.ctx.replica);
@@ -204,6 +212,8 @@ void ClusterRunner::run(const uint64_t* args, const int32_t first_block[3], cons
   uint64_t random = seed ? *seed ^ (0x2545f4914f6cdd1dull * uint64_t(p[0] + 1) + 0x9e37ull * uint64_t(p[1]) +
                                     uint64_t(p[2]) * 0x100000001b3ull)
                          : 0;
+  c.preempt = seed.has_value();
+  c.preempt_random = random ^ 0x5851f42d4c957f2dull;
   for (;;) {
     if (seed)
       for (int i = n - 1; i > 0; --i) std::swap(order[i], order[next_random(random) % uint64_t(i + 1)]);

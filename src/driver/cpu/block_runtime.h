@@ -13,7 +13,8 @@
 // Per cluster: remote arrivals (barrier_arrive(bar, rank)) and multicast TMA loads act on the target
 // block's barriers and arena; cluster_sync waits until every fiber of every block of the cluster got there.
 // A fiber that must wait suspends; the scheduler resumes the unfinished fibers round after round, in task
-// order or, with WEFT_CPU_SCHED_SEED=n, in an order shuffled by that seed. A round in which no fiber got
+// order or, with WEFT_CPU_SCHED_SEED=n, in an order shuffled by that seed (and then a fiber also gives way at
+// random right after an arrival, ClusterState::give_way). A round in which no fiber got
 // past a wait (nor started, nor finished) is a deadlock: the Error lists every fiber's task, replica,
 // what it waits for and the user's line (and, in a cluster, its block), then the state of each barrier
 // involved. Errors found inside a fiber (a stage or barrier index out of range, an arrival too many, a

@@ -45,13 +45,16 @@ int32_t barrier_at(const ProgramCtx* ctx, int32_t site, int32_t index) noexcept 
 }
 
 void barrier_arrive(const ProgramCtx* ctx, int32_t site, int32_t barrier) noexcept {
-  state_of(ctx).arrive(ctx, site, barrier, 0, "barrier_arrive", /*every_thread=*/true);
+  BlockState& b = state_of(ctx);
+  b.arrive(ctx, site, barrier, 0, "barrier_arrive", /*every_thread=*/true);
+  b.cluster.give_way();
 }
 
 // The barrier at the same offset in the block of cluster rank `rank` (offsets are the same in every block).
 void barrier_arrive_remote(const ProgramCtx* ctx, int32_t site, int32_t barrier, int32_t rank) noexcept {
   BlockState& b = state_of(ctx);
   b.cluster.block_at_rank(ctx, site, rank, "barrier_arrive").arrive(ctx, site, barrier, 0, "barrier_arrive");
+  b.cluster.give_way();
 }
 
 char* shared_at_rank(const ProgramCtx* ctx, int32_t site, const char* address, int32_t rank) noexcept {
@@ -79,7 +82,9 @@ void barrier_wait(const ProgramCtx* ctx, int32_t site, int32_t barrier, int32_t 
 }
 
 void named_barrier_arrive(const ProgramCtx* ctx, int32_t site, int32_t id, int32_t threads) noexcept {
-  state_of(ctx).named_arrive(ctx, site, id, threads, "named_barrier_arrive");
+  BlockState& b = state_of(ctx);
+  b.named_arrive(ctx, site, id, threads, "named_barrier_arrive");
+  b.cluster.give_way();
 }
 
 void named_barrier_wait(const ProgramCtx* ctx, int32_t site, int32_t id, int32_t threads) noexcept {

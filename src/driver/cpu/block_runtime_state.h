@@ -167,6 +167,9 @@ struct ClusterState {
   int32_t sync_arrived = 0;      // fibers at the current cluster_sync
   uint32_t sync_generation = 0;  // cluster_syncs completed
   bool progress = false;  // in the current round: a fiber started, got past a wait or finished
+  // With a schedule seed: fibers give way at random right after they arrive on a barrier (give_way()).
+  bool preempt = false;
+  uint64_t preempt_random = 0;
   bool failed = false;
   std::string error;
   SourceLoc error_loc;
@@ -199,6 +202,13 @@ struct ClusterState {
     f.waiting = Waiting::Nothing;
     progress = true;
   }
+
+  // Called by a fiber right after it arrives on a barrier. With a schedule seed it suspends there half the
+  // time (resumed in the next round), as a warp may be descheduled right after it signals: a stage released
+  // while it is still read, or released without waiting for it first (the arrival then counts toward an
+  // earlier phase), lets the producer overwrite it before the reader's asynchronous reads are done, and the
+  // CPU result shows it. Without a seed fibers run on until they wait, as before.
+  void give_way();
 
   // The block of cluster rank `rank`, for a remote operation of `op` at `site`; an error outside the cluster.
   BlockState& block_at_rank(const ProgramCtx* ctx, int32_t site, int32_t rank, const char* op);
