@@ -193,11 +193,15 @@ static Type infer_atomic(Op op, const std::vector<NodeRef>& operands, const Attr
   const ScalarType s = elem.scalar;
   const bool word = s == ScalarType::i32 || s == ScalarType::i64;
   const bool wide_float = s == ScalarType::f32 || s == ScalarType::f64;
-  const bool add_or_xchg = !info.cas && (info.op == AtomicOp::add || info.op == AtomicOp::xchg);
-  if (!word && !(wide_float && add_or_xchg))
+  const bool half_float = s == ScalarType::f16 || s == ScalarType::bf16;
+  const bool add = !info.cas && info.op == AtomicOp::add;
+  const bool add_or_xchg = add || (!info.cas && info.op == AtomicOp::xchg);
+  if (!word && !(wide_float && add_or_xchg) && !(half_float && add))
     fail(loc, fmt::format("{} on {} pointers: the GPU's atomics take {}; keep the counters in a buffer of one of "
                           "those types",
-                          what, p.dtype.str(), add_or_xchg ? "i32, i64, f32 or f64 elements" : "i32 or i64 elements"));
+                          what, p.dtype.str(),
+                          add ? "i32, i64, f16, bf16, f32 or f64 elements"
+                              : add_or_xchg ? "i32, i64, f32 or f64 elements" : "i32 or i64 elements"));
   for (size_t i = 1; i <= values; ++i) {
     const Type& v = value_operand(op, operands, i, loc);
     const char* role = cas && i == 1 ? "compare value" : "value";

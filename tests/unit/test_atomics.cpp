@@ -125,6 +125,50 @@ TEST_CASE("atomic_add of f32 and f64 tiles sums every program's values", "[ops][
   }
 }
 
+// f16 / bf16 counters: a histogram of whole increments (exact in 16 bits up to 256), with old values returned
+// (each bin's olds are 0, 1, …, count - 1) and without (PTX red), masked and colliding; and a value that 16 bits
+// cannot hold, rounded before it is added (as the GPU's atom.add.noftz.f16 / .bf16 take it).
+template <class H> void check_half_histogram(Device dev, std::mt19937_64& rng) {
+  constexpr int BLOCK = 64;
+  const int n = BLOCK * 4 - 5, bins = 11;
+  std::vector<int32_t> values(n);
+  for (int32_t& v : values) v = std::uniform_int_distribution<int32_t>(0, bins - 1)(rng);
+  Kernel k("atomic_half_histogram", [](Ptr<H> hist, Ptr<H> quiet, Ptr<int32_t> values, Ptr<float> olds, Ptr<H> tenth, Int n) {
+    Int i = program_id(0) * BLOCK + arange(0, BLOCK);
+    Bool in = i < n;
+    Int bin = load(values + i, in);
+    Tile<H> one = full<H>({BLOCK}, 1.0);
+    store(olds + i, cast<float>(atomic_add(hist + bin, one, in)), in);
+    atomic_add(quiet + bin, one, in, Atomic{.order = MemOrder::relaxed});  // nothing reads the old values: red
+    atomic_add(tenth + program_id(0), cast<H>(scalar<float>(0.1f)));
+  }, KernelOptions{.num_warps = 2});
+  const int programs = (n + BLOCK - 1) / BLOCK;
+  Buffer<H> hist = dev.upload(std::vector<H>(bins, H(0.f))), quiet = dev.upload(std::vector<H>(bins, H(0.f)));
+  Buffer<float> olds = dev.upload(std::vector<float>(n, -7.f));
+  Buffer<H> tenth = dev.upload(std::vector<H>(programs, H(0.f)));
+  k.launch(Grid(programs), hist, quiet, dev.upload(values), olds, tenth, n);
+  std::vector<H> h = hist.download(), q = quiet.download(), t = tenth.download();
+  std::vector<float> o = olds.download();
+  std::map<int32_t, std::vector<float>> per_bin;
+  for (int i = 0; i < n; ++i) per_bin[values[i]].push_back(o[i]);
+  for (int b = 0; b < bins; ++b) {
+    std::vector<float>& seen = per_bin[b];
+    INFO(dtype_of<H>.str() << " bin " << b);
+    CHECK(float(h[b]) == float(seen.size()));
+    CHECK(float(q[b]) == float(seen.size()));
+    std::sort(seen.begin(), seen.end());
+    for (size_t j = 0; j < seen.size(); ++j) CHECK(seen[j] == float(j));
+  }
+  for (int p = 0; p < programs; ++p) CHECK(float(t[p]) == float(H(0.1f)));  // 0 + the rounded 0.1: exact
+}
+
+TEST_CASE("atomic_add on f16 and bf16: counts, old values, rounding of the value", "[ops][atomics]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  check_half_histogram<f16>(dev, rng);
+  check_half_histogram<bf16>(dev, rng);
+}
+
 TEST_CASE("atomic_max, atomic_min, atomic_and, atomic_or, atomic_xor on i32 and i64", "[ops][atomics]") {
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
@@ -298,7 +342,9 @@ TEST_CASE("atomics: errors name the line and what to change", "[ops][atomics][er
     (void)k.compile(dev);
   };
   REQUIRE_WEFT_ERROR(trace([&](Ptr<float> p) { line = __LINE__; atomic_max(p + arange(0, 32), 1.0f); }), line, "i32 or i64 elements");
-  REQUIRE_WEFT_ERROR(trace([&](Ptr<int16_t> p) { line = __LINE__; atomic_add(p, 1); }), line, "i32, i64, f32 or f64");
+  REQUIRE_WEFT_ERROR(trace([&](Ptr<int16_t> p) { line = __LINE__; atomic_add(p, 1); }), line, "i32, i64, f16, bf16, f32 or f64");
+  REQUIRE_WEFT_ERROR(trace([&](Ptr<bf16> p) { line = __LINE__; atomic_xchg(p, cast<bf16>(scalar<float>(1.f))); }), line, "i32, i64, f32 or f64");
+  REQUIRE_WEFT_ERROR(trace([&](Ptr<f16> p) { line = __LINE__; atomic_max(p, cast<f16>(scalar<float>(1.f))); }), line, "i32 or i64 elements");
   REQUIRE_WEFT_ERROR(trace([&](Ptr<int32_t> p, Ptr<float> q) { line = __LINE__; atomic_add(p + arange(0, 32), load(q + arange(0, 32))); }), line, "cast<i32>");
   REQUIRE_WEFT_ERROR(trace([&](Ptr<int32_t> p) { line = __LINE__; atomic_add(p + arange(0, 32), arange(0, 64)); }), line, "broadcast");
   REQUIRE_WEFT_ERROR(trace([&](Ptr<int64_t> p) { line = __LINE__; atomic_cas(p, 1, 2, arange(0, 16) < 3); }), line, "mask");

@@ -397,9 +397,18 @@ void Lowering::atomic(const NodeRef& n) {
   }
   llvm::Type* t = ops_.compute_type(d);
   Value* old_slot = mask ? entry_alloca(t) : nullptr;
+  // f16 and bf16 add: the f32 value rounded to 16 bits, added in memory's type (LLVM expands it into a
+  // compare-and-swap loop here), the old value widened again; bf16 memory is i16 to the lowering.
+  const bool half = d.scalar == ScalarType::f16 || d.scalar == ScalarType::bf16;
+  llvm::Type* half_type = d.scalar == ScalarType::bf16 ? b_.getBFloatTy() : b_.getHalfTy();
   define_tile(n, [&](Value* i) {
     auto apply = [&]() -> Value* {
       Value* p = elem(ops[0], i);
+      if (half) {
+        Value* v = b_.CreateBitCast(ops_.to_memory(d, elem(ops[1], i)), half_type);
+        Value* old = b_.CreateAtomicRMW(rmw, p, v, align, order[o]);
+        return ops_.to_compute(d, b_.CreateBitCast(old, ops_.memory_type(d)));
+      }
       if (!info.cas) return b_.CreateAtomicRMW(rmw, p, elem(ops[1], i), align, order[o]);
       llvm::AtomicCmpXchgInst* x = b_.CreateAtomicCmpXchg(p, elem(ops[1], i), elem(ops[2], i), align, order[o], on_failure[o]);
       return b_.CreateExtractValue(x, 0);

@@ -295,8 +295,11 @@ void Lowering::store(const NodeRef& n) {
 // signed, the rest work on bits (b32, b64; f32 and f64 exchanged as their bits).
 static const char* atom_type(const ir::AtomicInfo& info, DType d) {
   const bool wide = d.bytes() == 8;
-  if (!info.cas && info.op == AtomicOp::add)
+  if (!info.cas && info.op == AtomicOp::add) {
+    if (d.scalar == ScalarType::f16) return "noftz.f16";  // add.noftz.f16: the 16-bit adds keep subnormals
+    if (d.scalar == ScalarType::bf16) return "noftz.bf16";
     return d.is_float() ? (wide ? "f64" : "f32") : (wide ? "u64" : "u32");
+  }
   if (!info.cas && (info.op == AtomicOp::max || info.op == AtomicOp::min)) return wide ? "s64" : "s32";
   return wide ? "b64" : "b32";
 }
@@ -335,6 +338,7 @@ void Lowering::atomic(const NodeRef& n) {
   const bool reduction = !used && !info.cas && info.op != AtomicOp::xchg && !info.acquire();
   llvm::Type* t = ops_.compute_type(d);
   llvm::Type* bits = d.is_float() ? b_.getIntNTy(static_cast<unsigned>(8 * d.bytes())) : t;
+  const bool half = d.scalar == ScalarType::f16 || d.scalar == ScalarType::bf16;
   if (copies && used) claim_shared(count * d.bytes(), n->loc);
   if (info.release()) sync_group();
   Value* owner = copies ? b_.CreateICmpULT(tid_, i32c(count)) : nullptr;
@@ -347,6 +351,8 @@ void Lowering::atomic(const NodeRef& n) {
   for (size_t r = 0; r < static_cast<size_t>(per_thread(count)); ++r) {
     auto update = [&]() -> Value* {
       Value* value = reg(o[values], r);
+      // f16 and bf16 compute in f32: the value rounded to its 16 bits (a .b16 register), the old value widened.
+      if (half) value = b_.CreateBitCast(ops_.to_memory(d, value), b_.getInt16Ty());
       const char* order = ir::order_name(info.order), *scope = ir::scope_name(info.scope);
       if (reduction) {
         ptx_.red(ir::atomic_name(info), atom_type(info, d), order, scope, reg(o[0], r), value);
@@ -357,6 +363,7 @@ void Lowering::atomic(const NodeRef& n) {
       if (as_bits) value = b_.CreateBitCast(value, bits);
       Value* old = ptx_.atom(info.cas ? "cas" : info.op == AtomicOp::xchg ? "exch" : ir::atomic_name(info),
                              atom_type(info, d), order, scope, reg(o[0], r), value, compare);
+      if (half) return ops_.to_compute(d, b_.CreateBitCast(old, ops_.memory_type(d)));
       return as_bits ? b_.CreateBitCast(old, t) : old;
     };
     Value* cond = masked ? reg(o[1 + values], r) : nullptr;

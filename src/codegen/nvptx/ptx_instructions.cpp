@@ -102,10 +102,15 @@ void PtxInstructions::nanosleep(llvm::Value* ns) {
   asm_call(b_, b_.getVoidTy(), "nanosleep.u32 $0;", "r,~{memory}", {ns});
 }
 
+// The inline-asm constraint of a value of type t: .f32, .f64, .b64, .b16 or .b32 registers.
+static const char* register_class(llvm::Type* t) {
+  return t->isFloatTy() ? "f" : t->isDoubleTy() ? "d" : t->isIntegerTy(64) ? "l" : t->isIntegerTy(16) ? "h" : "r";
+}
+
 llvm::Value* PtxInstructions::atom(const char* op, const char* type, const char* order, const char* scope,
                                    llvm::Value* address, llvm::Value* value, llvm::Value* compare) {
   llvm::Type* t = value->getType();
-  const char* reg = t->isFloatTy() ? "f" : t->isDoubleTy() ? "d" : t->isIntegerTy(64) ? "l" : "r";
+  const char* reg = register_class(t);
   std::string text = std::string("atom.") + order + "." + scope + ".global." + op + "." + type + " $0, [$1], $2";
   std::string constraints = std::string("=") + reg + ",l," + reg;
   std::vector<llvm::Value*> args{b_.CreatePtrToInt(address, b_.getInt64Ty())};
@@ -121,7 +126,7 @@ llvm::Value* PtxInstructions::atom(const char* op, const char* type, const char*
 void PtxInstructions::red(const char* op, const char* type, const char* order, const char* scope,
                           llvm::Value* address, llvm::Value* value) {
   llvm::Type* t = value->getType();
-  const char* reg = t->isFloatTy() ? "f" : t->isDoubleTy() ? "d" : t->isIntegerTy(64) ? "l" : "r";
+  const char* reg = register_class(t);
   std::string text = std::string("red.") + order + "." + scope + ".global." + op + "." + type + " [$0], $1;";
   asm_call(b_, b_.getVoidTy(), text, std::string("l,") + reg + ",~{memory}",
            {b_.CreatePtrToInt(address, b_.getInt64Ty()), value});
