@@ -176,35 +176,24 @@ TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (b
   }
 }
 
-TEST_CASE("attention forward: three consumers (BM 192) at D 64, every schedule", "[attention][async]") {
+TEST_CASE("attention forward: three and four consumers (BM 192, BM 256) at D 64, every schedule", "[attention][async]") {
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
   for (AttentionConfig cfg : {AttentionConfig{192, 128, 3, true, true}, AttentionConfig{192, 128, 2, true, false},
-                              AttentionConfig{192, 64, 2, false, true}, AttentionConfig{192, 128, 3, true, true, true}}) {
-    INFO("BN " << cfg.BN << " stages " << cfg.stages << " pingpong " << cfg.pingpong << " overlap " << cfg.overlap
-               << " persistent " << cfg.persistent);
-    // 250 query rows: one full block of 192 and a partial one; GQA; causal with Sq < Sk and Sq > Sk.
-    check_attention<bf16>(dev, {1, 2, 1, 250, 300, 64, true}, rng, 0, &cfg);
-    check_attention<f16>(dev, {2, 2, 2, 250, 130, 64, false}, rng, 0, &cfg);
+                              AttentionConfig{192, 64, 2, false, true}, AttentionConfig{192, 128, 3, true, true, true},
+                              AttentionConfig{256, 64, 3, true, true}, AttentionConfig{256, 32, 2, false, true},
+                              AttentionConfig{256, 64, 2, true, false}, AttentionConfig{256, 64, 3, true, true, true}}) {
+    INFO("BM " << cfg.BM << " BN " << cfg.BN << " stages " << cfg.stages << " pingpong " << cfg.pingpong << " overlap "
+               << cfg.overlap << " persistent " << cfg.persistent);
+    // One full block of query rows and a partial one whose last consumers have no rows (they only step through
+    // the key blocks); GQA; causal with Sq < Sk and Sq > Sk.
+    const int Sq = cfg.BM == 192 ? 250 : 300;
+    check_attention<bf16>(dev, {1, 2, 1, Sq, 300, 64, true}, rng, 0, &cfg);
+    check_attention<f16>(dev, {2, 2, 2, Sq, 130, 64, false}, rng, 0, &cfg);
     check_attention<bf16>(dev, {1, 1, 1, 300, 200, 64, true}, rng, 0, &cfg);
     // Consumers stop at their own rows' last key block: here row 63's diagonal (key 63 + 65) is the first key of
-    // a block (BN 64 and 128), which consumer 0 must still compute; consumers 1 and 2 of the second tile have no
-    // rows (250 < 256) and only step through the blocks.
+    // a block (BN 32, 64 and 128), which consumer 0 must still compute.
     check_attention<f16>(dev, {1, 1, 1, 250, 315, 64, true}, rng, 0, &cfg);
-  }
-}
-
-TEST_CASE("attention forward: four consumers (BM 256, BN <= 64) at D 64", "[attention][async]") {
-  WEFT_SEEDED_RNG(rng);
-  Device dev = Device::current();
-  for (AttentionConfig cfg : {AttentionConfig{256, 64, 3, true, true}, AttentionConfig{256, 32, 2, false, true},
-                              AttentionConfig{256, 64, 2, true, false}, AttentionConfig{256, 64, 3, true, true, true}}) {
-    INFO("BN " << cfg.BN << " stages " << cfg.stages << " pingpong " << cfg.pingpong << " overlap " << cfg.overlap
-               << " persistent " << cfg.persistent);
-    // 300 rows: a full block and one whose last consumer has no rows; causal Sq < Sk and Sq > Sk; GQA.
-    check_attention<bf16>(dev, {1, 2, 1, 300, 330, 64, true}, rng, 0, &cfg);
-    check_attention<f16>(dev, {2, 2, 2, 300, 130, 64, false}, rng, 0, &cfg);
-    check_attention<bf16>(dev, {1, 1, 1, 300, 200, 64, true}, rng, 0, &cfg);
   }
 }
 
