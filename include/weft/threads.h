@@ -63,4 +63,17 @@ void nanosleep(const D& nanoseconds, SourceLoc loc = SourceLoc::current()) {
   detail::emit(detail::Op::Nanosleep, {detail::value_of<int32_t>(nanoseconds, loc)}, {}, loc);
 }
 
+// Each thread's warp-wide vote (TLX's vote_ballot_sync; PTX vote.sync.ballot.b32): bit l of a thread's result
+// is set when lane l of the thread's warp has `pred` true and bit l of `member_mask` is set. `pred` is one value
+// per thread — a tile of shape [threads], element t thread t's (e.g. thread_id() < 16) — or a scalar, the same
+// in every lane (the result is then member_mask or 0); the result has pred's shape. Every lane of a warp votes
+// (weft runs each tile operation on all threads of the group, so there is no lane outside the vote); lanes
+// outside member_mask count as false. E.g. with one warp, vote_ballot_sync(0xffffffff, thread_id() < 16) is
+// 0x0000ffff in every thread.
+inline Int vote_ballot_sync(uint32_t member_mask, const Bool& pred, SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {detail::group_threads(loc), int64_t(member_mask)};
+  return Int(detail::emit(detail::Op::VoteBallot, {detail::node_of(pred, loc)}, std::move(a), loc));
+}
+
 }  // namespace weft

@@ -44,10 +44,11 @@ const Type& require_scalar(Op op, const std::vector<NodeRef>& operands, size_t i
   return t;
 }
 
-// The public name of a ThreadIndex or ReadClock node.
+// The public name of a ThreadIndex, ReadClock or VoteBallot node.
 std::string thread_query_name(Op op, const Attrs& attrs) {
   static const char* const ids[] = {"thread_id", "lane_id", "warp_id", "warp_group_id"};
   if (op == Op::ThreadIndex) return ids[attrs.ints.at(1) & 3];
+  if (op == Op::VoteBallot) return "vote_ballot_sync";
   return attrs.ints.at(1) == 0 ? "clock64" : "global_timer";
 }
 

@@ -300,6 +300,21 @@ Type infer_hopper_construct(Op op, const std::vector<NodeRef>& operands, Attrs& 
                               what, threads));
       return Type::value(op == Op::ThreadIndex ? i32 : DType{ScalarType::i64, false}, {threads});
     }
+    case Op::VoteBallot: {
+      const Type& t = value_operand(op, operands, 0, loc);
+      int64_t threads = attrs.ints.at(0);
+      if (t.dtype != DType{ScalarType::i1, false})
+        fail(loc, fmt::format("vote_ballot_sync votes with a bool (a comparison, e.g. thread_id() < 16), got {}", t.str()));
+      if (!t.shape.empty() && t.shape != Shape{threads})
+        fail(loc, fmt::format("vote_ballot_sync takes one value per thread: a tile of shape [{}] (this group's threads; "
+                              "element t is thread t's, as thread_id() gives) or a scalar, got {}",
+                              threads, t.str()));
+      if (!t.shape.empty() && !is_pow2(threads))
+        fail(loc, fmt::format("vote_ballot_sync of one value per thread needs a power-of-two group, here {} threads: "
+                              "call it in a task of 1, 2, 4, 8 or 16 warps",
+                              threads));
+      return Type::value(i32, t.shape);
+    }
     case Op::Nanosleep: {
       const Type& t = value_operand(op, operands, 0, loc);
       if (t.dtype != i32)

@@ -57,6 +57,7 @@ struct PlacementChecker {
         break;
       case Op::ThreadIndex:
       case Op::ReadClock:
+      case Op::VoteBallot:
         if (!in_task && !thread_query_outside_tasks) thread_query_outside_tasks = &n;
         break;
       case Op::AtomicRmw:

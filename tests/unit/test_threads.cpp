@@ -99,6 +99,65 @@ TEST_CASE("thread identity inside tasks counts the task replica's threads", "[as
   check_task_identity(Device::current());
 }
 
+// vote_ballot_sync: TLX's test (one warp, lanes 0-15 vote true: 0x0000ffff in thread 0), then random votes in
+// groups of 1, 4 and 8 warps with a random member mask, a scalar vote, and a task of 4 warps with 2 replicas;
+// every thread's result against a host loop over its warp's lanes.
+TEST_CASE("vote_ballot_sync: each thread gets its warp's ballot of one bool per thread", "[ops][threads]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  {
+    Kernel k("vote_ballot_tlx", [](Ptr<int32_t> out) {
+      Int tid = thread_id();
+      Int ballot = vote_ballot_sync(0xffffffffu, tid < 16);
+      store(out + tid * 0, ballot, tid == 0);
+    }, KernelOptions{.num_warps = 1});
+    Buffer<int32_t> out = dev.upload(std::vector<int32_t>{-7});
+    k.launch(Grid(1), out);
+    CHECK(out.download()[0] == 0x0000ffff);
+  }
+  for (int warps : {1, 4, 8}) {
+    const int T = warps * 32, programs = 3;
+    const uint32_t mask = uint32_t(rng()) | 1u;
+    INFO(warps << " warps, mask " << mask);
+    std::vector<int32_t> votes(programs * T);
+    for (int32_t& v : votes) v = std::uniform_int_distribution<int32_t>(0, 2)(rng);
+    Kernel k("vote_ballot_random", [T, mask](Ptr<int32_t> votes, Ptr<int32_t> out, Ptr<int32_t> uniform, Int flag) {
+      Int at = program_id(0) * T + thread_id();
+      store(out + at, vote_ballot_sync(mask, load(votes + at) == 1));
+      Int all = vote_ballot_sync(mask, flag + program_id(0) > 1);  // a scalar: the mask or 0 in every lane
+      store(uniform + program_id(0), all);
+    }, KernelOptions{.num_warps = warps});
+    Buffer<int32_t> out = dev.upload(std::vector<int32_t>(programs * T, -7));
+    Buffer<int32_t> uniform = dev.upload(std::vector<int32_t>(programs, -7));
+    k.launch(Grid(programs), dev.upload(votes), out, uniform, 0);
+    std::vector<int32_t> got = out.download(), u = uniform.download();
+    int wrong = 0;
+    for (int i = 0; i < programs * T; ++i) {
+      uint32_t want = 0;
+      for (int lane = 0; lane < 32; ++lane) want |= uint32_t(votes[i - i % 32 + lane] == 1) << lane;
+      want &= mask;
+      if (uint32_t(got[i]) != want && ++wrong <= 8) UNSCOPED_INFO("element " << i << ": " << got[i] << ", want " << want);
+    }
+    CHECK(wrong == 0);
+    for (int p = 0; p < programs; ++p) CHECK(uint32_t(u[p]) == (p > 1 ? mask : 0u));
+  }
+  Kernel in_task("vote_ballot_task", [](Ptr<int32_t> out) {
+    async_tasks(task("voters", {.warps = 4, .replicas = 2}, [&] {
+      Int t = thread_id();
+      store(out + task_replica_id() * 128 + t, vote_ballot_sync(0xffffffffu, (t + task_replica_id()) % 3 == 0));
+    }));
+  });
+  Buffer<int32_t> out = dev.upload(std::vector<int32_t>(256, -7));
+  in_task.launch(Grid(1), out);
+  std::vector<int32_t> got = out.download();
+  for (int r = 0; r < 2; ++r)
+    for (int t = 0; t < 128; ++t) {
+      uint32_t want = 0;
+      for (int lane = 0; lane < 32; ++lane) want |= uint32_t((t - t % 32 + lane + r) % 3 == 0) << lane;
+      CHECK(uint32_t(got[r * 128 + t]) == want);
+    }
+}
+
 TEST_CASE("thread identity and time: the PTX reads %tid.x, %clock64 and %globaltimer and sleeps with nanosleep.u32",
           "[threads][ptx]") {
   Kernel k("identity_ptx", [](Ptr<int32_t> ids, Ptr<int64_t> times) {
@@ -111,6 +170,8 @@ TEST_CASE("thread identity and time: the PTX reads %tid.x, %clock64 and %globalt
   CHECK(ptx.find("%clock64") != std::string::npos);
   CHECK(ptx.find("%globaltimer") != std::string::npos);
   CHECK(ptx.find("nanosleep.u32") != std::string::npos);
+  Kernel vote("vote_ptx", [](Ptr<int32_t> out) { store(out + thread_id(), vote_ballot_sync(0xffu, thread_id() < 5)); });
+  CHECK(vote.ptx().find("vote.sync.ballot.b32") != std::string::npos);
 }
 
 TEST_CASE("thread identity: misplaced calls are Errors at the caller's line", "[threads][errors]") {
@@ -133,6 +194,21 @@ TEST_CASE("thread identity: misplaced calls are Errors at the caller's line", "[
     });
     k.ir();
   }, __FILE__, line, "96 threads");
+  require_weft_error([&] {
+    Kernel k("vote_wrong_shape", [&](Ptr<int32_t> out) {
+      line = __LINE__ + 1;
+      store(out + arange(0, 64), vote_ballot_sync(0xffffffffu, arange(0, 64) < 3));
+    }, KernelOptions{.num_warps = 4});
+    k.ir();
+  }, __FILE__, line, "a tile of shape [128]");
+  require_weft_error([&] {
+    Kernel k("vote_outside_tasks", [&](Ptr<int32_t> out) {
+      line = __LINE__ + 1;
+      Int b = vote_ballot_sync(1u, program_id(0) == 0);
+      async_tasks(task("a", {.warps = 4}, [&] { store(out, b); }));
+    });
+    k.ir();
+  }, __FILE__, line, "vote_ballot_sync() is outside every task body");
   require_weft_error([&] {
     Kernel k("sleep_float", [&](Float x) {
       line = __LINE__ + 1;

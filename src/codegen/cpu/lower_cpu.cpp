@@ -313,6 +313,7 @@ void Lowering::node(const NodeRef& n) {
     case Op::TaskReplicaId: return task_replica_id(n);
     case Op::ThreadIndex: return thread_index(n);
     case Op::ReadClock: return read_clock(n);
+    case Op::VoteBallot: return vote_ballot(n);
     case Op::Nanosleep: return;  // changes no value; the fibers' order is WEFT_CPU_SCHED_SEED's business
     case Op::LocalTrans: vals_[n.get()] = val(n->operands[0]); return;  // the same bytes, read transposed
     case Op::LocalRows: return local_rows(n);

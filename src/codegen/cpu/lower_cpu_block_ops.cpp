@@ -182,6 +182,26 @@ void Lowering::read_clock(const NodeRef& n) {
   });
 }
 
+// Element t: bit l set where lane l of t's warp (element t - t % 32 + l) votes true and bit l of the mask is
+// set; a scalar vote is the mask or 0.
+void Lowering::vote_ballot(const NodeRef& n) {
+  const NodeRef& pred = n->operands[0];
+  Value* mask = b_.getInt32(static_cast<uint32_t>(n->attrs.ints[1]));
+  if (pred->type.shape.empty()) {
+    vals_[n.get()] = {Val::Kind::Scalar, b_.CreateSelect(elem(pred, i64c(0)), mask, b_.getInt32(0))};
+    return;
+  }
+  define_tile(n, [&](Value* i) {
+    Value* warp_start = b_.CreateAnd(i, i64c(~int64_t(31)));
+    Value* bits = b_.getInt32(0);
+    for (int64_t lane = 0; lane < 32; ++lane) {
+      Value* vote = b_.CreateZExt(elem(pred, b_.CreateAdd(warp_start, i64c(lane))), i32_);
+      bits = b_.CreateOr(bits, b_.CreateShl(vote, b_.getInt32(static_cast<uint32_t>(lane))));
+    }
+    return b_.CreateAnd(bits, mask);
+  });
+}
+
 void Lowering::task_replica_id(const NodeRef& n) {
   vals_[n.get()] = {Val::Kind::Scalar, ctx_field(offsetof(ProgramCtx, replica))};
 }

@@ -214,6 +214,7 @@ class Lowering {
   void async_tasks(const NodeRef& n);
   void thread_index(const NodeRef& n);
   void read_clock(const NodeRef& n);
+  void vote_ballot(const NodeRef& n);
   void task_replica_id(const NodeRef& n);
 
   const ir::Function& f_;

@@ -264,7 +264,8 @@ void Lowering::hopper_node(const NodeRef& n) {
     case Op::TaskReplicaId: regs_[n.get()] = {{replica_}}; return;
     case Op::ThreadIndex:
     case Op::ReadClock:
-    case Op::Nanosleep: return thread_identity_and_time(n);
+    case Op::Nanosleep:
+    case Op::VoteBallot: return thread_identity_and_time(n);
     // Thread-block clusters: the ops are a line each; the cluster-wide syncs around the kernel body are in
     // the constructor (the cluster shape), init_barriers and run().
     case Op::ClusterCtaRank: regs_[n.get()] = {{ptx_.cluster_cta_rank()}}; return;
@@ -368,6 +369,17 @@ void Lowering::thread_identity_and_time(const NodeRef& n) {
     for (Value* ns : regs(n->operands[0]).v)
       ptx_.nanosleep(b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, ns, i32c(0)));  // negative: no sleep
     return;
+  }
+  if (n->op == Op::VoteBallot) {  // the whole warp votes; lanes outside the mask count as false
+    Value* mask = i32c(static_cast<uint32_t>(n->attrs.ints[1]));
+    if (n->type.shape.empty()) {
+      regs_[n.get()] = {{b_.CreateSelect(regs(n->operands[0]).v[0], mask, i32c(0))}};
+      return;
+    }
+    if (prepare_layouts(n) != Layout::Blocked || n->type.numel() != threads_)
+      throw InternalError(fmt::format("NVPTX lowering: vote_ballot of {} threads in a group of {}, or not in the blocked "
+                                      "layout", n->type.numel(), threads_));
+    return elementwise(n, [&](size_t r) { return b_.CreateAnd(ptx_.vote_ballot(regs(n->operands[0]).v[r]), mask); });
   }
   int64_t threads = n->type.numel(), kind = n->attrs.ints[1];
   if (prepare_layouts(n) != Layout::Blocked || threads != threads_)

@@ -134,6 +134,10 @@ void PtxInstructions::red(const char* op, const char* type, const char* order, c
 
 void PtxInstructions::fence_system() { asm_call(b_, b_.getVoidTy(), "fence.sc.sys;", "~{memory}", {}); }
 
+llvm::Value* PtxInstructions::vote_ballot(llvm::Value* pred) {
+  return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_vote_ballot_sync, {}, {b_.getInt32(0xffffffffu), pred});
+}
+
 void PtxInstructions::trap() { asm_call(b_, b_.getVoidTy(), "trap;", "~{memory}", {}); }
 
 void PtxInstructions::exit_thread() {

@@ -48,7 +48,9 @@ class PtxInstructions {
   // GPU debug mode (debug_waits.h).
   llvm::Value* global_timer();  // mov.u64 %rd, %globaltimer: nanoseconds, the same clock on every SM
   void fence_system();          // fence.sc.sys: earlier stores reach the host before later ones
-  void trap();                  // trap: aborts the whole launch (the CUDA context is then unusable)
+  void trap();
+  // vote.sync.ballot.b32 with every lane of the warp: bit l set where lane l's `pred` is true.
+  llvm::Value* vote_ballot(llvm::Value* pred);                  // trap: aborts the whole launch (the CUDA context is then unusable)
   void exit_thread();           // exit: this thread ends here
 
   // Thread identity and time (weft/threads.h; global_timer above serves them too).
