@@ -257,30 +257,16 @@ inline void evict_l2(const weft::Device& dev, weft::SourceLoc loc) {
     store(sums + program_id(0), sum(v, 0));
   });
   const size_t elements = size_t(128) << 18;  // 128 MB of f32
-  static std::mutex mutex;
-  static std::map<weft::detail::Backend*, std::pair<Buffer<float>, Buffer<float>>> buffers;
-  std::pair<Buffer<float>, Buffer<float>> scratch;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto& b = buffers[&dev.backend()];
-    if (b.first.size() == 0) {
-      b.first = dev.upload(std::vector<float>(elements, 1.f), loc);
-      b.second = dev.alloc<float>(elements / BLOCK, loc);
-    }
-    scratch = b;
-  }
-  read_all.launch(dev.stream(), Grid(int64_t(elements / BLOCK), 1, 1, loc), scratch.first, scratch.second);
+  static DeviceScratch<float> ones(1.f), block_sums;
+  Buffer<float> x = ones.get(dev, 0, elements, loc), sums = block_sums.get(dev, 0, elements / BLOCK, loc);
+  read_all.launch(dev.stream(), Grid(int64_t(elements / BLOCK), 1, 1, loc), x, sums);
 }
 
 // Scratch buffers of a device for the padded operands (slot 0: A, 1: B, 2: C), grown as needed; shared by
 // the calls of a process like the split-K workspace.
 inline weft::Buffer<weft::bf16> pad_scratch(const weft::Device& dev, int slot, size_t elements, weft::SourceLoc loc) {
-  static std::mutex mutex;
-  static std::map<std::pair<weft::detail::Backend*, int>, weft::Buffer<weft::bf16>> buffers;
-  std::lock_guard<std::mutex> lock(mutex);
-  weft::Buffer<weft::bf16>& b = buffers[{&dev.backend(), slot}];
-  if (b.size() < elements) b = dev.alloc<weft::bf16>(std::max(elements, b.size() * 2), loc);
-  return b;
+  static DeviceScratch<weft::bf16> buffers;
+  return buffers.get(dev, slot, elements, loc);
 }
 
 inline bool tma_can_describe(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,

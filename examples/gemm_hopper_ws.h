@@ -39,6 +39,8 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <weft/weft.h>
 
@@ -466,27 +468,45 @@ inline const weft::Kernel& splitk_reduce_kernel() {
   return k;
 }
 
+// Scratch buffers that a process keeps per device (backend) and slot, so that a call does not allocate:
+// get() returns the slot's buffer, first grown to at least `elements` (to twice its size if that is more)
+// when it is smaller. A new buffer's elements are uninitialized, or `fill` where one is given. The table's
+// own lock covers only the lookup; a call that uses the buffer between launches holds lock_scratch.
+template <class T>
+class DeviceScratch {
+ public:
+  DeviceScratch() = default;
+  explicit DeviceScratch(T fill) : fill_(fill) {}
+
+  weft::Buffer<T> get(const weft::Device& dev, int slot, size_t elements, weft::SourceLoc loc) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    weft::Buffer<T>& b = buffers_[{&dev.backend(), slot}];
+    if (b.size() < elements) {
+      size_t n = std::max(elements, b.size() * 2);
+      b = fill_ ? dev.upload(std::vector<T>(n, *fill_), loc) : dev.alloc<T>(n, loc);
+    }
+    return b;
+  }
+
+ private:
+  std::optional<T> fill_;
+  std::mutex mutex_;
+  std::map<std::pair<weft::detail::Backend*, int>, weft::Buffer<T>> buffers_;
+};
+
 // The split-K workspace of a device: one per process and backend, grown as needed, so that a call does not
 // allocate. Calls that run at the same time on several streams of one device would share it: give such
 // callers split_k = 1, or serialize them.
 inline weft::Buffer<float> workspace(const weft::Device& dev, size_t elements, weft::SourceLoc loc) {
-  static std::mutex mutex;
-  static std::map<weft::detail::Backend*, weft::Buffer<float>> buffers;
-  std::lock_guard<std::mutex> lock(mutex);
-  weft::Buffer<float>& b = buffers[&dev.backend()];
-  if (b.size() < elements) b = dev.alloc<float>(std::max(elements, b.size() * 2), loc);
-  return b;
+  static DeviceScratch<float> buffers;
+  return buffers.get(dev, 0, elements, loc);
 }
 
 // The tile counters of split-K reduced in the kernel: one per device, zeros between launches (each launch's
 // last slices set them back), grown as needed (new ones start at zero).
 inline weft::Buffer<int32_t> split_counters(const weft::Device& dev, size_t count, weft::SourceLoc loc) {
-  static std::mutex mutex;
-  static std::map<weft::detail::Backend*, weft::Buffer<int32_t>> buffers;
-  std::lock_guard<std::mutex> lock(mutex);
-  weft::Buffer<int32_t>& b = buffers[&dev.backend()];
-  if (b.size() < count) b = dev.upload(std::vector<int32_t>(std::max(count, b.size() * 2), 0), loc);
-  return b;
+  static DeviceScratch<int32_t> buffers(0);
+  return buffers.get(dev, 0, count, loc);
 }
 
 // The scratch of gemm() and gemm_hopper_ws() (the split-K workspace, the padded copies) is one per device,

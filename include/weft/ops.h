@@ -310,6 +310,15 @@ Tile<pointee<P>> atomic_rmw(AtomicOp op, const P& ptrs, const V& value, const No
   if (mask) operands.push_back(*mask);
   return Tile<pointee<P>>(emit(Op::AtomicRmw, std::move(operands), atomic_attrs({static_cast<int64_t>(op)}, how), loc));
 }
+// Both atomic_cas overloads: `mask` is none or one tile, the last operand (and the last one traced).
+template <class P, class C, class V, class... M>
+Tile<pointee<P>> atomic_cas(const P& ptrs, const C& compare, const V& value, Atomic how, SourceLoc loc,
+                            const M&... mask) {
+  using T = pointee<P>;
+  return Tile<T>(emit(Op::AtomicCas,
+                      {node_of(ptrs, loc), value_of<T>(compare, loc), value_of<T>(value, loc), node_of(mask, loc)...},
+                      atomic_attrs({}, how), loc));
+}
 }  // namespace detail
 
 #define WEFT_ATOMIC_RMW(fn, op)                                                                               \
@@ -341,20 +350,13 @@ template <detail::PointerTile P, class C, class V>
   requires detail::TileOrLiteral<C> && detail::TileOrLiteral<V>
 Tile<detail::pointee<P>> atomic_cas(const P& ptrs, const C& compare, const V& value, Atomic how = {},
                                     SourceLoc loc = SourceLoc::current()) {
-  using T = detail::pointee<P>;
-  return Tile<T>(detail::emit(detail::Op::AtomicCas,
-                              {detail::node_of(ptrs, loc), detail::value_of<T>(compare, loc), detail::value_of<T>(value, loc)},
-                              detail::atomic_attrs({}, how), loc));
+  return detail::atomic_cas(ptrs, compare, value, how, loc);
 }
 template <detail::PointerTile P, class C, class V, class M>
   requires detail::TileOrLiteral<C> && detail::TileOrLiteral<V> && std::is_same_v<detail::elem_of<M>, bool>
 Tile<detail::pointee<P>> atomic_cas(const P& ptrs, const C& compare, const V& value, const M& mask, Atomic how = {},
                                     SourceLoc loc = SourceLoc::current()) {
-  using T = detail::pointee<P>;
-  return Tile<T>(detail::emit(detail::Op::AtomicCas,
-                              {detail::node_of(ptrs, loc), detail::value_of<T>(compare, loc), detail::value_of<T>(value, loc),
-                               detail::node_of(mask, loc)},
-                              detail::atomic_attrs({}, how), loc));
+  return detail::atomic_cas(ptrs, compare, value, how, loc, mask);
 }
 
 // ---- reductions -----------------------------------------------------------------------------------------

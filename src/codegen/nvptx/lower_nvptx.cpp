@@ -267,10 +267,23 @@ std::vector<const ir::Node*> Lowering::vars_set_in(const ir::Region& r) {
   return out;
 }
 
+// The Vars that any region of n assigns: region 0's first, then those only a later region assigns.
+std::vector<const ir::Node*> Lowering::vars_set_in_any_region(const ir::Node& n) {
+  std::vector<const ir::Node*> out;
+  for (const ir::Region& r : n.regions)
+    for (const ir::Node* v : vars_set_in(r))
+      if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  return out;
+}
+
 std::vector<std::vector<Value*>> Lowering::var_values(const std::vector<const ir::Node*>& vars) {
   std::vector<std::vector<Value*>> out;
   for (const ir::Node* v : vars) out.push_back(vars_.at(v));
   return out;
+}
+
+void Lowering::set_vars(const std::vector<const ir::Node*>& vars, const std::vector<std::vector<Value*>>& values) {
+  for (size_t k = 0; k < vars.size(); ++k) vars_.at(vars[k]) = values[k];
 }
 
 // Where two paths join (the builder at the start of the join block): each word of `vars` that differs
@@ -292,34 +305,44 @@ void Lowering::join_vars(const std::vector<const ir::Node*>& vars, const std::ve
   }
 }
 
+// At a loop header: each word of `vars` becomes a phi at the top of `header`, its first incoming value the
+// word from `pre` (before the loop). Returns the phis, which the Vars hold from here on.
+std::vector<std::vector<Value*>> Lowering::carried_phis(const std::vector<const ir::Node*>& vars,
+                                                        llvm::BasicBlock* header, llvm::BasicBlock* pre) {
+  llvm::IRBuilder<> hb(header, header->begin());
+  for (const ir::Node* v : vars)
+    for (Value*& word : vars_.at(v)) {
+      llvm::PHINode* phi = hb.CreatePHI(word->getType(), 2);
+      phi->addIncoming(word, pre);
+      word = phi;
+    }
+  return var_values(vars);
+}
+
+// At the end of a loop's body (`latch`): the Vars' words there are the header phis' other incoming values.
+void Lowering::feed_back(const std::vector<const ir::Node*>& vars, const std::vector<std::vector<Value*>>& phis,
+                         llvm::BasicBlock* latch) {
+  for (size_t k = 0; k < vars.size(); ++k)
+    for (size_t w = 0; w < phis[k].size(); ++w)
+      llvm::cast<llvm::PHINode>(phis[k][w])->addIncoming(vars_.at(vars[k])[w], latch);
+}
+
 // Whether reduction partials may be unread where control flow joins: wherever they may be on one path.
 // The Vars the body assigns get a phi each in the loop header (before the counter's): the value from before
-// the loop and the one at the end of the body.
+// the loop and the one at the end of the body; after the loop they hold the header's.
 void Lowering::for_loop(const NodeRef& n) {
   auto bound = [&](size_t k) { return regs(n->operands[k]).v[0]; };
   bool before = partials_unsettled_, in_body = has_block_reduction(n->regions[0]);
-  std::vector<const ir::Node*> carried = vars_set_in(n->regions[0]);
+  std::vector<const ir::Node*> carried = vars_set_in_any_region(*n);
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   emit_for(b_, bound(0), bound(1), bound(2), [&](Value* i) {
-    llvm::BasicBlock* header = b_.GetInsertBlock()->getSinglePredecessor();
-    llvm::IRBuilder<> hb(header, header->begin());
-    std::vector<llvm::PHINode*> phis;
-    for (const ir::Node* v : carried)
-      for (Value*& word : vars_.at(v)) {
-        phis.push_back(hb.CreatePHI(word->getType(), 2));
-        phis.back()->addIncoming(word, pre);
-        word = phis.back();
-      }
+    std::vector<std::vector<Value*>> at_header =
+        carried_phis(carried, b_.GetInsertBlock()->getSinglePredecessor(), pre);
     regs_[n->regions[0].args[0].get()] = {{i}};
     partials_unsettled_ = before || in_body;  // from before the loop or from the last iteration
     region(n->regions[0]);
-    llvm::BasicBlock* latch = b_.GetInsertBlock();
-    size_t k = 0;
-    for (const ir::Node* v : carried)
-      for (Value*& word : vars_.at(v)) {
-        phis[k]->addIncoming(word, latch);
-        word = phis[k++];  // after the loop: the header's value
-      }
+    feed_back(carried, at_header, b_.GetInsertBlock());
+    set_vars(carried, at_header);
   });
   partials_unsettled_ = partials_unsettled_ || before;  // the loop may not run
 }
@@ -330,21 +353,12 @@ void Lowering::for_loop(const NodeRef& n) {
 void Lowering::while_loop(const NodeRef& n) {
   bool before = partials_unsettled_;
   bool inside = has_block_reduction(n->regions[0]) || has_block_reduction(n->regions[1]);
-  std::vector<const ir::Node*> carried = vars_set_in(n->regions[0]);
-  for (const ir::Node* v : vars_set_in(n->regions[1]))
-    if (std::find(carried.begin(), carried.end(), v) == carried.end()) carried.push_back(v);
+  std::vector<const ir::Node*> carried = vars_set_in_any_region(*n);
   llvm::BasicBlock* pre = b_.GetInsertBlock();
-  std::vector<llvm::PHINode*> phis;
-  std::vector<std::vector<Value*>> after_test;
+  std::vector<std::vector<Value*>> at_header, after_test;
   bool unsettled_after_test = false;
   emit_while(b_, [&] {
-    llvm::IRBuilder<> hb(b_.GetInsertBlock(), b_.GetInsertBlock()->begin());
-    for (const ir::Node* v : carried)
-      for (Value*& word : vars_.at(v)) {
-        phis.push_back(hb.CreatePHI(word->getType(), 2));
-        phis.back()->addIncoming(word, pre);
-        word = phis.back();
-      }
+    at_header = carried_phis(carried, b_.GetInsertBlock(), pre);
     partials_unsettled_ = before || inside;  // from before the loop or from the last iteration
     region(n->regions[0]);
     after_test = var_values(carried);
@@ -352,21 +366,16 @@ void Lowering::while_loop(const NodeRef& n) {
     return loop_condition_;
   }, [&] {
     region(n->regions[1]);
-    llvm::BasicBlock* latch = b_.GetInsertBlock();
-    size_t k = 0;
-    for (const ir::Node* v : carried)
-      for (Value* word : vars_.at(v)) phis[k++]->addIncoming(word, latch);
+    feed_back(carried, at_header, b_.GetInsertBlock());
   });
-  for (size_t k = 0; k < carried.size(); ++k) vars_.at(carried[k]) = after_test[k];
+  set_vars(carried, after_test);
   partials_unsettled_ = unsettled_after_test;
 }
 
+// The Vars either branch assigns get a phi each after the if (where their values differ).
 void Lowering::if_else(const NodeRef& n) {
   bool before = partials_unsettled_, after_then = false;
-  std::vector<const ir::Node*> changed = vars_set_in(n->regions[0]);
-  if (n->regions.size() > 1)
-    for (const ir::Node* v : vars_set_in(n->regions[1]))
-      if (std::find(changed.begin(), changed.end(), v) == changed.end()) changed.push_back(v);
+  std::vector<const ir::Node*> changed = vars_set_in_any_region(*n);
   std::vector<std::vector<Value*>> at_start = var_values(changed), then_values, else_values;
   llvm::BasicBlock *then_end = nullptr, *else_end = nullptr;
   emit_if(b_, regs(n->operands[0]).v[0], [&] {
@@ -375,7 +384,7 @@ void Lowering::if_else(const NodeRef& n) {
     partials_unsettled_ = before;
     then_end = b_.GetInsertBlock();
     then_values = var_values(changed);
-    for (size_t k = 0; k < changed.size(); ++k) vars_.at(changed[k]) = at_start[k];
+    set_vars(changed, at_start);  // the else branch starts from the values before the if
   }, [&] {
     if (n->regions.size() > 1) region(n->regions[1]);
     else_end = b_.GetInsertBlock();

@@ -355,7 +355,7 @@ void Lowering::async_tasks(const NodeRef& n) {
       std::tie(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_) = saved;
       task_end = b_.GetInsertBlock();
       in_task = var_values(changed);
-      for (size_t k = 0; k < changed.size(); ++k) vars_.at(changed[k]) = at_start[k];
+      set_vars(changed, at_start);
     }, [&] { other = b_.GetInsertBlock(); });
     join_vars(changed, in_task, task_end, at_start, other);
     fiber += slot.replicas;

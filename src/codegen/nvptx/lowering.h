@@ -141,10 +141,18 @@ class Lowering {
   void while_loop(const NodeRef& n);
   bool packed_var(const ir::Node* var) const;
   std::vector<Value*> var_words(const ir::Node* var, const Regs& value);
+  // Vars as SSA values across control flow: which Vars a construct assigns, their words now, phis where
+  // paths join or a loop comes back.
   std::vector<const ir::Node*> vars_set_in(const ir::Region& r);
+  std::vector<const ir::Node*> vars_set_in_any_region(const ir::Node& n);
   std::vector<std::vector<Value*>> var_values(const std::vector<const ir::Node*>& vars);
+  void set_vars(const std::vector<const ir::Node*>& vars, const std::vector<std::vector<Value*>>& values);
   void join_vars(const std::vector<const ir::Node*>& vars, const std::vector<std::vector<Value*>>& a, llvm::BasicBlock* a_end,
                  const std::vector<std::vector<Value*>>& b, llvm::BasicBlock* b_end);
+  std::vector<std::vector<Value*>> carried_phis(const std::vector<const ir::Node*>& vars, llvm::BasicBlock* header,
+                                                llvm::BasicBlock* pre);
+  void feed_back(const std::vector<const ir::Node*>& vars, const std::vector<std::vector<Value*>>& phis,
+                 llvm::BasicBlock* latch);
 
   // ---- layouts (lower_nvptx_layouts.cpp) ---------------------------------------------------------------
 
