@@ -224,7 +224,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           if (cfg.pingpong) if_(r == CONS - 1, [&] { named_barrier_arrive(1, 256); });
           // This consumer's rows of a tile. It computes key blocks 0 .. n_mine - 1: the blocks its rows see, fewer
           // than the tile's n_blocks where the causal diagonal ends earlier for them than for the tile's last rows
-          // (BM 192, or BN < 64), none where its rows are all past Sq (the last tile of a ragged Sq). It steps
+          // (BM 192 or 256, or BN <= 64), none where its rows are all past Sq (the last tile of a ragged Sq). It steps
           // through the tile's other blocks without products (idle steps), releasing them and taking its turns.
           // Blocks 0 .. n_full - 1 need no mask in any of its rows: every key is before Sk and (causal) at or
           // before each row's diagonal. The main loops run those without a mask and the rest with one, so that
