@@ -25,14 +25,16 @@ namespace {
 // In the order the lowering's leftovers need them: thread and block indices get their ranges first
 // (nvvm-intr-range: what lets instcombine prove index arithmetic free of overflow, for mul.wide), Vars
 // (allocas) become SSA values, so that CSE and instcombine see through them; licm after the first clean-up,
-// when invariants are plain values; gvn for the loads and values CSE's dominance scan misses; a second
-// instcombine for what gvn and licm exposed; infer-alignment so that the code generator's load/store
-// vectorizer can merge shared-memory accesses (ld.shared.v4); adce. Instcombine stops where it stops
-// (no-verify-fixpoint, as in LLVM's own pipelines: the textual default aborts when a fixpoint needs more
-// than one round).
+// when invariants are plain values; gvn for the loads and values CSE's dominance scan misses (without
+// partial-redundancy elimination: its scalar PRE was a third of gvn's time, and without it 16 of the unit
+// suite's 305 kernels change, 15 of them 1-11 PTX instructions shorter, one 1 longer, ptxas reporting no new
+// spills; benchmarks/NOTES.md round 6); a second instcombine for what gvn and licm exposed; infer-alignment so
+// that the code generator's load/store vectorizer can merge shared-memory accesses (ld.shared.v4); adce.
+// Instcombine stops where it stops (no-verify-fixpoint, as in LLVM's own pipelines: the textual default
+// aborts when a fixpoint needs more than one round).
 constexpr const char* kDefaultPipeline =
-    "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),gvn,"
-    "instcombine<no-verify-fixpoint>,infer-alignment,adce)";
+    "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),"
+    "gvn<no-pre>,instcombine<no-verify-fixpoint>,infer-alignment,adce)";
 
 // The code generator's own optional passes weft skips by default. A name alone skips every run of that
 // pass; "name#k" skips its k-th run on each function (from 1), for a pass the pipeline adds more than once.
