@@ -10,6 +10,7 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -24,40 +25,53 @@ namespace {
 // In the order the lowering's leftovers need them: thread and block indices get their ranges first
 // (nvvm-intr-range: what lets instcombine prove index arithmetic free of overflow, for mul.wide), Vars
 // (allocas) become SSA values, so that CSE and instcombine see through them; licm after the first clean-up,
-// when invariants are plain values; gvn for the loads and values CSE's dominance scan misses; a second
-// instcombine for what gvn and licm exposed; infer-alignment so that the code generator's load/store
-// vectorizer can merge shared-memory accesses (ld.shared.v4); adce. Instcombine stops where it stops
-// (no-verify-fixpoint, as in LLVM's own pipelines: the textual default aborts when a fixpoint needs more
-// than one round).
+// when invariants are plain values; gvn for the loads and values CSE's dominance scan misses (without
+// partial-redundancy elimination: its scalar PRE was a third of gvn's time, and without it 16 of the unit
+// suite's 305 kernels change, 15 of them 1-11 PTX instructions shorter, one 1 longer, ptxas reporting no new
+// spills; benchmarks/NOTES.md round 6); a second instcombine for what gvn and licm exposed; infer-alignment so
+// that the code generator's load/store vectorizer can merge shared-memory accesses (ld.shared.v4); adce.
+// Instcombine stops where it stops (no-verify-fixpoint, as in LLVM's own pipelines: the textual default
+// aborts when a fixpoint needs more than one round).
 constexpr const char* kDefaultPipeline =
-    "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),gvn,"
-    "instcombine<no-verify-fixpoint>,infer-alignment,adce)";
+    "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),"
+    "gvn<no-pre>,instcombine<no-verify-fixpoint>,infer-alignment,adce)";
 
-// The code generator's own optional passes weft skips by default: none. Straight-line strength reduction
-// (slsr) costs 37% of softmax's compile process (callgrind, benchmarks/NOTES.md round 5), 3% of the GEMM's,
-// 1.5% of attention's; nary-reassociate and consthoist another 1-2%. Since round 5 the lowering makes global
-// pointers, scratch slots and cp.async destinations one per-thread address plus constants itself, and
-// without the three passes the six bench kernels' PTX has the same instructions (softmax and layernorm
-// byte-identical); but 65 of the unit suite's 279 kernels are still longer than with slsr, 47 of them longer
-// than before round 5: the GEMM epilogues with two staging buffers (eb2: +7 to +11 instructions, the fp8
-// continuous-stream ones +44), the small-M GEMM (+5 to +26), reduce (+5), attention (+1 to +3). Skip the three
-// once those addresses are base + constant too. WEFT_NVPTX_SKIP names passes to skip ("none": run them all),
-// to measure such trades.
-constexpr const char* kDefaultSkip = "";
+// The code generator's own optional passes weft skips by default. A name alone skips every run of that
+// pass; "name#k" skips its k-th run on each function (from 1), for a pass the pipeline adds more than once.
+// early-cse runs three times: after straight-line strength reduction, after nary reassociation, and before
+// the load/store vectorizer. The first two find nothing in weft's modules that the third and instruction
+// selection do not (the PTX of the six bench kernels and of the unit suite's 305 is byte-identical without
+// them; without the third, 20 of those change) and cost 5% of attention's code generation (callgrind,
+// benchmarks/NOTES.md round 6).
+//
+// Straight-line strength reduction (slsr) stays: it costs 37% of softmax's compile process (callgrind,
+// benchmarks/NOTES.md round 5), 3% of the GEMM's, 1.5% of attention's; nary-reassociate and consthoist
+// another 1-2%. Since round 5 the lowering makes global pointers, scratch slots and cp.async destinations
+// one per-thread address plus constants itself, and without the three passes the six bench kernels' PTX has
+// the same instructions (softmax and layernorm byte-identical); but 65 of the unit suite's 279 kernels are
+// still longer than with slsr, 47 of them longer than before round 5: the GEMM epilogues with two staging
+// buffers (eb2: +7 to +11 instructions, the fp8 continuous-stream ones +44), the small-M GEMM (+5 to +26),
+// reduce (+5), attention (+1 to +3). Skip the three once those addresses are base + constant too.
+// WEFT_NVPTX_SKIP names passes to skip instead of this list ("none": run them all), to measure such trades.
+constexpr const char* kDefaultSkip = "early-cse#1,early-cse#2";
 
 // Asked by every optional pass of the code generator's legacy pipeline whether to run (FunctionPass::
 // skipFunction and friends; instruction selection and the printer are not optional): no for the names in
-// `skip`.
+// `skip`, and for "name#k" on the k-th time the pass asks about one function (`ir` names the function).
 class SkipPasses final : public llvm::OptPassGate {
  public:
   explicit SkipPasses(std::set<std::string, std::less<>> skip) : skip_(std::move(skip)) {}
   bool isEnabled() const override { return !skip_.empty(); }
-  bool shouldRunPass(llvm::StringRef pass, llvm::StringRef) const override {
-    return !skip_.contains(std::string_view(pass.data(), pass.size()));
+  bool shouldRunPass(llvm::StringRef pass, llvm::StringRef ir) const override {
+    std::string_view name(pass.data(), pass.size());
+    if (skip_.contains(name)) return false;
+    int run = ++runs_[std::string(name) + '\n' + ir.str()];
+    return !skip_.contains(std::string(name) + '#' + std::to_string(run));
   }
 
  private:
   std::set<std::string, std::less<>> skip_;
+  mutable std::map<std::string, int> runs_;  // per pass and function: how many times it asked
 };
 
 std::set<std::string, std::less<>> split_names(const std::string& list) {

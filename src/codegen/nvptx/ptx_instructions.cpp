@@ -4,6 +4,7 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/error.h"
@@ -295,11 +296,41 @@ static std::string tied_inputs(size_t k);
 void PtxInstructions::wgmma_fence() { asm_call(b_, b_.getVoidTy(), "wgmma.fence.sync.aligned;", "~{memory}", {}); }
 
 void PtxInstructions::wgmma_commit_group() {
-  asm_call(b_, b_.getVoidTy(), "wgmma.commit_group.sync.aligned;", "~{memory}", {});
+  auto* commit = llvm::cast<llvm::CallInst>(asm_call(b_, b_.getVoidTy(), "wgmma.commit_group.sync.aligned;", "~{memory}", {}));
+  last_commit_ = last_chain_ ? commit : nullptr;
+}
+
+// Whether `registers` are the results of `chain` in order, and the builder sits right after the chain, its
+// results' extractvalues and `commit`, in the same block: then nothing can read or write them in between.
+static bool chain_then_commit(llvm::IRBuilder<>& b, llvm::CallInst* chain, llvm::CallInst* commit,
+                              const std::vector<llvm::Value*>& registers) {
+  if (!chain || !commit || b.GetInsertBlock() != chain->getParent() || b.GetInsertPoint() != b.GetInsertBlock()->end())
+    return false;
+  if (registers.size() != llvm::cast<llvm::StructType>(chain->getType())->getNumElements()) return false;
+  for (size_t i = 0; i < registers.size(); ++i) {
+    auto* e = llvm::dyn_cast<llvm::ExtractValueInst>(registers[i]);
+    if (!e || e->getAggregateOperand() != chain || e->getIndices()[0] != i) return false;
+  }
+  for (llvm::Instruction* i = chain->getNextNode(); i; i = i->getNextNode()) {
+    auto* e = llvm::dyn_cast<llvm::ExtractValueInst>(i);
+    if (i != commit && !(e && e->getAggregateOperand() == chain)) return false;
+  }
+  return true;
 }
 
 std::vector<llvm::Value*> PtxInstructions::wgmma_wait_group(int pending, const std::vector<llvm::Value*>& registers) {
   std::string text = "wgmma.wait_group.sync.aligned " + std::to_string(pending) + ";";
+  llvm::CallInst* chain = std::exchange(last_chain_, nullptr);
+  llvm::CallInst* commit = std::exchange(last_commit_, nullptr);
+  if (!registers.empty() && chain_then_commit(b_, chain, commit, registers)) {
+    auto* old = llvm::cast<llvm::InlineAsm>(chain->getCalledOperand());
+    auto* joined = llvm::InlineAsm::get(old->getFunctionType(),
+                                        old->getAsmString().str() + "\n\twgmma.commit_group.sync.aligned;\n\t" + text,
+                                        old->getConstraintString(), /*hasSideEffects=*/true);
+    chain->setCalledOperand(joined);
+    commit->eraseFromParent();
+    return registers;
+  }
   if (registers.empty()) {
     asm_call(b_, b_.getVoidTy(), text, "~{memory}", {});
     return {};
@@ -370,13 +401,14 @@ std::vector<llvm::Value*> PtxInstructions::wgmma(WgmmaTypes types, int n, const 
             ", 0; wgmma.mma_async.sync.aligned.m64n" + std::to_string(n) + "k" + std::to_string(types.k()) + ".f32." +
             type + " {" + outs + "}, " + a_text + ", " + b_text + ", p, 1, 1" + transposes + "; }";
   }
-  constraints += tied_inputs(k);
-  if (!steps.empty() && steps.front().accumulate)
+  if (!steps.empty() && steps.front().accumulate) {
+    constraints += tied_inputs(k);
     args.insert(args.end(), acc.begin(), acc.end());
-  else  // not read: no registers to fill
-    args.insert(args.end(), k, llvm::PoisonValue::get(b_.getFloatTy()));
+  }  // else not read: the registers are outputs only
   auto* result = llvm::StructType::get(b_.getContext(), std::vector<llvm::Type*>(k, b_.getFloatTy()));
   llvm::Value* d = asm_call(b_, result, text, constraints + ",~{memory}", args);
+  last_chain_ = llvm::cast<llvm::CallInst>(d);
+  last_commit_ = nullptr;
   std::vector<llvm::Value*> out;
   for (size_t i = 0; i < k; ++i) out.push_back(b_.CreateExtractValue(d, static_cast<unsigned>(i)));
   return out;

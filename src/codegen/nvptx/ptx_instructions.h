@@ -126,7 +126,10 @@ class PtxInstructions {
   void wgmma_commit_group();                 // wgmma.commit_group.sync.aligned
   // wgmma.wait_group.sync.aligned pending, with `registers` (an accumulator the waited-for wgmmas write)
   // tied in and out: the values it returns are those registers after the wait, so that the compiler moves
-  // no use of them above it (an empty list: the wait alone).
+  // no use of them above it (an empty list: the wait alone). When `registers` are exactly the results of the
+  // last wgmma chain and nothing but its commit_group came after it, the commit and the wait are appended
+  // to the chain's own asm statement instead: the same instructions, and one statement with the accumulator
+  // tied less for the code generator (whose cost grows with each statement's operands).
   std::vector<llvm::Value*> wgmma_wait_group(int pending, const std::vector<llvm::Value*>& registers = {});
   // One step of a wgmma chain: A as its shared-memory descriptor (one i64) or as its four b32 fragment
   // registers (two 16-bit elements each: the A fragment of m64nNk16), B's descriptor, and whether the step
@@ -146,7 +149,8 @@ class PtxInstructions {
   // 32 of K per step and no transpose operands (trans_a and trans_b must be false). All steps are one inline asm statement with the
   // accumulator tied in and out once: the instructions issue back to back, and the code generator handles
   // n / 2 accumulator operands per chain rather than per instruction (its cost grows with those). When the
-  // first step does not accumulate, acc's registers are not read (pass poison).
+  // first step does not accumulate, acc's registers are not read (pass poison): they are outputs only, not
+  // tied to inputs.
   std::vector<llvm::Value*> wgmma(WgmmaTypes types, int n, const std::vector<WgmmaStep>& steps,
                                   const std::vector<llvm::Value*>& acc, bool trans_a, bool trans_b);
   // shfl.sync.bfly.b32 across the full warp (values of 64 bits take two shuffles).
@@ -158,6 +162,10 @@ class PtxInstructions {
 
  private:
   llvm::IRBuilder<>& b_;
+  // The last wgmma chain's asm statement and the commit_group that followed it (null: none since), for
+  // wgmma_wait_group to fold both into one statement.
+  llvm::CallInst* last_chain_ = nullptr;
+  llvm::CallInst* last_commit_ = nullptr;
 };
 
 }  // namespace weft::codegen::nvptx
