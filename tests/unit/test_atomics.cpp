@@ -133,7 +133,7 @@ template <class H> void check_half_histogram(Device dev, std::mt19937_64& rng) {
   const int n = BLOCK * 4 - 5, bins = 11;
   std::vector<int32_t> values(n);
   for (int32_t& v : values) v = std::uniform_int_distribution<int32_t>(0, bins - 1)(rng);
-  Kernel k("atomic_half_histogram", [](Ptr<H> hist, Ptr<H> quiet, Ptr<int32_t> values, Ptr<float> olds, Ptr<H> tenth, Int n) {
+  Kernel k("atomic_half_histogram", [bins](Ptr<H> hist, Ptr<H> quiet, Ptr<int32_t> values, Ptr<float> olds, Ptr<H> tenth, Int n) {
     Int i = program_id(0) * BLOCK + arange(0, BLOCK);
     Bool in = i < n;
     Int bin = load(values + i, in);
@@ -141,10 +141,13 @@ template <class H> void check_half_histogram(Device dev, std::mt19937_64& rng) {
     store(olds + i, cast<float>(atomic_add(hist + bin, one, in)), in);
     atomic_add(quiet + bin, one, in, Atomic{.order = MemOrder::relaxed});  // nothing reads the old values: red
     atomic_add(tenth + program_id(0), cast<H>(scalar<float>(0.1f)));
+    // One per program, its old value handed to every thread: the program's ticket, 0 .. programs - 1.
+    Tile<H> ticket = atomic_add(hist + bins, cast<H>(scalar<float>(1.f)));
+    store(olds + n + program_id(0), cast<float>(ticket));
   }, KernelOptions{.num_warps = 2});
   const int programs = (n + BLOCK - 1) / BLOCK;
-  Buffer<H> hist = dev.upload(std::vector<H>(bins, H(0.f))), quiet = dev.upload(std::vector<H>(bins, H(0.f)));
-  Buffer<float> olds = dev.upload(std::vector<float>(n, -7.f));
+  Buffer<H> hist = dev.upload(std::vector<H>(bins + 1, H(0.f))), quiet = dev.upload(std::vector<H>(bins, H(0.f)));
+  Buffer<float> olds = dev.upload(std::vector<float>(n + programs, -7.f));
   Buffer<H> tenth = dev.upload(std::vector<H>(programs, H(0.f)));
   k.launch(Grid(programs), hist, quiet, dev.upload(values), olds, tenth, n);
   std::vector<H> h = hist.download(), q = quiet.download(), t = tenth.download();
@@ -160,6 +163,10 @@ template <class H> void check_half_histogram(Device dev, std::mt19937_64& rng) {
     for (size_t j = 0; j < seen.size(); ++j) CHECK(seen[j] == float(j));
   }
   for (int p = 0; p < programs; ++p) CHECK(float(t[p]) == float(H(0.1f)));  // 0 + the rounded 0.1: exact
+  std::vector<float> tickets(o.begin() + n, o.end());
+  std::sort(tickets.begin(), tickets.end());
+  for (int p = 0; p < programs; ++p) CHECK(tickets[p] == float(p));
+  CHECK(float(h[bins]) == float(programs));
 }
 
 TEST_CASE("atomic_add on f16 and bf16: counts, old values, rounding of the value", "[ops][atomics]") {
