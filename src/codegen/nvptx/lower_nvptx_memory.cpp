@@ -340,7 +340,7 @@ void Lowering::atomic(const NodeRef& n) {
   llvm::Type* bits = d.is_float() ? b_.getIntNTy(static_cast<unsigned>(8 * d.bytes())) : t;
   const bool half = d.scalar == ScalarType::f16 || d.scalar == ScalarType::bf16;
   // The old values are handed round as `t` (f16 and bf16: f32), not in memory's width.
-  if (copies && used) claim_shared(count * static_cast<int64_t>(t->getPrimitiveSizeInBits() / 8), n->loc);
+  if (copies && used) claim_shared(count * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), n->loc);
   if (info.release()) sync_group();
   Value* owner = copies ? b_.CreateICmpULT(tid_, i32c(count)) : nullptr;
   auto reg = [&](const NodeRef& x, size_t r) {

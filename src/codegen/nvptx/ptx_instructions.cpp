@@ -103,6 +103,10 @@ void PtxInstructions::nanosleep(llvm::Value* ns) {
   asm_call(b_, b_.getVoidTy(), "nanosleep.u32 $0;", "r,~{memory}", {ns});
 }
 
+llvm::Value* PtxInstructions::vote_ballot(llvm::Value* pred) {
+  return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_vote_ballot_sync, {}, {b_.getInt32(0xffffffffu), pred});
+}
+
 // The inline-asm constraint of a value of type t: .f32, .f64, .b64, .b16 or .b32 registers.
 static const char* register_class(llvm::Type* t) {
   return t->isFloatTy() ? "f" : t->isDoubleTy() ? "d" : t->isIntegerTy(64) ? "l" : t->isIntegerTy(16) ? "h" : "r";
@@ -134,10 +138,6 @@ void PtxInstructions::red(const char* op, const char* type, const char* order, c
 }
 
 void PtxInstructions::fence_system() { asm_call(b_, b_.getVoidTy(), "fence.sc.sys;", "~{memory}", {}); }
-
-llvm::Value* PtxInstructions::vote_ballot(llvm::Value* pred) {
-  return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_vote_ballot_sync, {}, {b_.getInt32(0xffffffffu), pred});
-}
 
 void PtxInstructions::trap() { asm_call(b_, b_.getVoidTy(), "trap;", "~{memory}", {}); }
 

@@ -48,14 +48,14 @@ class PtxInstructions {
   // GPU debug mode (debug_waits.h).
   llvm::Value* global_timer();  // mov.u64 %rd, %globaltimer: nanoseconds, the same clock on every SM
   void fence_system();          // fence.sc.sys: earlier stores reach the host before later ones
-  void trap();
-  // vote.sync.ballot.b32 with every lane of the warp: bit l set where lane l's `pred` is true.
-  llvm::Value* vote_ballot(llvm::Value* pred);                  // trap: aborts the whole launch (the CUDA context is then unusable)
+  void trap();                  // trap: aborts the whole launch (the CUDA context is then unusable)
   void exit_thread();           // exit: this thread ends here
 
   // Thread identity and time (weft/threads.h; global_timer above serves them too).
   llvm::Value* clock64();             // mov.u64 %rd, %clock64: this SM's cycle counter
   void nanosleep(llvm::Value* ns);    // nanosleep.u32 ns: sleep about ns nanoseconds (0 to 2 ns, at most 1 ms)
+  // vote.sync.ballot.b32 with every lane of the warp: bit l set where lane l's `pred` (i1) is true.
+  llvm::Value* vote_ballot(llvm::Value* pred);
 
   // Global-memory atomics (weft/ops.h): atom.{order}.{scope}.global.{op}.{type} old, [address], value, and
   // for op "cas" atom.{order}.{scope}.global.cas.{type} old, [address], compare, value. `address`: a global
