@@ -124,6 +124,34 @@ template <class T> void local_store(const SharedView<T>& view, const Tile<T>& va
   detail::emit(detail::Op::LocalStore, {view.node(), detail::node_of(value, loc)}, {}, loc);
 }
 
+// Elements of a view picked by index along one axis (TLX: local_gather; torch.gather's rule): `indices` is
+// an i32 tile with the view's rank, at most the view's size along every other axis, and the result has its
+// shape, with result[i, j] = view[indices[i, j], j] for axis 0 and view[i, indices[i, j]] for axis 1 (in
+// general: the element's own position, its `axis` coordinate replaced by its index). Indices must lie in
+// [0, view's size along `axis`): the CPU backend checks each one (an Error naming it); the GPU takes an
+// index modulo that size (its low bits), so a bad one picks a wrong element of the view but never touches
+// another buffer. Each thread reads its elements with ld.shared.
+template <class T>
+Tile<T> local_gather(const SharedView<T>& view, const Tile<int32_t>& indices, int axis = 0,
+                     SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {axis};
+  return Tile<T>(detail::emit(detail::Op::LocalGather, {view.node(), detail::node_of(indices, loc)}, std::move(a), loc));
+}
+// The reverse (TLX: local_scatter): view[... indices[i, j] along `axis` ...] = values[i, j] for every element
+// of `values`, a tile of `indices`' shape and the view's element type; the rest of the view is unchanged.
+// Indices as for local_gather. Where two elements have the same index, one of them is written (which one is
+// not defined on the GPU; the CPU backend writes the later one in row-major order). Like local_store, the
+// group's earlier reads of shared memory are done before it writes and its writes are visible to the whole
+// group when it returns.
+template <class T>
+void local_scatter(const SharedView<T>& view, const Tile<T>& values, const Tile<int32_t>& indices, int axis = 0,
+                   SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {axis};
+  detail::emit(detail::Op::LocalScatter, {view.node(), detail::node_of(values, loc), detail::node_of(indices, loc)}, std::move(a), loc);
+}
+
 // Writes a tile of the view's shape into the same stage of block `remote_cta_rank` of this block's
 // cluster (mapa.shared::cluster, then st.shared::cluster). Tell that block with an arrival on its barrier
 // (barrier_arrive(bar, remote_cta_rank): its release orders these stores); it reads the tile after

@@ -359,6 +359,23 @@ Tile<detail::pointee<P>> atomic_cas(const P& ptrs, const C& compare, const V& va
   return detail::atomic_cas(ptrs, compare, value, how, loc, mask);
 }
 
+// A memory fence for the whole program (TLX: fence("gpu") / fence("sys")): every access the program made
+// before it (by any of its threads: loads, stores, atomics) is ordered before every access it makes after,
+// as seen by the threads of `scope` — another block (`cta`: this block only; `cluster`; `gpu`, the default;
+// `system`: the host and peer GPUs too). What a program that publishes data with relaxed atomics, or reads
+// a flag set by another program, puts between the two. On the GPU the program's threads meet at a barrier,
+// each fences (fence.acq_rel.cta / .cluster / .gpu / .sys) and they meet again; on the CPU it is a
+// sequentially consistent fence. In a kernel with async_tasks it belongs inside a task body, like atomics.
+inline void fence(MemScope scope = MemScope::gpu, SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.ints = {static_cast<int64_t>(scope)};
+  detail::emit(detail::Op::Fence, {}, std::move(a), loc);
+}
+
+// The bytes an element of T takes (TLX: size_of): 4 for float and int32_t, 2 for bf16 and f16, 1 for the
+// fp8 types. A constant of the host program, like sizeof.
+template <class T> constexpr int32_t size_of() { return static_cast<int32_t>(sizeof(T)); }
+
 // ---- reductions -----------------------------------------------------------------------------------------
 
 #define WEFT_REDUCTION(fn, op, result)                                                              \

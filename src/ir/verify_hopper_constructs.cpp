@@ -105,6 +105,36 @@ Type infer_hopper_construct(Op op, const std::vector<NodeRef>& operands, Attrs& 
                               x.str(), Type::value(v.dtype, v.shape).str()));
       return Type::none();
     }
+    case Op::LocalGather:
+    case Op::LocalScatter: {
+      const bool scatter = op == Op::LocalScatter;
+      const Type& v = shared_operand(op, operands, 0, true, loc);
+      const Type& idx = value_operand(op, operands, scatter ? 2 : 1, loc);
+      if (idx.dtype != i32)
+        fail(loc, fmt::format("{}: the indices must be an i32 tile, got {}; convert them with cast<int32_t>(...)",
+                              name(op), idx.str()));
+      const int64_t rank = static_cast<int64_t>(v.shape.size());
+      if (static_cast<int64_t>(idx.shape.size()) != rank)
+        fail(loc, fmt::format("{}: the indices {} must have the view's rank ({}: {})", name(op), shape_str(idx.shape),
+                              rank, shape_str(v.shape)));
+      int64_t axis = attrs.ints.at(0);
+      if (axis < -rank || axis >= rank)
+        fail(loc, fmt::format("{}: axis {} does not exist in a view of rank {}; use 0 to {} (or -1 for the last)",
+                              name(op), axis, rank, rank - 1));
+      if (axis < 0) attrs.ints[0] = axis += rank;
+      for (int64_t d = 0; d < rank; ++d)
+        if (d != axis && idx.shape[d] > v.shape[d])
+          fail(loc, fmt::format("{}: the indices {} are larger than the view {} along axis {} (not the indexed axis "
+                                "{}): every other axis of the indices must be at most the view's",
+                                name(op), shape_str(idx.shape), shape_str(v.shape), d, axis));
+      if (!scatter) return Type::value(v.dtype, idx.shape);
+      const Type& x = value_operand(op, operands, 1, loc);
+      if (!x.same_value_type(Type::value(v.dtype, idx.shape)))
+        fail(loc, fmt::format("local_scatter of a {} tile with indices {} into a view of {}: the values must have the "
+                              "indices' shape and the view's element type",
+                              x.str(), shape_str(idx.shape), v.dtype.str()));
+      return Type::none();
+    }
     case Op::AllocBarriers: {
       int64_t count = attrs.ints.at(0), arrivals = attrs.ints.at(1);
       if (count < 1 || count > 1024) fail(loc, fmt::format("alloc_barriers: {} barriers; allocate 1 to 1024", count));

@@ -24,7 +24,7 @@ struct PlacementChecker {
   const Node* tasks = nullptr;
   const Node* tile_var = nullptr;  // the first tile Var declared at the top of the body, before any async_tasks
   const Node* thread_query_outside_tasks = nullptr;  // thread_id() & co. outside every task body
-  const Node* atomic_outside_tasks = nullptr;        // an atomic outside every task body
+  const Node* atomic_outside_tasks = nullptr;        // an atomic or fence outside every task body
 
   void check(const Node& n) {
     switch (n.op) {
@@ -62,6 +62,7 @@ struct PlacementChecker {
         break;
       case Op::AtomicRmw:
       case Op::AtomicCas:
+      case Op::Fence:
         if (!in_task && !atomic_outside_tasks) atomic_outside_tasks = &n;
         break;
       case Op::TaskReplicaId:
@@ -142,9 +143,12 @@ void verify(const Function& f) {
   // again in each task; the CPU backend's task fibers each run it): an atomic there would not be done once.
   if (placed.tasks && placed.atomic_outside_tasks)
     fail(placed.atomic_outside_tasks->loc,
-         fmt::format("atomic_{} is outside every task body of a kernel with async_tasks (at {}): the code outside the "
-                     "tasks is not run exactly once per block; move the atomic into the task that owns the update",
-                     atomic_name(atomic_info(*placed.atomic_outside_tasks)), placed.tasks->loc.str()));
+         fmt::format("{} is outside every task body of a kernel with async_tasks (at {}): the code outside the "
+                     "tasks is not run exactly once per block; move the {} into the task that owns the update",
+                     placed.atomic_outside_tasks->op == Op::Fence
+                         ? std::string("fence")
+                         : "atomic_" + std::string(atomic_name(atomic_info(*placed.atomic_outside_tasks))),
+                     placed.tasks->loc.str(), placed.atomic_outside_tasks->op == Op::Fence ? "fence" : "atomic"));
 }
 
 }  // namespace weft::ir

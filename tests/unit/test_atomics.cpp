@@ -360,4 +360,83 @@ TEST_CASE("atomics: errors name the line and what to change", "[ops][atomics][er
     async_tasks(task("t", {.warps = 4}, [&] { store(p, 0); }));
   };
   REQUIRE_WEFT_ERROR(trace(before_tasks), line, "move the atomic into the task");
+  auto fence_before_tasks = [&](Ptr<int32_t> p) {
+    line = __LINE__; fence(MemScope::gpu);
+    async_tasks(task("t", {.warps = 4}, [&] { store(p, 0); }));
+  };
+  REQUIRE_WEFT_ERROR(trace(fence_before_tasks), line, "move the fence into the task");
+}
+
+TEST_CASE("fence: TLX's two atomics around a fence, in every scope", "[ops][atomics][fence]") {
+  Device dev = Device::current();
+  const int programs = 7;
+  for (MemScope scope : {MemScope::cta, MemScope::cluster, MemScope::gpu, MemScope::system}) {
+    Kernel k("fence_between_atomics", [scope](Ptr<int32_t> x) {
+      atomic_add(x, 1);
+      fence(scope);
+      atomic_add(x + 1, 1);
+    }, KernelOptions{.num_warps = 1});
+    Buffer<int32_t> x = dev.upload(std::vector<int32_t>{0, 0});
+    k.launch(Grid(programs), x);
+    INFO("scope " << static_cast<int>(scope));
+    CHECK(x.download() == std::vector<int32_t>{programs, programs});
+  }
+}
+
+TEST_CASE("fence with relaxed atomics: the last program reads every program's stores", "[ops][atomics][fence]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  const int programs = 37, cols = 512;
+  std::vector<float> x(programs * cols);
+  for (float& v : x) v = std::uniform_real_distribution<float>(-2, 2)(rng);
+  // CUDA's threadFenceReduction: store, fence, a relaxed ticket; the last program fences and sums.
+  Kernel k("fence_last_program_reduces",
+           [](Ptr<float> partials, Ptr<int32_t> counter, Ptr<float> out, Ptr<float> x, Int programs) {
+             Int c = arange(0, cols);
+             Int p = program_id(0);
+             store(partials + p * cols + c, load(x + p * cols + c) + 1.0f);
+             fence();
+             Int done = atomic_add(counter, 1, Atomic{.order = MemOrder::relaxed});
+             if_(done == programs - 1, [&] {
+               fence();
+               Var<float> acc = zeros<float>({cols});
+               for_range(0, programs, [&](Int q) { acc = acc + load(partials + q * cols + c); });
+               store(out + c, acc);
+               store(counter, 0);
+             });
+           }, KernelOptions{.num_warps = 4});
+  Buffer<float> partials = dev.upload(std::vector<float>(programs * cols, std::nanf("")));
+  Buffer<int32_t> counter = dev.upload(std::vector<int32_t>{0});
+  Buffer<float> xs = dev.upload(x);
+  for (int round = 0; round < 3; ++round) {
+    Buffer<float> out = dev.upload(std::vector<float>(cols, std::nanf("")));
+    k.launch(Grid(programs), partials, counter, out, xs, programs);
+    std::vector<float> got = out.download();
+    int wrong = 0;
+    for (int c = 0; c < cols; ++c) {
+      float want = 0.0f;  // the kernel's order, in f32
+      for (int p = 0; p < programs; ++p) want += x[p * cols + c] + 1.0f;
+      if (!(got[c] == want) && ++wrong <= 8) UNSCOPED_INFO("column " << c << ": " << got[c] << ", want " << want);
+    }
+    INFO("round " << round);
+    CHECK(wrong == 0);
+    CHECK(counter.download()[0] == 0);
+  }
+}
+
+TEST_CASE("fence: the PTX has fence.acq_rel of each scope between two barriers", "[atomics][fence][ptx]") {
+  Kernel k("fence_ptx", [](Ptr<int32_t> x) {
+    store(x + arange(0, 128), arange(0, 128));
+    fence(MemScope::cta);
+    fence(MemScope::cluster);
+    fence(MemScope::gpu);
+    fence(MemScope::system);
+    atomic_add(x, 1, Atomic{.order = MemOrder::relaxed});
+  });
+  std::string ptx = k.ptx();
+  for (const char* f : {"fence.acq_rel.cta;", "fence.acq_rel.cluster;", "fence.acq_rel.gpu;", "fence.acq_rel.sys;"}) {
+    INFO(f);
+    CHECK(ptx.find(f) != std::string::npos);
+  }
+  CHECK(ptx.find("bar.sync") != std::string::npos);
 }

@@ -130,6 +130,10 @@ inline constexpr const char* kAsyncCommitGroup = "weft_cpu_async_commit_group";
 // void (const ProgramCtx*, i32 site, i32 pending): performs the fiber's oldest committed groups until at
 // most `pending` are left.
 inline constexpr const char* kAsyncWaitGroup = "weft_cpu_async_wait_group";
+// void (const ProgramCtx*, i32 site, i64 element, i32 index, i32 axis, i32 extent, i32 scatter): element
+// `element` of a local_gather (scatter 0) or local_scatter (1) has an index outside [0, extent) along `axis`
+// of the site's target buffer. Records the error and abandons the block (never returns).
+inline constexpr const char* kLocalIndexError = "weft_cpu_local_index_error";
 }  // namespace block_fn
 
 // What the runtime needs to know about a kernel's block ops: the shared-memory layout, the tasks, and

@@ -24,6 +24,7 @@ namespace {
 bool is_block_op(Op op) {
   switch (op) {
     case Op::LocalAlloc: case Op::LocalView: case Op::LocalLoad: case Op::LocalStore: case Op::AllocBarriers:
+    case Op::LocalGather: case Op::LocalScatter:
     case Op::BarrierAt: case Op::BarrierExpectBytes: case Op::BarrierArrive: case Op::BarrierWait:
     case Op::NamedBarrierArrive: case Op::NamedBarrierWait: case Op::AsyncTasks: case Op::TaskReplicaId:
     case Op::LocalTrans: case Op::LocalRows: case Op::LocalCols: case Op::AsyncDot: case Op::AsyncDotWait: case Op::FenceAsyncShared:
@@ -241,6 +242,9 @@ void Lowering::node(const NodeRef& n) {
     case Op::AtomicRmw:
     case Op::AtomicCas:
       return atomic(n);
+    case Op::Fence:  // a program's tile ops run on one host thread, its task fibers on one too
+      b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
+      return;
     case Op::ReduceSum:
     case Op::ReduceMax:
     case Op::ReduceMin:
@@ -303,6 +307,8 @@ void Lowering::node(const NodeRef& n) {
     case Op::LocalLoad: return local_load(n);
     case Op::LocalStore:
     case Op::LocalStoreRemote: return local_store(n);
+    case Op::LocalGather:
+    case Op::LocalScatter: return local_gather_scatter(n);
     case Op::BarrierAt: return barrier_at(n);
     case Op::BarrierArrive: return barrier_arrive(n);
     case Op::BarrierExpectBytes: return barrier_expect_bytes(n);

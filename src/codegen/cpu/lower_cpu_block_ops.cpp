@@ -29,6 +29,55 @@ void Lowering::local_store(const NodeRef& n) {
   const NodeRef& x = n->operands[1];
   loop(numel(x->type.shape), [&](Value* i) { store_elem(x->type.dtype, view, stored_index(n->operands[0], i), elem(x, i)); });
 }
+// local_gather (view, indices) and local_scatter (view, values, indices): element i of the indices is the
+// view's element at i's own coordinates with the `axis` one replaced by its index. Every index is checked
+// first (a block error naming the first bad one: nothing is read or written then); the accesses follow in
+// row-major order, so among equal indices a scatter's later element is the one left.
+void Lowering::local_gather_scatter(const NodeRef& n) {
+  const bool scatter = n->op == Op::LocalScatter;
+  const NodeRef& view = n->operands[0];
+  const NodeRef& indices = n->operands[scatter ? 2 : 1];
+  const ir::Shape& ishape = indices->type.shape;
+  const ir::Shape& vshape = view->type.shape;
+  const int64_t axis = n->attrs.ints[0], extent = vshape[static_cast<size_t>(axis)], count = numel(ishape);
+  std::vector<int64_t> ist = strides(ishape), vst = strides(vshape);
+  Value* base = val(view).v;
+  auto index_at = [&](Value* i) { return b_.CreateSExt(elem(indices, i), i64_); };
+
+  Value* bad = entry_alloca(i64_);  // the first element whose index is out of range, or count
+  b_.CreateStore(i64c(count), bad);
+  loop(count, [&](Value* i) {
+    Value* out = b_.CreateICmpUGE(index_at(i), i64c(extent));
+    Value* so_far = b_.CreateLoad(i64_, bad);
+    b_.CreateStore(b_.CreateSelect(out, b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, so_far, i), so_far), bad);
+  });
+  auto* fail = llvm::BasicBlock::Create(c_, "index_out_of_range", fn_);
+  auto* ok = llvm::BasicBlock::Create(c_, "indices_in_range", fn_);
+  Value* first = b_.CreateLoad(i64_, bad);
+  b_.CreateCondBr(b_.CreateICmpNE(first, i64c(count)), fail, ok);
+  b_.SetInsertPoint(fail);
+  auto i32c = [&](int64_t v) { return b_.getInt32(static_cast<uint32_t>(v)); };
+  runtime_call(block_fn::kLocalIndexError, b_.getVoidTy(),
+               {ctx_, site(n, alloc_index_.at(passes::root_allocation(view.get()))), first,
+                elem(indices, first), i32c(axis), i32c(extent), i32c(scatter)});
+  b_.CreateRetVoid();
+  b_.SetInsertPoint(ok);
+
+  auto view_index = [&](Value* i) {  // element i of the indices -> its element of the view (row-major)
+    Value* j = i64c(0);
+    for (size_t d = 0; d < ishape.size(); ++d) {
+      Value* c = static_cast<int64_t>(d) == axis ? index_at(i) : coord(i, ist[d], ishape[d]);
+      j = b_.CreateAdd(j, b_.CreateMul(c, i64c(vst[d])));
+    }
+    return stored_index(view, j);
+  };
+  if (!scatter) {
+    define_tile(n, [&](Value* i) { return load_elem(n->type.dtype, base, view_index(i)); });
+    return;
+  }
+  const NodeRef& values = n->operands[1];
+  loop(count, [&](Value* i) { store_elem(values->type.dtype, base, view_index(i), elem(values, i)); });
+}
 // Where element i of a view is stored: a local_trans view [C, R] reads storage [R, C]; a buffer in
 // column panels keeps (r, c) at (c / P) * R * P + r * P + c % P (passes/shared_layouts.h).
 Value* Lowering::stored_index(const NodeRef& view, Value* i) {

@@ -197,6 +197,7 @@ class Lowering {
   void local_view(const NodeRef& n);
   void local_load(const NodeRef& n);
   void local_store(const NodeRef& n);
+  void local_gather_scatter(const NodeRef& n);
   Value* stored_index(const NodeRef& view, Value* i);
   int64_t panel_of(const NodeRef& view);
   void local_cols(const NodeRef& n);

@@ -10,6 +10,7 @@
 
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/lowering.h"
+#include "ir/atomics.h"
 
 namespace weft::codegen::nvptx::detail {
 
@@ -192,6 +193,11 @@ void Lowering::node(const NodeRef& n) {
     case Op::Store: return store(n);
     case Op::AtomicRmw:
     case Op::AtomicCas: return atomic(n);
+    case Op::Fence:  // every thread's accesses before, every thread's after (CUTLASS's semaphore does the same)
+      sync_group();
+      ptx_.fence_acq_rel(ir::scope_name(static_cast<MemScope>(n->attrs.ints[0])));
+      sync_group();
+      return;
     case Op::ReduceSum:
     case Op::ReduceMax:
     case Op::ReduceMin:

@@ -579,6 +579,51 @@ void Lowering::shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64
   sync_group();  // the whole tile is written before any thread of the group reads it (or arrives)
 }
 
+// local_gather (view, indices) and local_scatter (view, values, indices), blocked layout: each thread reads
+// (writes) the view's element of each index it holds, its own coordinates with the `axis` one replaced by
+// the index (view_element then applies transposition, panels and the swizzle). An index is taken modulo the
+// axis's size (a power of two: its low bits), so a bad one (the CPU backend reports it) never reaches another
+// buffer or a barrier. A scatter waits, as
+// local_store does, for the group's earlier reads before it writes, and syncs the group after.
+void Lowering::local_gather_scatter(const NodeRef& n) {
+  const bool scatter = n->op == Op::LocalScatter;
+  const auto& o = n->operands;
+  const NodeRef& view = o[0];
+  const NodeRef& indices = o[scatter ? 2 : 1];
+  const ir::Shape& ishape = indices->type.shape;
+  const ir::Shape& vshape = view->type.shape;
+  const int64_t axis = n->attrs.ints[0], count = indices->type.numel();
+  const DType d = view->type.dtype;
+  std::vector<int64_t> ist = strides(ishape), vst = strides(vshape);
+  auto reg = [&](const NodeRef& x, int64_t r) {
+    const Regs& x_regs = regs(x);
+    return x_regs.v.size() == 1 ? x_regs.v[0] : x_regs.v.at(static_cast<size_t>(r));
+  };
+  if (scatter) sync_group();
+  Regs out;
+  for (int64_t r = 0; r < per_thread(count); ++r) {
+    Value* flat = flat_index(count, r), *at = i32c(0);
+    for (size_t k = 0; k < ishape.size(); ++k) {
+      Value* c = static_cast<int64_t>(k) == axis
+                     ? b_.CreateAnd(reg(indices, r), i32c(vshape[k] - 1))
+                     : b_.CreateURem(b_.CreateUDiv(flat, i32c(ist[k])), i32c(ishape[k]));
+      at = b_.CreateAdd(at, b_.CreateMul(c, i32c(vst[k])));
+    }
+    Value* address = view_element(view, d, at);
+    if (scatter)
+      b_.CreateStore(ops_.to_memory(d, reg(o[1], r)), address);
+    else
+      out.v.push_back(ops_.to_compute(d, b_.CreateLoad(ops_.memory_type(d), address)));
+  }
+  if (!scatter) {
+    out.uniform = count == 1;
+    regs_[n.get()] = std::move(out);
+    return;
+  }
+  if (allocations_.of(passes::root_allocation(view.get())).swizzle) ptx_.fence_proxy_async_shared();
+  sync_group();
+}
+
 // async_load (ptrs, view[, mask[, other]]): each thread copies its own chunks of the blocked layout
 // (async_copy.cpp), after the group's earlier reads of shared memory, as local_store does.
 void Lowering::async_load(const NodeRef& n) {

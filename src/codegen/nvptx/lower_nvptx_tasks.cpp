@@ -224,6 +224,8 @@ void Lowering::hopper_node(const NodeRef& n) {
     case Op::LocalStore: return shared_tile(o[0], n, o[1]->type.dtype, o[1]->type.numel(), &raw(o[1]));
     case Op::LocalStoreRemote:
       return shared_tile(o[0], n, o[1]->type.dtype, o[1]->type.numel(), &raw(o[1]), regs(o[2]).v[0]);
+    case Op::LocalGather:
+    case Op::LocalScatter: return local_gather_scatter(n);
     case Op::BarrierAt:
       regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(passes::kMbarrierBytes)))}};
       return;

@@ -257,6 +257,7 @@ class Lowering {
   void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value,
                    Value* remote_rank = nullptr);
   void async_load(const NodeRef& n);
+  void local_gather_scatter(const NodeRef& n);
 
   // ---- reductions (lower_nvptx_reductions.cpp) ---------------------------------------------------------
 

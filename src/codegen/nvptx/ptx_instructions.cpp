@@ -137,6 +137,10 @@ void PtxInstructions::red(const char* op, const char* type, const char* order, c
            {b_.CreatePtrToInt(address, b_.getInt64Ty()), value});
 }
 
+void PtxInstructions::fence_acq_rel(const char* scope) {
+  asm_call(b_, b_.getVoidTy(), std::string("fence.acq_rel.") + scope + ";", "~{memory}", {});
+}
+
 void PtxInstructions::fence_system() { asm_call(b_, b_.getVoidTy(), "fence.sc.sys;", "~{memory}", {}); }
 
 void PtxInstructions::trap() { asm_call(b_, b_.getVoidTy(), "trap;", "~{memory}", {}); }

@@ -66,6 +66,9 @@ class PtxInstructions {
   // back to the thread; `order` relaxed or release only, as PTX allows).
   void red(const char* op, const char* type, const char* order, const char* scope, llvm::Value* address,
            llvm::Value* value);
+  // fence.acq_rel.{scope}: this thread's accesses before it, ordered before those after it for `scope`
+  // (cta, cluster, gpu or sys).
+  void fence_acq_rel(const char* scope);
 
   // TMA. `desc`: the generic address (i64) of a CUtensorMap; `coords`: i32, innermost first; `smem`,
   // `bar`: 32-bit shared addresses.

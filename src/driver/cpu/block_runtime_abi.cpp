@@ -214,6 +214,18 @@ void async_wait_group(const ProgramCtx* ctx, int32_t, int32_t pending) noexcept 
   }
 }
 
+void local_index_error(const ProgramCtx* ctx, int32_t site, int64_t element, int32_t index, int32_t axis,
+                       int32_t extent, int32_t scatter) noexcept {
+  BlockState& b = state_of(ctx);
+  const auto& buf = b.plan.buffers.at(b.plan.sites.at(site).target);
+  b.cluster.set_error(ctx, site,
+                      fmt::format("{}: index {} (element {} of the indices) is outside buffer '{}' along axis {}, "
+                                  "which has {} elements there (0 to {}); nothing was {}",
+                                  scatter ? "local_scatter" : "local_gather", index, element, buf.name, axis, extent,
+                                  extent - 1, scatter ? "written" : "read"));
+  b.cluster.abandon();
+}
+
 }  // namespace
 
 const std::vector<RuntimeSymbol>& block_runtime_symbols() {
@@ -239,6 +251,7 @@ const std::vector<RuntimeSymbol>& block_runtime_symbols() {
       {fn::kAsyncLoad, reinterpret_cast<void*>(&async_load)},
       {fn::kAsyncCommitGroup, reinterpret_cast<void*>(&async_commit_group)},
       {fn::kAsyncWaitGroup, reinterpret_cast<void*>(&async_wait_group)},
+      {fn::kLocalIndexError, reinterpret_cast<void*>(&local_index_error)},
   };
   return symbols;
 }
