@@ -562,7 +562,33 @@ void prefetch_descriptor(const TensorDesc<T, Rank>& desc, SourceLoc loc = Source
   detail::emit(detail::Op::DescriptorPrefetch, {desc.node()}, {}, loc);
 }
 
-// Waits until at most `pending` of this group's TMA stores still read shared memory
+// ---- bulk copies between global and shared memory (no descriptor) --------------------------------------
+
+// The bytes of `view` read from global memory at `src` (TLX: async_load(src, buf, bulk=True, barrier=bar)):
+// one thread of the group issues cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [view],
+// [src], bytes, [bar], and the bytes complete on `bar` like a TMA load's: barrier_expect_bytes(bar,
+// view.bytes()) first, barrier_wait before reading the view. The view is filled in its row-major order with
+// src[0], src[1], ... (so its buffer may not be swizzled or kept in panels by other uses: an Error names
+// them), and its bytes must be a multiple of 16 (an Error otherwise). cp.async.bulk needs `src` 16-byte
+// aligned: where weft cannot prove it (a pointer argument seen 16-byte aligned, offsets of 16-byte
+// multiples), the issuing thread tests the address and copies a misaligned one itself, element by element,
+// reporting the bytes on `bar` (mbarrier.complete_tx): slower, never a fault. The CPU backend's bounds
+// checks cover the bytes read.
+template <class T>
+void async_load_bulk(const Ptr<T>& src, const SharedView<T>& view, const Barrier& bar,
+                     SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::AsyncLoadBulk, {detail::node_of(src, loc), view.node(), bar.node()}, {}, loc);
+}
+// The bytes of `view` written to global memory at `dst` (TLX: async_store(dst, buf, size)): every thread of
+// the group fences its writes for the async proxy, the group syncs, one thread issues cp.async.bulk.global
+// .shared::cta.bulk_group [dst], [view], bytes and commits the group. Wait with async_store_wait before the
+// view is written again and before the task ends, as for TMA stores. The rules of async_load_bulk, for `dst`.
+template <class T>
+void async_store_bulk(const Ptr<T>& dst, const SharedView<T>& view, SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::AsyncStoreBulk, {detail::node_of(dst, loc), view.node()}, {}, loc);
+}
+
+// Waits until at most `pending` of this group's TMA stores and bulk stores still read shared memory
 // (cp.async.bulk.wait_group.read pending).
 inline void async_store_wait(int pending = 0, SourceLoc loc = SourceLoc::current()) {
   detail::Attrs a;

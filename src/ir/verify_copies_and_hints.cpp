@@ -1,5 +1,6 @@
-// Typing and whole-kernel rules of the bulk copy into another block of the cluster
-// (async_remote_shmem_copy), the TMA prefetches and the L2 eviction hints (include/weft/async.h).
+// Typing and whole-kernel rules of the bulk copies (async_load_bulk and async_store_bulk between global and
+// shared memory, async_remote_shmem_copy into another block of the cluster), the TMA prefetches and the L2
+// eviction hints (include/weft/async.h).
 //
 // The rules are the GPU's: cp.async.bulk moves a multiple of 16 bytes between 16-byte aligned
 // shared-memory addresses and completes them on an mbarrier that expects them; it names another block of
@@ -47,6 +48,25 @@ const Type& copy_view(Op op, const NodeRef& n, const char* which, SourceLoc loc)
 
 int64_t bytes_of(const Type& t) { return t.numel() * t.dtype.bytes(); }
 
+// cp.async.bulk's shared-memory side: a multiple of 16 bytes, at a 16-byte aligned address (stages are
+// 1024-byte aligned; rows of a stage start at multiples of its row bytes).
+void check_bulk_bytes(Op op, const NodeRef& view, SourceLoc loc) {
+  const Type& t = view->type;
+  int64_t bytes = bytes_of(t);
+  if (bytes % 16 != 0)
+    fail(loc, fmt::format("{} of {} moves {} bytes; cp.async.bulk moves a multiple of 16 bytes: make the tile's bytes "
+                          "a multiple of 16 (e.g. more columns)",
+                          name(op), Type::value(t.dtype, t.shape).str(), bytes));
+  if (view->op != Op::LocalRows) return;
+  const Type& whole = view->operands[0]->type;
+  int64_t row_bytes = whole.numel() / whole.shape[0] * whole.dtype.bytes();
+  if (row_bytes % 16 != 0)
+    fail(loc, fmt::format("{}: the view is rows of a stage whose rows are {} bytes, so a block of rows may start at an "
+                          "address that is not a multiple of 16, which cp.async.bulk needs; copy whole stages, or make "
+                          "the rows a multiple of 16 bytes",
+                          name(op), row_bytes));
+}
+
 }  // namespace
 
 void check_eviction(Op op, const Attrs& attrs, SourceLoc loc) {
@@ -71,22 +91,29 @@ Type infer_copy_or_prefetch(Op op, const std::vector<NodeRef>& operands, Attrs& 
       if (bar.kind != Type::Kind::Barrier || !bar.shape.empty())
         fail(loc, fmt::format("{}: the barrier must be one mbarrier (bars[i] of alloc_barriers)", name(op)));
       require_i32(op, operands.at(3), "the cluster rank of the receiving block", loc);
-      int64_t bytes = bytes_of(src);
-      if (bytes % 16 != 0)
-        fail(loc, fmt::format("{} of {} moves {} bytes; cp.async.bulk moves a multiple of 16 bytes: make the tile's "
-                              "bytes a multiple of 16 (e.g. more columns)",
-                              name(op), Type::value(src.dtype, src.shape).str(), bytes));
-      for (int i = 0; i < 2; ++i) {
-        const Node& v = *operands[i];
-        if (v.op != Op::LocalRows) continue;
-        const Type& whole = v.operands[0]->type;
-        int64_t row_bytes = whole.numel() / whole.shape[0] * whole.dtype.bytes();
-        if (row_bytes % 16 != 0)
-          fail(loc, fmt::format("{}: the {} is rows of a stage whose rows are {} bytes, so a block of rows may start "
-                                "at an address that is not a multiple of 16, which cp.async.bulk needs; copy whole "
-                                "stages, or make the rows a multiple of 16 bytes",
-                                name(op), i == 0 ? "destination" : "source", row_bytes));
+      check_bulk_bytes(op, operands.at(1), loc);
+      check_bulk_bytes(op, operands.at(0), loc);
+      return Type::none();
+    }
+    case Op::AsyncLoadBulk:
+    case Op::AsyncStoreBulk: {
+      const bool load = op == Op::AsyncLoadBulk;
+      const Type& p = operands.at(0)->type;
+      const Type& v = copy_view(op, operands.at(1), load ? "the destination" : "the source", loc);
+      if (p.kind != Type::Kind::Value || !p.dtype.pointer || !p.shape.empty())
+        fail(loc, fmt::format("{}: the {} must be one pointer (a rank-0 Ptr, e.g. x + offset), got {}", name(op),
+                              load ? "source" : "destination",
+                              p.kind == Type::Kind::Value ? p.str() : "something that is not a value"));
+      if (DType{p.dtype.scalar, false} != v.dtype)
+        fail(loc, fmt::format("{}: the pointer is to {} but the view holds {}; use a pointer to the view's element "
+                              "type",
+                              name(op), DType{p.dtype.scalar, false}.str(), v.dtype.str()));
+      if (load) {
+        const Type& bar = operands.at(2)->type;
+        if (bar.kind != Type::Kind::Barrier || !bar.shape.empty())
+          fail(loc, fmt::format("{}: the barrier must be one mbarrier (bars[i] of alloc_barriers)", name(op)));
       }
+      check_bulk_bytes(op, operands.at(1), loc);
       return Type::none();
     }
     case Op::AsyncDescriptorPrefetch: {

@@ -354,6 +354,8 @@ Type infer_hopper_construct(Op op, const std::vector<NodeRef>& operands, Attrs& 
       return Type::none();
     }
     case Op::AsyncRemoteShmemCopy:
+    case Op::AsyncLoadBulk:
+    case Op::AsyncStoreBulk:
     case Op::AsyncDescriptorPrefetch:
     case Op::DescriptorPrefetch:
       return infer_copy_or_prefetch(op, operands, attrs, loc);

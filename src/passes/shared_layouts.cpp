@@ -54,6 +54,26 @@ struct Assigner {
     }
   }
 
+  // async_load_bulk and async_store_bulk move a view's bytes in its row-major order: its buffer must keep
+  // them so, neither swizzled nor in panels the view spans.
+  std::vector<const ir::Node*> bulk_copies;
+  void check_bulk_copies() const {
+    for (const ir::Node* n : bulk_copies) {
+      const ir::Node* view = n->operands[1].get();
+      const ir::Node* alloc = root_allocation(view);
+      int swizzle = layouts.of(alloc);
+      int64_t panel = layouts.panel_of(alloc);
+      bool spans_panels = view->type.shape.size() == 2 && panel && panel < view->type.shape[1];
+      if (!swizzle && !spans_panels) continue;
+      throw Error(fmt::format("{} moves the view's bytes in row-major order, but buffer '{}' is stored {} for its other "
+                              "uses (a TMA box, a wgmma operand, cols()); copy through a buffer of its own",
+                              ir::op_name(n->op), alloc->attrs.names.at(0),
+                              swizzle ? fmt::format("with a {}-byte swizzle", swizzle)
+                                      : fmt::format("in panels of {} columns", panel)),
+                  n->loc);
+    }
+  }
+
   void want(const ir::Node& use, const ir::Node* view, int swizzle, const char* why) {
     const ir::Node* alloc = root_allocation(view);
     auto [it, added] = layouts.swizzle.emplace(alloc, swizzle);
@@ -101,6 +121,10 @@ struct Assigner {
         case ir::Op::AsyncRemoteShmemCopy:
           byte_copies.push_back(n.get());
           break;
+        case ir::Op::AsyncLoadBulk:
+        case ir::Op::AsyncStoreBulk:
+          bulk_copies.push_back(n.get());
+          break;
         case ir::Op::AsyncDot:
           for (int i = 0; i < 2; ++i) {
             if (n->operands[i]->type.kind != ir::Type::Kind::Shared) continue;  // a from registers
@@ -146,6 +170,7 @@ SharedLayouts assign_shared_layouts(const ir::Function& f) {
   a.region(f.body);
   a.check_row_views();
   a.check_byte_copies();
+  a.check_bulk_copies();
   return std::move(a.layouts);
 }
 

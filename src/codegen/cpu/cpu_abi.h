@@ -130,6 +130,14 @@ inline constexpr const char* kAsyncCommitGroup = "weft_cpu_async_commit_group";
 // void (const ProgramCtx*, i32 site, i32 pending): performs the fiber's oldest committed groups until at
 // most `pending` are left.
 inline constexpr const char* kAsyncWaitGroup = "weft_cpu_async_wait_group";
+// void (const ProgramCtx*, i32 site, char* dst, const char* src, i32 bytes, i32 barrier): async_load_bulk:
+// `bytes` from global `src` into `dst` of this block, completed on the barrier at offset `barrier`; like a
+// TMA load, the bytes count now, `dst` is poison until the phase completes, and `src` is read then.
+inline constexpr const char* kBulkLoad = "weft_cpu_bulk_load";
+// void (const ProgramCtx*, i32 site, char* dst, const char* src, i32 bytes): async_store_bulk: `bytes` from
+// `src` in this block's shared memory to global `dst`, performed (reading shared memory then) at the
+// async_store_wait that retires it, or when the fiber ends, as a TMA store is.
+inline constexpr const char* kBulkStore = "weft_cpu_bulk_store";
 // void (const ProgramCtx*, i32 site, i64 element, i32 index, i32 axis, i32 extent, i32 scatter): element
 // `element` of a local_gather (scatter 0) or local_scatter (1) has an index outside [0, extent) along `axis`
 // of the site's target buffer. Records the error and abandons the block (never returns).

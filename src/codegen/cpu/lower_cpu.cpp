@@ -30,7 +30,7 @@ bool is_block_op(Op op) {
     case Op::LocalTrans: case Op::LocalRows: case Op::LocalCols: case Op::AsyncDot: case Op::AsyncDotWait: case Op::FenceAsyncShared:
     case Op::AsyncDescriptorLoad: case Op::AsyncDescriptorStore: case Op::AsyncStoreWait:
     case Op::ClusterCtaRank: case Op::ClusterSync: case Op::BarrierArriveRemote: case Op::AsyncDescriptorLoadMulticast:
-    case Op::LocalStoreRemote: case Op::AsyncRemoteShmemCopy:
+    case Op::LocalStoreRemote: case Op::AsyncRemoteShmemCopy: case Op::AsyncLoadBulk: case Op::AsyncStoreBulk:
     case Op::AsyncLoad: case Op::AsyncCommitGroup: case Op::AsyncWaitGroup:
       return true;
     default:
@@ -345,6 +345,21 @@ void Lowering::node(const NodeRef& n) {
       runtime_call(block_fn::kBarrierArriveRemote, b_.getVoidTy(),
                    {ctx_, site(n), scalar(n->operands[0]), scalar(n->operands[1])});
       return;
+    case Op::AsyncLoadBulk:
+    case Op::AsyncStoreBulk: {
+      const bool load = n->op == Op::AsyncLoadBulk;
+      const NodeRef& view = n->operands[1];
+      int64_t bytes = numel(view->type.shape) * view->type.dtype.bytes();
+      check_access(n, load ? "async_load_bulk" : "async_store_bulk", n->operands[0], nullptr, bytes);
+      Value* global = scalar(n->operands[0]), *shared = val(view).v;
+      Value* count = b_.getInt32(static_cast<uint32_t>(bytes));
+      if (load)
+        runtime_call(block_fn::kBulkLoad, b_.getVoidTy(),
+                     {ctx_, site(n), shared, global, count, scalar(n->operands[2])});
+      else
+        runtime_call(block_fn::kBulkStore, b_.getVoidTy(), {ctx_, site(n), global, shared, count});
+      return;
+    }
     case Op::AsyncRemoteShmemCopy: {
       const NodeRef& src = n->operands[1];
       int64_t bytes = numel(src->type.shape) * src->type.dtype.bytes();

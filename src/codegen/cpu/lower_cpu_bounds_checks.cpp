@@ -21,13 +21,13 @@ Value* Lowering::extents() {
   return extents_;
 }
 
-// Before an access through the pointer tile `ptrs`: the first element (not masked off) whose bytes are
-// not all inside the allocation of a pointer argument it may derive from is reported, and the program
-// instance returns. The scan has no early exit, so LLVM vectorizes it like the access itself.
-void Lowering::check_access(const NodeRef& n, const char* op, const NodeRef& ptrs, const NodeRef* mask) {
+// Before an access through the pointer tile `ptrs`: the first element (not masked off) whose bytes (its
+// element's, or `span` bytes from it: a bulk copy's) are not all inside the allocation of a pointer argument
+// it may derive from is reported, and the program instance returns. The scan has no early exit, so LLVM vectorizes it like the access itself.
+void Lowering::check_access(const NodeRef& n, const char* op, const NodeRef& ptrs, const NodeRef* mask, int64_t span) {
   if (!checked_) return;
   DType pointee{ptrs->type.dtype.scalar, false};
-  const int64_t count = numel(ptrs->type.shape), bytes = pointee.bytes();
+  const int64_t count = numel(ptrs->type.shape), bytes = span ? span : pointee.bytes();
   std::vector<int32_t> slots = passes::pointer_roots(*ptrs);
   if (slots.empty()) slots = pointer_slots_;
   const int32_t site = static_cast<int32_t>(access_sites_.size());

@@ -172,7 +172,7 @@ class Lowering {
   // ---- bounds checks (cpu_abi.h, LaunchChecks; lower_cpu_bounds_checks.cpp) ----------------------------
 
   Value* extents();
-  void check_access(const NodeRef& n, const char* op, const NodeRef& ptrs, const NodeRef* mask);
+  void check_access(const NodeRef& n, const char* op, const NodeRef& ptrs, const NodeRef* mask, int64_t span = 0);
 
   // ---- block ops: calls into the block runtime (driver/cpu/block_runtime_abi.cpp) ----------------------
 

@@ -624,6 +624,78 @@ void Lowering::local_gather_scatter(const NodeRef& n) {
   sync_group();
 }
 
+// async_load_bulk (pointer, view, barrier) and async_store_bulk (pointer, view): one thread's cp.async.bulk,
+// the load completing on the barrier as a TMA load does, the store (after every thread's proxy fence and a
+// sync of the group, as a TMA store) in a bulk group. cp.async.bulk needs a 16-byte aligned global address:
+// where the access patterns do not prove it (a pointer argument seen 16-byte aligned, offsets of 16-byte
+// multiples), the thread tests the address and copies a misaligned one itself, element by element — the
+// load then reports its bytes on the barrier with complete_tx, after fences that make them visible to the
+// waiting threads and to the async proxy (wgmma, TMA) — so a misaligned pointer is slower, never a fault.
+void Lowering::bulk_copy(const NodeRef& n) {
+  const bool load = n->op == Op::AsyncLoadBulk;
+  const auto& o = n->operands;
+  Value* global = regs(o[0]).v[0];
+  Value* offset = regs(o[1]).v[0];
+  Value* smem = shared_address(offset);
+  const DType d = o[1]->type.dtype;
+  const int64_t bytes = o[1]->type.numel() * d.bytes();
+  const bool aligned = patterns_.of(o[0].get()).divisor >= 16;
+  Value* bar = load ? shared_address(regs(o[2]).v[0]) : nullptr;
+  auto bulk = [&] {
+    if (load) {
+      ptx_.bulk_load(smem, global, i32c(bytes), bar);
+    } else {
+      ptx_.bulk_store(global, smem, i32c(bytes));
+      ptx_.bulk_commit_group();
+    }
+  };
+  auto by_thread = [&] {
+    copy_bytes_one_thread(global, offset, bytes, d, load);
+    if (!load) return;
+    ptx_.fence_proxy_async_shared();
+    ptx_.fence_acq_rel("cta");
+    ptx_.mbarrier_complete_tx(bar, i32c(bytes));
+  };
+  auto issue = [&]() -> Value* {
+    if (aligned) {
+      bulk();
+      return nullptr;
+    }
+    Value* low = b_.CreateAnd(b_.CreatePtrToInt(global, b_.getInt64Ty()), b_.getInt64(15));
+    branch_values(b_.CreateICmpEQ(low, b_.getInt64(0)), 0, [&](std::vector<Value*>&) { bulk(); },
+                  [&](std::vector<Value*>&) { by_thread(); });
+    return nullptr;
+  };
+  if (load) {
+    guarded(b_.CreateICmpEQ(tid_, i32c(0)), issue, nullptr);
+    return;
+  }
+  ptx_.fence_proxy_async_shared();  // this thread's writes to the view, visible to the copy engine
+  once_per_group([&] { issue(); });
+}
+
+// `bytes` between global memory at `global` and the shared memory at `shared_offset`, one element of `d` at a
+// time by this thread (ld.global + st.shared, or the reverse), in a loop.
+void Lowering::copy_bytes_one_thread(Value* global, Value* shared_offset, int64_t bytes, DType d, bool to_shared) {
+  llvm::Type* t = b_.getIntNTy(static_cast<unsigned>(8 * d.bytes()));
+  llvm::Align align(static_cast<uint64_t>(d.bytes()));
+  Value* shared = b_.CreateInBoundsGEP(b_.getInt8Ty(), smem_, b_.CreateZExt(shared_offset, b_.getInt64Ty()));
+  llvm::BasicBlock* before = b_.GetInsertBlock();
+  auto* body = llvm::BasicBlock::Create(c_, "copy.element", fn_);
+  auto* done = llvm::BasicBlock::Create(c_, "copy.done", fn_);
+  b_.CreateBr(body);
+  b_.SetInsertPoint(body);
+  llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2);
+  i->addIncoming(b_.getInt64(0), before);
+  Value* from = b_.CreateGEP(t, to_shared ? global : shared, i);
+  Value* to = b_.CreateGEP(t, to_shared ? shared : global, i);
+  b_.CreateAlignedStore(b_.CreateAlignedLoad(t, from, align), to, align);
+  Value* next = b_.CreateAdd(i, b_.getInt64(1));
+  i->addIncoming(next, b_.GetInsertBlock());
+  b_.CreateCondBr(b_.CreateICmpULT(next, b_.getInt64(bytes / d.bytes())), body, done);
+  b_.SetInsertPoint(done);
+}
+
 // async_load (ptrs, view[, mask[, other]]): each thread copies its own chunks of the blocked layout
 // (async_copy.cpp), after the group's earlier reads of shared memory, as local_store does.
 void Lowering::async_load(const NodeRef& n) {

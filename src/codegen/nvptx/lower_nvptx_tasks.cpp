@@ -49,6 +49,7 @@ void Lowering::plan_warp_arrivals() {
         case Op::BarrierArriveRemote: warps[barrier_array(n->operands[0])] = 0; break;
         case Op::AsyncDescriptorLoad:
         case Op::AsyncDescriptorLoadMulticast:
+        case Op::AsyncLoadBulk:
         case Op::AsyncRemoteShmemCopy: warps[barrier_array(n->operands[2])] = 0; break;
         default: break;
       }
@@ -278,6 +279,8 @@ void Lowering::hopper_node(const NodeRef& n) {
       return once_per_group(
           [&] { ptx_.mbarrier_arrive_cluster(ptx_.map_shared_to_rank(bar, rank), cluster_scope_sync()); });
     }
+    case Op::AsyncLoadBulk:
+    case Op::AsyncStoreBulk: return bulk_copy(n);
     case Op::AsyncRemoteShmemCopy: {
       // Every thread's writes to the source, visible to the async proxy; after the group's sync one thread
       // copies (the copy reads the source as the async proxy).

@@ -210,6 +210,21 @@ void PtxInstructions::bulk_copy_to_cluster(llvm::Value* dst, llvm::Value* src, l
            "r,r,r,r,~{memory}", {dst, src, bytes, bar});
 }
 
+void PtxInstructions::bulk_load(llvm::Value* smem, llvm::Value* global, llvm::Value* bytes, llvm::Value* bar) {
+  asm_call(b_, b_.getVoidTy(), "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
+           "r,l,r,r,~{memory}", {smem, b_.CreatePtrToInt(global, b_.getInt64Ty()), bytes, bar});
+}
+
+void PtxInstructions::bulk_store(llvm::Value* global, llvm::Value* smem, llvm::Value* bytes) {
+  asm_call(b_, b_.getVoidTy(), "cp.async.bulk.global.shared::cta.bulk_group [$0], [$1], $2;", "l,r,r,~{memory}",
+           {b_.CreatePtrToInt(global, b_.getInt64Ty()), smem, bytes});
+}
+
+void PtxInstructions::mbarrier_complete_tx(llvm::Value* bar, llvm::Value* bytes) {
+  asm_call(b_, b_.getVoidTy(), "mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [$0], $1;", "r,r,~{memory}",
+           {bar, bytes});
+}
+
 void PtxInstructions::tma_load_multicast(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords,
                                          llvm::Value* bar, llvm::Value* mask, llvm::Value* policy) {
   size_t rank = coords.size();

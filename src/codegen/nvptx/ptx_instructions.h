@@ -114,6 +114,15 @@ class PtxInstructions {
   // (a multiple of 16) from this block's `src` (shared::cta) to `dst`, completing them on `bar`; dst and bar
   // are shared::cluster addresses (map_shared_to_rank), all 16-byte aligned.
   void bulk_copy_to_cluster(llvm::Value* dst, llvm::Value* src, llvm::Value* bytes, llvm::Value* bar);
+  // cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [smem], [global], bytes, [bar]: `bytes`
+  // (a multiple of 16) from a 16-byte aligned global address (a global pointer) into this block's `smem`
+  // (a 32-bit shared address), completed on `bar`.
+  void bulk_load(llvm::Value* smem, llvm::Value* global, llvm::Value* bytes, llvm::Value* bar);
+  // cp.async.bulk.global.shared::cta.bulk_group [global], [smem], bytes: the reverse, in the bulk group.
+  void bulk_store(llvm::Value* global, llvm::Value* smem, llvm::Value* bytes);
+  // mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [bar], bytes: `bytes` of the transactions `bar`
+  // expects, done (what a copy this thread made itself reports in place of the copy engine).
+  void mbarrier_complete_tx(llvm::Value* bar, llvm::Value* bytes);
 
   // Non-bulk asynchronous copies (sm_80+). `smem`: a 32-bit shared address; `global`: an i64 address;
   // `src_bytes` (i32): how many of the `bytes` (4, 8 or 16) to read, the rest zero-filled.

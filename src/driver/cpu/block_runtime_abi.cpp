@@ -69,6 +69,19 @@ void bulk_copy_remote(const ProgramCtx* ctx, int32_t site, char* dst, const char
   to.receive_bulk_copy(ctx, site, to.arena + (dst - b.arena), src, bytes, barrier);
 }
 
+void bulk_load(const ProgramCtx* ctx, int32_t site, char* dst, const char* src, int32_t bytes, int32_t barrier) noexcept {
+  state_of(ctx).receive_bulk_copy(ctx, site, dst, src, bytes, barrier);
+}
+
+void bulk_store(const ProgramCtx* ctx, int32_t, char* dst, const char* src, int32_t bytes) noexcept {
+  TmaCopy c;  // no descriptor: `bytes` from `src` to `smem` (here the global destination) when it retires
+  c.smem = dst;
+  c.src = src;
+  c.bytes = bytes;
+  c.fiber = ctx->fiber;
+  state_of(ctx).tma_stores.push_back(c);
+}
+
 void barrier_expect_bytes(const ProgramCtx* ctx, int32_t site, int32_t barrier, int32_t bytes) noexcept {
   state_of(ctx).arrive(ctx, site, barrier, bytes, "barrier_expect_bytes");
 }
@@ -242,6 +255,8 @@ const std::vector<RuntimeSymbol>& block_runtime_symbols() {
       {fn::kClusterSync, reinterpret_cast<void*>(&cluster_sync)},
       {fn::kSharedAtRank, reinterpret_cast<void*>(&shared_at_rank)},
       {fn::kBulkCopyRemote, reinterpret_cast<void*>(&bulk_copy_remote)},
+      {fn::kBulkLoad, reinterpret_cast<void*>(&bulk_load)},
+      {fn::kBulkStore, reinterpret_cast<void*>(&bulk_store)},
       {fn::kAsyncDot, reinterpret_cast<void*>(&async_dot)},
       {fn::kAsyncDotWait, reinterpret_cast<void*>(&async_dot_wait)},
       {fn::kTmaLoad, reinterpret_cast<void*>(&tma_load)},

@@ -58,7 +58,8 @@ struct DotJob {
 // A TMA copy in flight: a load lands when its barrier's phase completes, a store is performed at the
 // async_store_wait that retires it (or when its fiber ends).
 struct TmaCopy {
-  const detail::TensorDescData* desc = nullptr;  // null: a bulk copy of `bytes` from `src` (shared memory)
+  const detail::TensorDescData* desc = nullptr;  // null: a bulk copy of `bytes` from `src` to `smem` (for
+                                                 // async_store_bulk, `smem` is the global destination)
   char* smem = nullptr;
   int32_t coords[detail::TensorDescData::kMaxRank] = {};
   int32_t fiber = 0;
@@ -78,7 +79,7 @@ using AsyncCopyGroup = std::vector<AsyncCopyElement>;
 // Copies the box of `c` at its coordinates between global memory and shared memory (row-major there).
 // Elements outside the tensor read as zero and are not written.
 inline void tma_copy(const TmaCopy& c, bool load) {
-  if (!c.desc) {  // async_remote_shmem_copy: bytes as stored
+  if (!c.desc) {  // async_remote_shmem_copy, async_load_bulk, async_store_bulk: bytes as stored
     std::memcpy(c.smem, c.src, size_t(c.bytes));
     return;
   }

@@ -76,7 +76,7 @@ void LaunchBounds::record(const ProgramCtx* ctx, int32_t site_index, int64_t ele
   } else {
     relation = fmt::format("outside every allocation its pointers may come from (argument slots {})", slots);
   }
-  const bool writes = site.op == "store";
+  const bool writes = site.op == "store" || site.op == "async_store_bulk";
   std::string message = fmt::format(
       "out-of-bounds {} in kernel '{}', block ({}, {}, {}): element {} of the {} ({} elements of {}) {} {} bytes at "
       "{:#x}, {}; nothing was {}. Mask the {} (its mask argument) or correct the offsets",
