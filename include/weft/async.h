@@ -162,6 +162,34 @@ void local_store(const SharedView<T>& view, const Tile<T>& value, Operand<int32_
   detail::emit(detail::Op::LocalStoreRemote, {view.node(), detail::node_of(value, loc), remote_cta_rank.node}, {}, loc);
 }
 
+// The same bytes seen as elements of U in `shape` (TLX: local_reinterpret): a view of a stage, or of a whole
+// buffer (its stages one after the other), row-major over the bytes as they are stored — so a buffer
+// another use keeps in column panels cannot be reinterpreted (an Error), while a swizzled one can (the
+// swizzle moves bytes, whatever their type). `shape` defaults to the stage's shape (for a whole buffer, the
+// stages stacked along the first dimension); it must fit in the bytes. Use the view as any stage:
+// local_load/store, TMA, async_load, gather; not as an async_dot operand (wgmma reads a buffer in its own
+// declared shape: declare one of the shape it needs).
+template <class U, class T>
+SharedView<U> local_reinterpret(const SharedView<T>& view, Shape shape = {}, SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  a.shape = shape.empty() ? view.shape() : std::move(shape);
+  a.dtype = dtype_of<U>;
+  a.has_dtype = true;
+  return SharedView<U>(detail::emit(detail::Op::LocalReinterpret, {view.node()}, std::move(a), loc));
+}
+template <class U, class T>
+SharedView<U> local_reinterpret(const SharedBuffer<T>& buffer, Shape shape = {}, SourceLoc loc = SourceLoc::current()) {
+  detail::Attrs a;
+  if (shape.empty()) {
+    shape = buffer.stage_shape();
+    shape[0] *= buffer.stages();
+  }
+  a.shape = std::move(shape);
+  a.dtype = dtype_of<U>;
+  a.has_dtype = true;
+  return SharedView<U>(detail::emit(detail::Op::LocalReinterpret, {buffer.node()}, std::move(a), loc));
+}
+
 // The same bytes seen transposed: a [R, C] stage as [C, R] (TLX: local_trans). async_dot reads a B
 // operand stored N x K (K contiguous) through local_trans as K x N, and an A operand stored K x M (M
 // contiguous) through local_trans as M x K.

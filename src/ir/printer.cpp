@@ -52,6 +52,7 @@ class Printer {
       case Op::Cast:
         return " to " + a.dtype.str();
       case Op::LocalAlloc:
+      case Op::LocalReinterpret:
         return " " + a.dtype.str() + shape_str(a.shape);
       case Op::AtomicRmw:
       case Op::AtomicCas: {

@@ -266,6 +266,23 @@ Type infer_hopper_construct(Op op, const std::vector<NodeRef>& operands, Attrs& 
                               first, count, shape_str(v.shape)));
       return Type::shared(v.dtype, {v.shape[0], count});
     }
+    case Op::LocalReinterpret: {
+      const NodeRef& src = operands.at(0);
+      const Type& t = src->type;
+      if (t.kind != Type::Kind::Shared || (src->op != Op::LocalAlloc && src->op != Op::LocalView))
+        fail(loc, "local_reinterpret takes a stage of a buffer (buffer[stage]) or a whole buffer from local_alloc, not "
+                  "a rows(), cols() or local_trans view: reinterpret the stage, then view the result");
+      check_tile_shape(attrs.shape, "local_reinterpret", loc);
+      if (attrs.dtype.pointer || attrs.dtype.is_bool())
+        fail(loc, fmt::format("local_reinterpret: shared buffers hold numbers, not {}", attrs.dtype.str()));
+      int64_t have = t.numel() * t.dtype.bytes();  // a whole buffer: every stage's
+      int64_t want = Type::shared(attrs.dtype, attrs.shape).numel() * attrs.dtype.bytes();
+      if (want > have)
+        fail(loc, fmt::format("local_reinterpret as {}{} needs {} bytes, but the {} has {}; give a shape that fits",
+                              attrs.dtype.str(), shape_str(attrs.shape), want,
+                              src->op == Op::LocalAlloc ? "buffer" : "stage", have));
+      return Type::shared(attrs.dtype, attrs.shape);
+    }
     case Op::LocalTrans: {
       const Type& v = shared_operand(op, operands, 0, true, loc);
       if (v.rank() != 2) fail(loc, fmt::format("local_trans transposes a 2-D buffer stage, got {}", v.str()));
@@ -286,6 +303,14 @@ Type infer_hopper_construct(Op op, const std::vector<NodeRef>& operands, Attrs& 
                               "as you like), got a: {} and b: {}",
                               a.dtype.str(), b.dtype.str()));
       if (fp8) check_fp8_async_dot_operands(operands, loc);
+      for (int i = 0; i < 2; ++i)
+        for (const Node* v = operands[i].get(); v->type.kind == Type::Kind::Shared && v->op != Op::LocalAlloc;
+             v = v->operands[0].get())
+          if (v->op == Op::LocalReinterpret)
+            fail(loc, fmt::format("async_dot reads {} through local_reinterpret (at {}): wgmma reads a buffer in the "
+                                  "shape local_alloc declared; declare a buffer of the shape and type the product "
+                                  "needs (local_alloc(..., reuse) shares the bytes of another)",
+                                  i == 0 ? "a" : "b", v->loc.str()));
       int64_t M = a.shape[0], K = a.shape[1], N = b.shape[1];
       int64_t k_step = fp8 ? 32 : 16;
       if (b.shape[0] != K)

@@ -54,6 +54,21 @@ struct Assigner {
     }
   }
 
+  // local_reinterpret reads a buffer's bytes row-major (through its swizzle, which moves bytes whatever their
+  // type): the buffer may not keep column panels.
+  std::vector<const ir::Node*> reinterpreted;
+  void check_reinterpreted() const {
+    for (const ir::Node* n : reinterpreted) {
+      const ir::Node* alloc = root_allocation(n);
+      if (int64_t panel = layouts.panel_of(alloc))
+        throw Error(fmt::format("local_reinterpret of buffer '{}', which keeps its columns in panels of {} for its "
+                                "other uses (cols(), a wgmma operand of rows wider than 128 bytes): its bytes are not "
+                                "in row-major order; reinterpret a buffer of its own",
+                                alloc->attrs.names.at(0), panel),
+                    n->loc);
+    }
+  }
+
   // async_load_bulk and async_store_bulk move a view's bytes in its row-major order: its buffer must keep
   // them so, neither swizzled nor in panels the view spans.
   std::vector<const ir::Node*> bulk_copies;
@@ -125,6 +140,9 @@ struct Assigner {
         case ir::Op::AsyncStoreBulk:
           bulk_copies.push_back(n.get());
           break;
+        case ir::Op::LocalReinterpret:
+          reinterpreted.push_back(n.get());
+          break;
         case ir::Op::AsyncDot:
           for (int i = 0; i < 2; ++i) {
             if (n->operands[i]->type.kind != ir::Type::Kind::Shared) continue;  // a from registers
@@ -171,6 +189,7 @@ SharedLayouts assign_shared_layouts(const ir::Function& f) {
   a.check_row_views();
   a.check_byte_copies();
   a.check_bulk_copies();
+  a.check_reinterpreted();
   return std::move(a.layouts);
 }
 

@@ -24,7 +24,7 @@ namespace {
 bool is_block_op(Op op) {
   switch (op) {
     case Op::LocalAlloc: case Op::LocalView: case Op::LocalLoad: case Op::LocalStore: case Op::AllocBarriers:
-    case Op::LocalGather: case Op::LocalScatter:
+    case Op::LocalGather: case Op::LocalScatter: case Op::LocalReinterpret:
     case Op::BarrierAt: case Op::BarrierExpectBytes: case Op::BarrierArrive: case Op::BarrierWait:
     case Op::NamedBarrierArrive: case Op::NamedBarrierWait: case Op::AsyncTasks: case Op::TaskReplicaId:
     case Op::LocalTrans: case Op::LocalRows: case Op::LocalCols: case Op::AsyncDot: case Op::AsyncDotWait: case Op::FenceAsyncShared:
@@ -322,6 +322,16 @@ void Lowering::node(const NodeRef& n) {
     case Op::VoteBallot: return vote_ballot(n);
     case Op::Nanosleep: return;  // changes no value; the fibers' order is WEFT_CPU_SCHED_SEED's business
     case Op::LocalTrans: vals_[n.get()] = val(n->operands[0]); return;  // the same bytes, read transposed
+    case Op::LocalReinterpret: {  // the same bytes; a whole buffer from its first stage on
+      const NodeRef& src = n->operands[0];
+      if (src->op != Op::LocalAlloc) {
+        vals_[n.get()] = val(src);
+        return;
+      }
+      Value* s = site(n, alloc_index_.at(src.get()));
+      vals_[n.get()] = {Val::Kind::Scalar, runtime_call(block_fn::kLocalView, ptr_, {ctx_, s, b_.getInt32(0)})};
+      return;
+    }
     case Op::LocalRows: return local_rows(n);
     case Op::LocalCols: return local_cols(n);
     case Op::AsyncDot: return async_dot(n);

@@ -221,6 +221,7 @@ void Lowering::hopper_node(const NodeRef& n) {
       regs_[n.get()] = std::move(out);
       return;
     }
+    case Op::LocalReinterpret: regs_[n.get()] = regs(o[0]); return;  // the same bytes (a buffer: its offset)
     case Op::LocalLoad: return shared_tile(o[0], n, n->type.dtype, n->type.numel(), nullptr);
     case Op::LocalStore: return shared_tile(o[0], n, o[1]->type.dtype, o[1]->type.numel(), &raw(o[1]));
     case Op::LocalStoreRemote:
