@@ -190,6 +190,12 @@ SharedView<U> local_reinterpret(const SharedBuffer<T>& buffer, Shape shape = {},
   return SharedView<U>(detail::emit(detail::Op::LocalReinterpret, {buffer.node()}, std::move(a), loc));
 }
 
+// TLX's local_reshape: the view's bytes in another shape of the same element type.
+template <class T>
+SharedView<T> local_reshape(const SharedView<T>& view, Shape shape, SourceLoc loc = SourceLoc::current()) {
+  return local_reinterpret<T>(view, std::move(shape), loc);
+}
+
 // The same bytes seen transposed: a [R, C] stage as [C, R] (TLX: local_trans). async_dot reads a B
 // operand stored N x K (K contiguous) through local_trans as K x N, and an A operand stored K x M (M
 // contiguous) through local_trans as M x K.
@@ -256,6 +262,9 @@ inline void async_wait_group(int pending, SourceLoc loc = SourceLoc::current()) 
   a.ints = {pending};
   detail::emit(detail::Op::AsyncWaitGroup, {}, std::move(a), loc);
 }
+// TLX's names for the two above.
+inline void async_load_commit_group(SourceLoc loc = SourceLoc::current()) { async_commit_group(loc); }
+inline void async_load_wait_group(int pending, SourceLoc loc = SourceLoc::current()) { async_wait_group(pending, loc); }
 
 // ---- tensor cores (wgmma) -----------------------------------------------------------------------------
 
@@ -623,6 +632,10 @@ inline void async_store_wait(int pending = 0, SourceLoc loc = SourceLoc::current
   a.ints = {pending};
   detail::emit(detail::Op::AsyncStoreWait, {}, std::move(a), loc);
 }
+// TLX's name for async_store_wait.
+inline void async_descriptor_store_wait(int pending = 0, SourceLoc loc = SourceLoc::current()) {
+  async_store_wait(pending, loc);
+}
 // Orders this thread's earlier shared-memory writes before later asynchronous-proxy accesses (TMA, wgmma):
 // fence.proxy.async.shared::cta.
 inline void fence_async_shared(SourceLoc loc = SourceLoc::current()) {
@@ -646,6 +659,8 @@ inline Int cluster_cta_rank(SourceLoc loc = SourceLoc::current()) {
 inline void cluster_sync(SourceLoc loc = SourceLoc::current()) {
   detail::emit(detail::Op::ClusterSync, {}, {}, loc);
 }
+// TLX's name for cluster_sync.
+inline void cluster_barrier(SourceLoc loc = SourceLoc::current()) { cluster_sync(loc); }
 
 // Copies the bytes of `src` (this block's shared memory) into `dst` of block `remote_cta_rank` of this
 // block's cluster — `dst` names a view of this block; the copy lands at the same offset there — and
@@ -665,6 +680,20 @@ template <class T>
 void async_remote_shmem_copy(const SharedView<T>& dst, const SharedView<T>& src, Operand<int32_t> remote_cta_rank,
                              const Barrier& bar, SourceLoc loc = SourceLoc::current()) {
   detail::emit(detail::Op::AsyncRemoteShmemCopy, {dst.node(), src.node(), bar.node(), remote_cta_rank.node}, {}, loc);
+}
+
+// A tile from registers into view `dst` of block `remote_cta_rank` of the cluster (the same offset there),
+// its bytes completing on `bar` there (TLX: async_remote_shmem_store): each element is stored once, by the
+// thread that holds it, with st.async.shared::cluster.mbarrier::complete_tx::bytes.{b32|b64} [mapa(dst)],
+// value, [mapa(bar)] — no arrival: the receiver barrier_expect_bytes(bar, dst.bytes()) and waits. Elements
+// of 4 or 8 bytes (i32, f32, i64, f64: what st.async stores); a cluster kernel; a barrier array that some
+// barrier_expect_bytes names — each an Error at the call otherwise. CPU: the tile is taken at the call, and
+// `dst` there is poison until the barrier's phase completes.
+template <class T>
+void async_remote_shmem_store(const SharedView<T>& dst, const Tile<T>& src, Operand<int32_t> remote_cta_rank,
+                              const Barrier& bar, SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::AsyncRemoteShmemStore,
+               {dst.node(), detail::node_of(src, loc), bar.node(), remote_cta_rank.node}, {}, loc);
 }
 
 // ---- persistent kernels --------------------------------------------------------------------------------
@@ -739,5 +768,7 @@ void async_tasks(const Task& first, const T&... rest) {
 inline Int task_replica_id(SourceLoc loc = SourceLoc::current()) {
   return Int(detail::emit(detail::Op::TaskReplicaId, {}, {}, loc));
 }
+// TLX's name for task_replica_id.
+inline Int async_task_replica_id(SourceLoc loc = SourceLoc::current()) { return task_replica_id(loc); }
 
 }  // namespace weft

@@ -95,6 +95,28 @@ Type infer_copy_or_prefetch(Op op, const std::vector<NodeRef>& operands, Attrs& 
       check_bulk_bytes(op, operands.at(0), loc);
       return Type::none();
     }
+    case Op::AsyncRemoteShmemStore: {
+      const Type& dst = operands.at(0)->type;
+      if (dst.kind != Type::Kind::Shared || operands[0]->op == Op::LocalAlloc)
+        fail(loc, fmt::format("{}: the destination must be one stage of a shared buffer (buffer[stage], or a view of "
+                              "one)",
+                              name(op)));
+      const Type& x = operands.at(1)->type;
+      if (x.kind != Type::Kind::Value || !x.same_value_type(Type::value(dst.dtype, dst.shape)))
+        fail(loc, fmt::format("{} of a {} tile into a view of {}: the tile must have the view's shape and element type",
+                              name(op), x.kind == Type::Kind::Value ? x.str() : "non-value",
+                              Type::value(dst.dtype, dst.shape).str()));
+      if (dst.dtype.bytes() != 4 && dst.dtype.bytes() != 8)
+        fail(loc, fmt::format("{} of {} elements: st.async stores 4 or 8 bytes at a time, so the elements must be i32, "
+                              "f32, i64 or f64; convert the tile (cast<float>(...)) or use local_store(view, tile, "
+                              "rank) and barrier_arrive(bar, rank)",
+                              name(op), dst.dtype.str()));
+      const Type& bar = operands.at(2)->type;
+      if (bar.kind != Type::Kind::Barrier || !bar.shape.empty())
+        fail(loc, fmt::format("{}: the barrier must be one mbarrier (bars[i] of alloc_barriers)", name(op)));
+      require_i32(op, operands.at(3), "the cluster rank of the receiving block", loc);
+      return Type::none();
+    }
     case Op::AsyncLoadBulk:
     case Op::AsyncStoreBulk: {
       const bool load = op == Op::AsyncLoadBulk;
@@ -139,25 +161,25 @@ void verify_cluster_copies(const Function& f, int cluster_blocks, std::string_vi
   auto array_of = [](const Node* bar) { return bar->op == Op::BarrierAt ? bar->operands[0].get() : bar; };
   std::function<void(const Region&)> walk = [&](const Region& r) {
     for (const NodeRef& n : r.body) {
-      if (n->op == Op::AsyncRemoteShmemCopy) copies.push_back(n.get());
+      if (n->op == Op::AsyncRemoteShmemCopy || n->op == Op::AsyncRemoteShmemStore) copies.push_back(n.get());
       if (n->op == Op::BarrierExpectBytes) expecting.insert(array_of(n->operands[0].get()));
       for (const Region& inner : n->regions) walk(inner);
     }
   };
   walk(f.body);
   for (const Node* c : copies) {
+    const std::string what = name(c->op);
     if (cluster_blocks < 2)
-      fail(c->loc, fmt::format("async_remote_shmem_copy copies into another block of the thread-block cluster, but "
-                               "kernel '{}' does not run in clusters; declare it with KernelOptions{{.cluster = {{2, 1, "
-                               "1}}}} (or the cluster shape it needs)",
-                               kernel));
+      fail(c->loc, fmt::format("{} {} into another block of the thread-block cluster, but kernel '{}' does not run in "
+                               "clusters; declare it with KernelOptions{{.cluster = {{2, 1, 1}}}} (or the cluster "
+                               "shape it needs)",
+                               what, c->op == Op::AsyncRemoteShmemCopy ? "copies" : "stores", kernel));
     const Node* bars = array_of(c->operands[2].get());
     if (!expecting.count(bars))
-      fail(c->loc, fmt::format("async_remote_shmem_copy completes its bytes on barrier '{}', but no barrier_expect_bytes "
-                               "names that barrier array: the receiving block must expect the bytes "
-                               "(barrier_expect_bytes(bar, view.bytes())) on the barrier it waits on, or its phase "
-                               "completes without them",
-                               bars->attrs.names.empty() ? "?" : bars->attrs.names[0]));
+      fail(c->loc, fmt::format("{} completes its bytes on barrier '{}', but no barrier_expect_bytes names that barrier "
+                               "array: the receiving block must expect the bytes (barrier_expect_bytes(bar, "
+                               "view.bytes())) on the barrier it waits on, or its phase completes without them",
+                               what, bars->attrs.names.empty() ? "?" : bars->attrs.names[0]));
   }
 }
 

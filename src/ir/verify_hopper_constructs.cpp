@@ -379,6 +379,7 @@ Type infer_hopper_construct(Op op, const std::vector<NodeRef>& operands, Attrs& 
       return Type::none();
     }
     case Op::AsyncRemoteShmemCopy:
+    case Op::AsyncRemoteShmemStore:
     case Op::AsyncLoadBulk:
     case Op::AsyncStoreBulk:
     case Op::AsyncDescriptorPrefetch:

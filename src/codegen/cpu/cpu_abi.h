@@ -117,6 +117,11 @@ inline constexpr const char* kSharedAtRank = "weft_cpu_shared_at_rank";
 // offset in the block of cluster rank `rank`, completed on the barrier at offset `barrier` there. Like a TMA
 // load, the bytes count now; the destination is poison until the phase completes, and `src` is read then.
 inline constexpr const char* kBulkCopyRemote = "weft_cpu_bulk_copy_remote";
+// void (const ProgramCtx*, i32 site, i32 count, i32 element_bytes, char* const* dst, const char* values,
+//       i32 barrier, i32 rank): async_remote_shmem_store: element i of `values` (taken now) to dst[i] (an
+//       address of the calling block's arena) at the same offset in the block of cluster rank `rank`, the
+//       bytes completed on the barrier at offset `barrier` there; the destinations are poison until then.
+inline constexpr const char* kRemoteStore = "weft_cpu_remote_store";
 // void (const ProgramCtx*, i32 site): waits until every fiber of every block of the cluster got here.
 inline constexpr const char* kClusterSync = "weft_cpu_cluster_sync";
 // void (const ProgramCtx*, i32 site, i32 count, i32 element_bytes, char* const* dst, const char* const* src,

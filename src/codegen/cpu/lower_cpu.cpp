@@ -31,6 +31,7 @@ bool is_block_op(Op op) {
     case Op::AsyncDescriptorLoad: case Op::AsyncDescriptorStore: case Op::AsyncStoreWait:
     case Op::ClusterCtaRank: case Op::ClusterSync: case Op::BarrierArriveRemote: case Op::AsyncDescriptorLoadMulticast:
     case Op::LocalStoreRemote: case Op::AsyncRemoteShmemCopy: case Op::AsyncLoadBulk: case Op::AsyncStoreBulk:
+    case Op::AsyncRemoteShmemStore:
     case Op::AsyncLoad: case Op::AsyncCommitGroup: case Op::AsyncWaitGroup:
       return true;
     default:
@@ -355,6 +356,22 @@ void Lowering::node(const NodeRef& n) {
       runtime_call(block_fn::kBarrierArriveRemote, b_.getVoidTy(),
                    {ctx_, site(n), scalar(n->operands[0]), scalar(n->operands[1])});
       return;
+    case Op::AsyncRemoteShmemStore: {  // each element's place in this block's view; the runtime maps them there
+      const NodeRef& view = n->operands[0];
+      const NodeRef& x = n->operands[1];
+      const int64_t count = numel(x->type.shape);
+      const DType d = x->type.dtype;
+      Value* dst = frame_slot(count * 8);
+      loop(count, [&](Value* i) {
+        Value* at = b_.CreateGEP(i8_, val(view).v, b_.CreateMul(stored_index(view, i), i64c(d.bytes())));
+        b_.CreateStore(at, b_.CreateGEP(ptr_, dst, i));
+      });
+      auto i32c = [&](int64_t v) { return b_.getInt32(static_cast<uint32_t>(v)); };
+      runtime_call(block_fn::kRemoteStore, b_.getVoidTy(),
+                   {ctx_, site(n), i32c(count), i32c(d.bytes()), dst, tile_address(x), scalar(n->operands[2]),
+                    scalar(n->operands[3])});
+      return;
+    }
     case Op::AsyncLoadBulk:
     case Op::AsyncStoreBulk: {
       const bool load = n->op == Op::AsyncLoadBulk;

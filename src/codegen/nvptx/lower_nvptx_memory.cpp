@@ -674,6 +674,35 @@ void Lowering::bulk_copy(const NodeRef& n) {
   once_per_group([&] { issue(); });
 }
 
+// async_remote_shmem_store (view, value, barrier, rank), blocked layout: each element once, by the thread that
+// holds it (in a tile smaller than the group, threads t < count: a copy stored twice would complete its bytes
+// twice), st.async to its place in the view (view_element: transposition, panels, swizzle) mapped to block
+// `rank`, completing on that block's barrier. No sync: the values come from registers, and st.async orders
+// nothing before it — the receiver's wait on the barrier is what makes the elements visible there.
+void Lowering::remote_store_async(const NodeRef& n) {
+  const auto& o = n->operands;
+  const NodeRef& view = o[0];
+  const DType d = view->type.dtype;
+  const int64_t count = o[1]->type.numel();
+  Value* rank = regs(o[3]).v[0];
+  Value* bar = ptx_.map_shared_to_rank(shared_address(regs(o[2]).v[0]), rank);
+  llvm::Type* bits = b_.getIntNTy(static_cast<unsigned>(8 * d.bytes()));
+  const Regs& x = regs(o[1]);
+  auto store_all = [&]() -> Value* {
+    for (int64_t r = 0; r < per_thread(count); ++r) {
+      Value* at = view_element(view, d, flat_index(count, r));
+      Value* there = ptx_.map_shared_to_rank(b_.CreatePtrToInt(at, b_.getInt32Ty()), rank);
+      Value* v = x.v.size() == 1 ? x.v[0] : x.v.at(static_cast<size_t>(r));
+      ptx_.st_async(there, b_.CreateBitCast(ops_.to_memory(d, v), bits), bar);
+    }
+    return nullptr;
+  };
+  if (count < threads_)
+    guarded(b_.CreateICmpULT(tid_, i32c(count)), store_all, nullptr);
+  else
+    store_all();
+}
+
 // `bytes` between global memory at `global` and the shared memory at `shared_offset`, one element of `d` at a
 // time by this thread (ld.global + st.shared, or the reverse), in a loop.
 void Lowering::copy_bytes_one_thread(Value* global, Value* shared_offset, int64_t bytes, DType d, bool to_shared) {

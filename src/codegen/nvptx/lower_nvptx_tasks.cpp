@@ -50,6 +50,7 @@ void Lowering::plan_warp_arrivals() {
         case Op::AsyncDescriptorLoad:
         case Op::AsyncDescriptorLoadMulticast:
         case Op::AsyncLoadBulk:
+        case Op::AsyncRemoteShmemStore:
         case Op::AsyncRemoteShmemCopy: warps[barrier_array(n->operands[2])] = 0; break;
         default: break;
       }
@@ -282,6 +283,7 @@ void Lowering::hopper_node(const NodeRef& n) {
     }
     case Op::AsyncLoadBulk:
     case Op::AsyncStoreBulk: return bulk_copy(n);
+    case Op::AsyncRemoteShmemStore: return remote_store_async(n);
     case Op::AsyncRemoteShmemCopy: {
       // Every thread's writes to the source, visible to the async proxy; after the group's sync one thread
       // copies (the copy reads the source as the async proxy).

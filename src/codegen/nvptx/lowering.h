@@ -259,6 +259,7 @@ class Lowering {
   void async_load(const NodeRef& n);
   void local_gather_scatter(const NodeRef& n);
   void bulk_copy(const NodeRef& n);
+  void remote_store_async(const NodeRef& n);
   void copy_bytes_one_thread(Value* global, Value* shared_offset, int64_t bytes, DType d, bool to_shared);
 
   // ---- reductions (lower_nvptx_reductions.cpp) ---------------------------------------------------------

@@ -257,6 +257,14 @@ llvm::Value* PtxInstructions::map_shared_pointer_to_rank(llvm::Value* pointer, l
   return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_mapa_shared_cluster, {}, {pointer, rank});
 }
 
+void PtxInstructions::st_async(llvm::Value* addr, llvm::Value* value, llvm::Value* bar) {
+  bool wide = value->getType()->isIntegerTy(64);
+  asm_call(b_, b_.getVoidTy(),
+           std::string("st.async.shared::cluster.mbarrier::complete_tx::bytes.") + (wide ? "b64" : "b32") +
+               " [$0], $1, [$2];",
+           std::string("r,") + (wide ? "l" : "r") + ",r,~{memory}", {addr, value, bar});
+}
+
 void PtxInstructions::fence_proxy_async_shared_cluster() {
   asm_call(b_, b_.getVoidTy(), "fence.proxy.async.shared::cluster;", "~{memory}", {});
 }

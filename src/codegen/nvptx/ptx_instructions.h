@@ -101,6 +101,10 @@ class PtxInstructions {
   // The same with pointers: a shared::cta pointer (addrspace 3) -> a shared::cluster one (addrspace 7),
   // through which loads and stores are ld/st.shared::cluster (the llvm.nvvm.mapa.shared.cluster intrinsic).
   llvm::Value* map_shared_pointer_to_rank(llvm::Value* pointer, llvm::Value* rank);
+  // st.async.shared::cluster.mbarrier::complete_tx::bytes.{b32|b64} [addr], value, [bar]: `value` (i32 or
+  // i64) into another block's shared memory, its bytes completed on that block's `bar` (both 32-bit
+  // shared::cluster addresses from map_shared_to_rank).
+  void st_async(llvm::Value* addr, llvm::Value* value, llvm::Value* bar);
   // mbarrier.arrive{.release.cluster}.shared::cluster.b64 _, [bar]: `bar` from map_shared_to_rank.
   // Without `cluster_scope` the release is the default .release.cta (CUTLASS's remote arrive): no fence;
   // with it ptxas puts MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before the arrival (as for fence.acq_rel.gpu).

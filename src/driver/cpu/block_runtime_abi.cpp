@@ -69,6 +69,17 @@ void bulk_copy_remote(const ProgramCtx* ctx, int32_t site, char* dst, const char
   to.receive_bulk_copy(ctx, site, to.arena + (dst - b.arena), src, bytes, barrier);
 }
 
+void remote_store(const ProgramCtx* ctx, int32_t site, int32_t count, int32_t element_bytes, char* const* dst,
+                  const char* values, int32_t barrier, int32_t rank) noexcept {
+  BlockState& b = state_of(ctx);
+  BlockState& to = b.cluster.block_at_rank(ctx, site, rank, "async_remote_shmem_store");
+  std::vector<char*> there(static_cast<size_t>(count));
+  for (int32_t i = 0; i < count; ++i) there[size_t(i)] = to.arena + (dst[i] - b.arena);
+  to.receive_stores(ctx, site, std::move(there), std::vector<char>(values, values + int64_t(count) * element_bytes),
+                    element_bytes, barrier);
+  b.cluster.give_way();
+}
+
 void bulk_load(const ProgramCtx* ctx, int32_t site, char* dst, const char* src, int32_t bytes, int32_t barrier) noexcept {
   state_of(ctx).receive_bulk_copy(ctx, site, dst, src, bytes, barrier);
 }
@@ -256,6 +267,7 @@ const std::vector<RuntimeSymbol>& block_runtime_symbols() {
       {fn::kSharedAtRank, reinterpret_cast<void*>(&shared_at_rank)},
       {fn::kBulkCopyRemote, reinterpret_cast<void*>(&bulk_copy_remote)},
       {fn::kBulkLoad, reinterpret_cast<void*>(&bulk_load)},
+      {fn::kRemoteStore, reinterpret_cast<void*>(&remote_store)},
       {fn::kBulkStore, reinterpret_cast<void*>(&bulk_store)},
       {fn::kAsyncDot, reinterpret_cast<void*>(&async_dot)},
       {fn::kAsyncDotWait, reinterpret_cast<void*>(&async_dot_wait)},

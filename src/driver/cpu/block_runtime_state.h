@@ -65,6 +65,10 @@ struct TmaCopy {
   int32_t fiber = 0;
   const char* src = nullptr;
   int64_t bytes = 0;
+  // async_remote_shmem_store: element i (of `element_bytes`) of `values`, taken at the call, lands at dsts[i].
+  std::vector<char*> dsts;
+  std::vector<char> values;
+  int32_t element_bytes = 0;
 };
 
 // One element of an async_load: performed at the async_wait_group that retires its group.
@@ -79,6 +83,11 @@ using AsyncCopyGroup = std::vector<AsyncCopyElement>;
 // Copies the box of `c` at its coordinates between global memory and shared memory (row-major there).
 // Elements outside the tensor read as zero and are not written.
 inline void tma_copy(const TmaCopy& c, bool load) {
+  if (!c.dsts.empty()) {  // async_remote_shmem_store: element by element, where the view keeps each
+    for (size_t i = 0; i < c.dsts.size(); ++i)
+      std::memcpy(c.dsts[i], c.values.data() + i * size_t(c.element_bytes), size_t(c.element_bytes));
+    return;
+  }
   if (!c.desc) {  // async_remote_shmem_copy, async_load_bulk, async_store_bulk: bytes as stored
     std::memcpy(c.smem, c.src, size_t(c.bytes));
     return;
@@ -373,6 +382,25 @@ struct BlockState {
     tma_loads[slot].push_back(c);
     Mbarrier& m = mbarriers[slot];
     m.bytes_pending -= bytes;
+    complete_if_done(m);
+  }
+
+  // async_remote_shmem_store from the fiber of `ctx` (of another block) into this block: the elements'
+  // places (`dsts`, addresses in this block's arena) are poison until the barrier at `offset` here completes
+  // its phase; `values` were taken at the call.
+  void receive_stores(const ProgramCtx* ctx, int32_t site, std::vector<char*> dsts, std::vector<char> values,
+                      int32_t element_bytes, int32_t offset) {
+    int32_t slot = slot_of(ctx, site, offset);
+    for (char* d : dsts) std::memset(d, 0xFF, size_t(element_bytes));  // not there yet
+    TmaCopy c;
+    c.bytes = int64_t(dsts.size()) * element_bytes;
+    c.dsts = std::move(dsts);
+    c.values = std::move(values);
+    c.element_bytes = element_bytes;
+    c.fiber = ctx->fiber;
+    Mbarrier& m = mbarriers[slot];
+    m.bytes_pending -= c.bytes;
+    tma_loads[slot].push_back(std::move(c));
     complete_if_done(m);
   }
 
