@@ -3,6 +3,7 @@
 // skip with a printed reason where find_ptxas() finds none.
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <unistd.h>
 
 #include <cstdio>
@@ -38,6 +39,18 @@ inline PtxasRun run_ptxas(const std::string& ptxas, const std::string& ptx, cons
   }
   std::filesystem::remove(file);
   return run;
+}
+
+// Checks that ptxas assembles `ptx`, or says (WARN) that the check is skipped where there is no ptxas.
+inline void check_ptxas_assembles(const std::string& ptx) {
+  std::string ptxas = find_ptxas();
+  if (ptxas.empty()) {
+    WARN("SKIPPED the ptxas part: no ptxas on PATH or in /usr/local/cuda/bin");
+    return;
+  }
+  PtxasRun run = run_ptxas(ptxas, ptx);
+  INFO(run.output);
+  CHECK(run.status == 0);
 }
 
 }  // namespace weft_test

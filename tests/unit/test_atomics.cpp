@@ -66,6 +66,48 @@ template <int BLOCK> void check_histogram(Device dev, int warps, std::mt19937_64
   }
 }
 
+constexpr int kReduceCols = 256;
+
+// The last program of the grid to take a ticket sums every program's partials (x * 2 per column, program 0
+// first, in f32). Ordered by an acq_rel ticket, or (`fenced`, CUDA's threadFenceReduction) by fence()
+// before a relaxed ticket and again before the last program reads. Three launches on fresh outputs; the
+// counter must be back at 0 after each.
+void check_last_program_reduces(Device dev, bool fenced, int warps, const std::vector<float>& x, int programs) {
+  const int cols = kReduceCols;
+  Kernel k(fenced ? "fence_last_program_reduces" : "atomic_last_program_reduces",
+           [fenced](Ptr<float> partials, Ptr<int32_t> counter, Ptr<float> out, Ptr<float> x, Int programs) {
+             Int c = arange(0, cols);
+             Int p = program_id(0);
+             store(partials + p * cols + c, load(x + p * cols + c) * 2.0f);
+             if (fenced) fence();
+             Int done = atomic_add(counter, 1, fenced ? Atomic{.order = MemOrder::relaxed} : Atomic{});
+             if_(done == programs - 1, [&] {
+               if (fenced) fence();
+               Var<float> acc = zeros<float>({cols});
+               for_range(0, programs, [&](Int q) { acc = acc + load(partials + q * cols + c); });
+               store(out + c, acc);
+               store(counter, 0);  // ready for the next launch
+             });
+           }, KernelOptions{.num_warps = warps});
+  Buffer<float> partials = dev.upload(std::vector<float>(size_t(programs) * cols, std::nanf("")));
+  Buffer<int32_t> counter = dev.upload(std::vector<int32_t>{0});
+  Buffer<float> xs = dev.upload(x);
+  for (int round = 0; round < 3; ++round) {
+    Buffer<float> out = dev.upload(std::vector<float>(cols, std::nanf("")));
+    k.launch(Grid(programs), partials, counter, out, xs, programs);
+    std::vector<float> got = out.download();
+    int wrong = 0;
+    for (int c = 0; c < cols; ++c) {
+      float want = 0.0f;  // the kernel's order: program 0 first, in f32
+      for (int p = 0; p < programs; ++p) want += x[size_t(p) * cols + c] * 2.0f;
+      if (!(got[c] == want) && ++wrong <= 8) UNSCOPED_INFO("column " << c << ": " << got[c] << ", want " << want);
+    }
+    INFO(warps << " warps, " << (fenced ? "fenced" : "acq_rel") << ", round " << round);
+    CHECK(wrong == 0);
+    CHECK(counter.download()[0] == 0);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("atomic_add on one pointer: each program once, in any order and scope", "[ops][atomics]") {
@@ -282,41 +324,9 @@ TEST_CASE("atomic_xchg and atomic_cas: one winner per slot, old values returned"
 TEST_CASE("atomic_add with acq_rel orders a program's stores: the last program reduces", "[ops][atomics]") {
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
-  const int programs = 41, cols = 256;
-  std::vector<float> x(programs * cols);
+  std::vector<float> x(41 * kReduceCols);
   for (float& v : x) v = std::uniform_real_distribution<float>(-2, 2)(rng);
-  for (int warps : {4, 8}) {
-    Kernel k("atomic_last_program_reduces",
-             [](Ptr<float> partials, Ptr<int32_t> counter, Ptr<float> out, Ptr<float> x, Int programs) {
-               Int c = arange(0, cols);
-               Int p = program_id(0);
-               store(partials + p * cols + c, load(x + p * cols + c) * 2.0f);
-               Int done = atomic_add(counter, 1);
-               if_(done == programs - 1, [&] {
-                 Var<float> acc = zeros<float>({cols});
-                 for_range(0, programs, [&](Int q) { acc = acc + load(partials + q * cols + c); });
-                 store(out + c, acc);
-                 store(counter, 0);  // ready for the next launch
-               });
-             }, KernelOptions{.num_warps = warps});
-    Buffer<float> partials = dev.upload(std::vector<float>(programs * cols, 0.0f));
-    Buffer<int32_t> counter = dev.upload(std::vector<int32_t>{0});
-    Buffer<float> xs = dev.upload(x);
-    for (int round = 0; round < 3; ++round) {
-      Buffer<float> out = dev.upload(std::vector<float>(cols, std::nanf("")));
-      k.launch(Grid(programs), partials, counter, out, xs, programs);
-      std::vector<float> got = out.download();
-      int wrong = 0;
-      for (int c = 0; c < cols; ++c) {
-        float want = 0.0f;  // the kernel's order: program 0 first, in f32
-        for (int p = 0; p < programs; ++p) want += x[p * cols + c] * 2.0f;
-        if (!(got[c] == want) && ++wrong <= 8) UNSCOPED_INFO("column " << c << ": " << got[c] << ", want " << want);
-      }
-      INFO(warps << " warps, round " << round);
-      CHECK(wrong == 0);
-      CHECK(counter.download()[0] == 0);
-    }
-  }
+  for (int warps : {4, 8}) check_last_program_reduces(dev, /*fenced=*/false, warps, x, 41);
 }
 
 TEST_CASE("atomics inside tasks: each replica's rank-0 atomic once, a task's tile atomic per element", "[ops][atomics]") {
@@ -386,42 +396,9 @@ TEST_CASE("fence: TLX's two atomics around a fence, in every scope", "[ops][atom
 TEST_CASE("fence with relaxed atomics: the last program reads every program's stores", "[ops][atomics][fence]") {
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
-  const int programs = 37, cols = 512;
-  std::vector<float> x(programs * cols);
+  std::vector<float> x(37 * kReduceCols);
   for (float& v : x) v = std::uniform_real_distribution<float>(-2, 2)(rng);
-  // CUDA's threadFenceReduction: store, fence, a relaxed ticket; the last program fences and sums.
-  Kernel k("fence_last_program_reduces",
-           [](Ptr<float> partials, Ptr<int32_t> counter, Ptr<float> out, Ptr<float> x, Int programs) {
-             Int c = arange(0, cols);
-             Int p = program_id(0);
-             store(partials + p * cols + c, load(x + p * cols + c) + 1.0f);
-             fence();
-             Int done = atomic_add(counter, 1, Atomic{.order = MemOrder::relaxed});
-             if_(done == programs - 1, [&] {
-               fence();
-               Var<float> acc = zeros<float>({cols});
-               for_range(0, programs, [&](Int q) { acc = acc + load(partials + q * cols + c); });
-               store(out + c, acc);
-               store(counter, 0);
-             });
-           }, KernelOptions{.num_warps = 4});
-  Buffer<float> partials = dev.upload(std::vector<float>(programs * cols, std::nanf("")));
-  Buffer<int32_t> counter = dev.upload(std::vector<int32_t>{0});
-  Buffer<float> xs = dev.upload(x);
-  for (int round = 0; round < 3; ++round) {
-    Buffer<float> out = dev.upload(std::vector<float>(cols, std::nanf("")));
-    k.launch(Grid(programs), partials, counter, out, xs, programs);
-    std::vector<float> got = out.download();
-    int wrong = 0;
-    for (int c = 0; c < cols; ++c) {
-      float want = 0.0f;  // the kernel's order, in f32
-      for (int p = 0; p < programs; ++p) want += x[p * cols + c] + 1.0f;
-      if (!(got[c] == want) && ++wrong <= 8) UNSCOPED_INFO("column " << c << ": " << got[c] << ", want " << want);
-    }
-    INFO("round " << round);
-    CHECK(wrong == 0);
-    CHECK(counter.download()[0] == 0);
-  }
+  check_last_program_reduces(dev, /*fenced=*/true, 4, x, 37);
 }
 
 TEST_CASE("fence: the PTX has fence.acq_rel of each scope between two barriers", "[atomics][fence][ptx]") {
