@@ -583,8 +583,8 @@ void Lowering::shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64
 // (writes) the view's element of each index it holds, its own coordinates with the `axis` one replaced by
 // the index (view_element then applies transposition, panels and the swizzle). An index is taken modulo the
 // axis's size (a power of two: its low bits), so a bad one (the CPU backend reports it) never reaches another
-// buffer or a barrier. A scatter waits, as
-// local_store does, for the group's earlier reads before it writes, and syncs the group after.
+// buffer or a barrier. A scatter waits, as local_store does, for the group's earlier reads before it writes,
+// and syncs the group after.
 void Lowering::local_gather_scatter(const NodeRef& n) {
   const bool scatter = n->op == Op::LocalScatter;
   const auto& o = n->operands;
