@@ -42,7 +42,7 @@ struct AttentionParams {
 
 struct AttentionConfig {
   // Query rows per block: 128 (two consumer warp groups of 64), 192 (three, with 160 registers each: D <= 64
-  // only) or 256 (four of 120 registers: D <= 64 and BN <= 64). More consumers keep the tensor cores busier
+  // only) or 256 (four of 112 registers: D <= 64 and BN <= 64). More consumers keep the tensor cores busier
   // where the softmax, not the products, takes the time; 256 also tiles 512 or 1024 query rows without a
   // partial block, where 192 leaves a third of the last one idle.
   int BM = 128;
@@ -198,7 +198,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
             if_(tile.n_blocks == 0, prefetch_next);
           });
         }),
-        task("consumer", {.warps = 4, .regs = CONS == 2 ? 240 : CONS == 3 ? 160 : 120, .replicas = CONS}, [&] {
+        task("consumer", {.warps = 4, .regs = CONS == 2 ? 240 : CONS == 3 ? 160 : 112, .replicas = CONS}, [&] {
           Int r = task_replica_id();
           // Ping-pong: the consumers take turns issuing their wgmmas, in a ring (consumer i waits on named
           // barrier 1 + i, then lets consumer i + 1 go), so that one's softmax runs while another's products
@@ -472,10 +472,10 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
          "least one stage (got BM " + std::to_string(cfg.BM) + ", BN " + std::to_string(cfg.BN) + ", stages " +
          std::to_string(cfg.stages) + ")");
   if (cfg.BM > 128 && p.D > 64)
-    fail("config: BM = " + std::to_string(cfg.BM) + " (" + (cfg.BM == 192 ? "three consumers of 160" : "four of 120") +
+    fail("config: BM = " + std::to_string(cfg.BM) + " (" + (cfg.BM == 192 ? "three consumers of 160" : "four of 112") +
          " registers) needs D <= 64; D = " + std::to_string(p.D) + " takes BM = 128");
   if (cfg.BM == 256 && cfg.BN > 64)
-    fail("config: BM = 256 (four consumers of 120 registers) needs BN <= 64: S and P of BN = " + std::to_string(cfg.BN) +
+    fail("config: BM = 256 (four consumers of 112 registers) needs BN <= 64: S and P of BN = " + std::to_string(cfg.BN) +
          " keys do not fit beside O");
   static std::mutex mutex;
   static std::map<std::tuple<int, bool, int, int, int, bool, bool, bool>, Kernel> kernels;

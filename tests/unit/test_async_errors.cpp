@@ -47,10 +47,25 @@ TEST_CASE("register budgets of all tasks over the register file: the error lists
   Kernel k = body_kernel([&](Ptr<float>) {
     line = __LINE__; async_tasks(task("producer", {.warps = 4, .regs = 232}, [] {}), task("consumer", {.warps = 4, .regs = 232, .replicas = 2}, [] {}));
   });
-  REQUIRE_WEFT_ERROR(k.ir(), line, "need 89088 registers but a block has 65536");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "need 89088 registers but a block of 384 threads has 64512 (168 per thread");
   REQUIRE_WEFT_ERROR(k.ir(), line, "task 'producer': 4 warps x 1 replicas x 32 threads x 232 registers = 29696");
   REQUIRE_WEFT_ERROR(k.ir(), line, "task 'consumer': 4 warps x 2 replicas x 32 threads x 232 registers = 59392");
   REQUIRE_WEFT_ERROR(k.ir(), line, "lower some task's regs");
+}
+
+TEST_CASE("register budgets are bounded by the block's own allocation, not the register file", "[errors]") {
+  // 640 threads start with 96 registers each (65536 / 640, a multiple of 8): 61440 for setmaxnreg to move
+  // between warps. Four consumers of 120 and a producer of 24 need 64512, fewer than the register file's
+  // 65536 but more than the block has: on the GPU one warp's setmaxnreg.inc would wait forever.
+  int line = 0;
+  Kernel too_many = body_kernel([&](Ptr<float>) {
+    line = __LINE__; async_tasks(task("producer", {.warps = 4, .regs = 24}, [] {}), task("consumer", {.warps = 4, .regs = 120, .replicas = 4}, [] {}));
+  });
+  REQUIRE_WEFT_ERROR(too_many.ir(), line, "need 64512 registers but a block of 640 threads has 61440 (96 per thread");
+  Kernel fits = body_kernel([&](Ptr<float>) {
+    async_tasks(task("producer", {.warps = 4, .regs = 24}, [] {}), task("consumer", {.warps = 4, .regs = 112, .replicas = 4}, [] {}));
+  });
+  CHECK_NOTHROW(fits.ir());
 }
 
 TEST_CASE("setmaxnreg values: a multiple of 8 from 24 to 256", "[errors]") {

@@ -163,7 +163,7 @@ TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (b
   for (auto [D, Sk, causal] : {Case{64, 512, false}, Case{64, 512, true}, Case{64, 2048, true}, Case{64, 4096, false},
                                Case{128, 512, false}, Case{128, 512, true}, Case{128, 2048, false},
                                Case{128, 2048, true}, Case{64, 0, false}}) {
-    // Sk 0 stands for the four-consumer tiling (BM 256, BN 64, 120 registers each), not yet a default.
+    // Sk 0 stands for the four-consumer tiling (BM 256, BN 64, 112 registers each), not yet a default.
     AttentionConfig cfg = Sk ? attention_config(AttentionParams{1, 1, 1, 1024, Sk, D, causal})
                              : AttentionConfig{256, 64, 3, true, true, false};
     Kernel k = make_attention_fwd<bf16>(cfg, D, causal);
@@ -292,7 +292,7 @@ TEST_CASE("attention forward: bad arguments are Errors at the caller's line", "[
                     Catch::Contains("BM = 192 (three consumers of 160 registers) needs D <= 64"));
   three.BM = 256;
   CHECK_THROWS_WITH(attention_fwd(dev.stream(), q128, kv128, kv128, o128, lse, p128, &three),
-                    Catch::Contains("BM = 256 (four of 120 registers) needs D <= 64"));
+                    Catch::Contains("BM = 256 (four of 112 registers) needs D <= 64"));
   three.BM = 320;
   CHECK_THROWS_WITH(attention_fwd(dev.stream(), q128, kv128, kv128, o128, lse, p128, &three),
                     Catch::Contains("BM must be 128, 192 or 256"));
@@ -301,7 +301,7 @@ TEST_CASE("attention forward: bad arguments are Errors at the caller's line", "[
   Buffer<bf16> kv64 = buf(4 * 16 * 64);
   AttentionParams p64{1, 4, 4, 16, 16, 64, false, 0.f};
   CHECK_THROWS_WITH(attention_fwd(dev.stream(), q, kv64, kv64, o, lse, p64, &four),
-                    Catch::Contains("BM = 256 (four consumers of 120 registers) needs BN <= 64"));
+                    Catch::Contains("BM = 256 (four consumers of 112 registers) needs BN <= 64"));
   AttentionConfig wide = attention_config(128);
   wide.BN = 176;  // FlashAttention-3's hd128 tile; weft's tiles are powers of two
   line = __LINE__ + 1;
