@@ -75,12 +75,22 @@ inline AttentionConfig attention_config(int D) {
 // S = 512, +5% at 1k, even at 2k; causal (snake order) +8% at S = 512, +3.5% at 1k, and at D 64 +3% at 2k.
 // Not at D 256, whose persistent consumers spill 240 bytes. Longer D 64 problems take three consumers
 // (BM 192): their softmax, not the products, sets the pace, and a third warp group keeps the tensor cores
-// busy while two compute theirs (H200, bf16: +14-15% non-causal, +5-11% causal at S 2k-8k; at S 512 the
-// persistent two-consumer kernel is faster).
+// busy while two compute theirs (H200, bf16: +14-15% non-causal, +5-11% causal at S 2k-8k). Short D 64
+// problems take four (BM 256, BN 64) up to 512 keys (1024 causal), three from there on: in one run on the
+// H200 (bf16, B * S = 16k; NOTES, session 13) against the persistent two-consumer kernel, non-causal +3% at
+// S 512 and +5% at 1k, causal +3% at 512 and 1k and +6% at 2k.
 inline AttentionConfig attention_config(const AttentionParams& p) {
   AttentionConfig cfg = attention_config(p.D);
-  if (p.D <= 128 && (p.Sk <= 1024 || (p.D <= 64 && p.causal && p.Sk <= 2048))) cfg.persistent = true;
-  else if (p.D <= 64) cfg.BM = 192;
+  if (p.D <= 64) {
+    if (p.Sk <= (p.causal ? 1024 : 512)) {
+      cfg.BM = 256;
+      cfg.BN = 64;
+    } else {
+      cfg.BM = 192;
+    }
+  } else if (p.D <= 128 && p.Sk <= 1024) {
+    cfg.persistent = true;
+  }
   return cfg;
 }
 

@@ -122,7 +122,7 @@ TEST_CASE("attention forward: every variant of the kernel (overlap, ping-pong, t
   }
 }
 
-TEST_CASE("attention_config(params): persistent for short keys, three consumers for longer D 64", "[attention]") {
+TEST_CASE("attention_config(params): persistent for short keys at D 128, four then three consumers at D 64", "[attention]") {
   auto pick = [](int D, int Sk, bool causal) { return attention_config(AttentionParams{1, 1, 1, 512, Sk, D, causal}); };
   CHECK(pick(128, 1024, false).persistent);
   CHECK(pick(128, 1024, true).persistent);
@@ -130,14 +130,16 @@ TEST_CASE("attention_config(params): persistent for short keys, three consumers 
   CHECK(pick(128, 4096, true).BM == 128);
   CHECK(!pick(256, 512, false).persistent);  // its persistent consumers spill
   CHECK(!pick(256, 512, false).overlap);
-  CHECK(pick(64, 512, false).persistent);
-  CHECK(pick(64, 512, false).BM == 128);
+  CHECK(pick(64, 512, false).BM == 256);  // D 64: four consumers (BN 64) for short keys
+  CHECK(pick(64, 512, false).BN == 64);
+  CHECK(!pick(64, 512, false).persistent);
+  CHECK(pick(64, 513, false).BM == 192);
+  CHECK(pick(64, 1024, true).BM == 256);  // causal: up to 1024 keys
+  CHECK(pick(64, 1025, true).BM == 192);
   CHECK(pick(64, 2048, false).BM == 192);
   CHECK(!pick(64, 2048, false).persistent);
-  CHECK(pick(64, 2048, true).persistent);  // causal D 64: persistent up to 2048 keys
-  CHECK(pick(64, 2048, true).BM == 128);
-  CHECK(pick(64, 2049, true).BM == 192);
-  CHECK(!pick(64, 2049, true).persistent);
+  CHECK(pick(64, 4096, true).BM == 192);
+  CHECK(!pick(64, 4096, true).persistent);
 }
 
 // ptxas -v on kernels attention_config(params) picks at D 64 and D 128: no spills. The persistent ones are
@@ -160,12 +162,11 @@ TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (b
     int D, Sk;
     bool causal;
   };
-  for (auto [D, Sk, causal] : {Case{64, 512, false}, Case{64, 512, true}, Case{64, 2048, true}, Case{64, 4096, false},
+  // D 64: four consumers (BM 256, BN 64, 112 registers each) up to 512 / 1024 (causal) keys, three after.
+  for (auto [D, Sk, causal] : {Case{64, 512, false}, Case{64, 512, true}, Case{64, 1024, true}, Case{64, 4096, false},
                                Case{128, 512, false}, Case{128, 512, true}, Case{128, 2048, false},
-                               Case{128, 2048, true}, Case{64, 0, false}}) {
-    // Sk 0 stands for the four-consumer tiling (BM 256, BN 64, 112 registers each), not yet a default.
-    AttentionConfig cfg = Sk ? attention_config(AttentionParams{1, 1, 1, 1024, Sk, D, causal})
-                             : AttentionConfig{256, 64, 3, true, true, false};
+                               Case{128, 2048, true}}) {
+    AttentionConfig cfg = attention_config(AttentionParams{1, 1, 1, 1024, Sk, D, causal});
     Kernel k = make_attention_fwd<bf16>(cfg, D, causal);
     INFO("D " << D << (causal ? " causal" : "") << " BM " << cfg.BM << (cfg.persistent ? " persistent" : ""));
     auto desc = [&](int rows) { return tma(buf, {1, 1024, D}, {1, rows, 64}); };
