@@ -48,6 +48,12 @@ const Type& copy_view(Op op, const NodeRef& n, const char* which, SourceLoc loc)
 
 int64_t bytes_of(const Type& t) { return t.numel() * t.dtype.bytes(); }
 
+// The barrier a copy completes on: one mbarrier, not the array.
+void require_one_mbarrier(Op op, const NodeRef& n, SourceLoc loc) {
+  if (n->type.kind != Type::Kind::Barrier || !n->type.shape.empty())
+    fail(loc, fmt::format("{}: the barrier must be one mbarrier (bars[i] of alloc_barriers)", name(op)));
+}
+
 // cp.async.bulk's shared-memory side: a multiple of 16 bytes, at a 16-byte aligned address (stages are
 // 1024-byte aligned; rows of a stage start at multiples of its row bytes).
 void check_bulk_bytes(Op op, const NodeRef& view, SourceLoc loc) {
@@ -87,9 +93,7 @@ Type infer_copy_or_prefetch(Op op, const std::vector<NodeRef>& operands, Attrs& 
         fail(loc, fmt::format("{}: the destination is {} but the source is {}; copy between views of one element type "
                               "and shape",
                               name(op), Type::value(dst.dtype, dst.shape).str(), Type::value(src.dtype, src.shape).str()));
-      const Type& bar = operands.at(2)->type;
-      if (bar.kind != Type::Kind::Barrier || !bar.shape.empty())
-        fail(loc, fmt::format("{}: the barrier must be one mbarrier (bars[i] of alloc_barriers)", name(op)));
+      require_one_mbarrier(op, operands.at(2), loc);
       require_i32(op, operands.at(3), "the cluster rank of the receiving block", loc);
       check_bulk_bytes(op, operands.at(1), loc);
       check_bulk_bytes(op, operands.at(0), loc);
@@ -111,9 +115,7 @@ Type infer_copy_or_prefetch(Op op, const std::vector<NodeRef>& operands, Attrs& 
                               "f32, i64 or f64; convert the tile (cast<float>(...)) or use local_store(view, tile, "
                               "rank) and barrier_arrive(bar, rank)",
                               name(op), dst.dtype.str()));
-      const Type& bar = operands.at(2)->type;
-      if (bar.kind != Type::Kind::Barrier || !bar.shape.empty())
-        fail(loc, fmt::format("{}: the barrier must be one mbarrier (bars[i] of alloc_barriers)", name(op)));
+      require_one_mbarrier(op, operands.at(2), loc);
       require_i32(op, operands.at(3), "the cluster rank of the receiving block", loc);
       return Type::none();
     }
@@ -130,11 +132,7 @@ Type infer_copy_or_prefetch(Op op, const std::vector<NodeRef>& operands, Attrs& 
         fail(loc, fmt::format("{}: the pointer is to {} but the view holds {}; use a pointer to the view's element "
                               "type",
                               name(op), DType{p.dtype.scalar, false}.str(), v.dtype.str()));
-      if (load) {
-        const Type& bar = operands.at(2)->type;
-        if (bar.kind != Type::Kind::Barrier || !bar.shape.empty())
-          fail(loc, fmt::format("{}: the barrier must be one mbarrier (bars[i] of alloc_barriers)", name(op)));
-      }
+      if (load) require_one_mbarrier(op, operands.at(2), loc);
       check_bulk_bytes(op, operands.at(1), loc);
       return Type::none();
     }

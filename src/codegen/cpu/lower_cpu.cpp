@@ -356,22 +356,7 @@ void Lowering::node(const NodeRef& n) {
       runtime_call(block_fn::kBarrierArriveRemote, b_.getVoidTy(),
                    {ctx_, site(n), scalar(n->operands[0]), scalar(n->operands[1])});
       return;
-    case Op::AsyncRemoteShmemStore: {  // each element's place in this block's view; the runtime maps them there
-      const NodeRef& view = n->operands[0];
-      const NodeRef& x = n->operands[1];
-      const int64_t count = numel(x->type.shape);
-      const DType d = x->type.dtype;
-      Value* dst = frame_slot(count * 8);
-      loop(count, [&](Value* i) {
-        Value* at = b_.CreateGEP(i8_, val(view).v, b_.CreateMul(stored_index(view, i), i64c(d.bytes())));
-        b_.CreateStore(at, b_.CreateGEP(ptr_, dst, i));
-      });
-      auto i32c = [&](int64_t v) { return b_.getInt32(static_cast<uint32_t>(v)); };
-      runtime_call(block_fn::kRemoteStore, b_.getVoidTy(),
-                   {ctx_, site(n), i32c(count), i32c(d.bytes()), dst, tile_address(x), scalar(n->operands[2]),
-                    scalar(n->operands[3])});
-      return;
-    }
+    case Op::AsyncRemoteShmemStore: return remote_store(n);
     case Op::AsyncLoadBulk:
     case Op::AsyncStoreBulk: {
       const bool load = n->op == Op::AsyncLoadBulk;

@@ -128,6 +128,18 @@ Value* Lowering::coordinates(const NodeRef& n, size_t first) {
     b_.CreateStore(scalar(n->operands[i]), b_.CreateConstInBoundsGEP2_32(type, array, 0, static_cast<unsigned>(i - first)));
   return array;
 }
+// The address of each of a view's first `count` elements (where its layout stores them), in an array in the
+// frame: what the runtime's element-wise copies write to.
+Value* Lowering::element_addresses(const NodeRef& view, int64_t count) {
+  Value* out = frame_slot(count * 8);
+  Value* base = val(view).v;
+  const int64_t bytes = view->type.dtype.bytes();
+  loop(count, [&](Value* i) {
+    Value* at = b_.CreateGEP(i8_, base, b_.CreateMul(stored_index(view, i), i64c(bytes)));
+    b_.CreateStore(at, b_.CreateGEP(ptr_, out, i));
+  });
+  return out;
+}
 // async_load (ptrs, view[, mask[, other]]): the runtime gets each element's destination in shared memory
 // (where the view's layout stores it), its source pointer, mask and fill value.
 void Lowering::async_load(const NodeRef& n) {
@@ -135,17 +147,22 @@ void Lowering::async_load(const NodeRef& n) {
   check_access(n, "async_load", o[0], o.size() > 2 ? &o[2] : nullptr);
   DType d = o[1]->type.dtype;
   int64_t count = numel(o[0]->type.shape);
-  Value* dst = frame_slot(count * 8);
-  Value* view = val(o[1]).v;
-  loop(count, [&](Value* i) {
-    Value* at = b_.CreateGEP(i8_, view, b_.CreateMul(stored_index(o[1], i), i64c(d.bytes())));
-    b_.CreateStore(at, b_.CreateGEP(ptr_, dst, i));
-  });
+  Value* dst = element_addresses(o[1], count);
   Value* null = llvm::ConstantPointerNull::get(ptr_);
   auto i32c = [&](int64_t v) { return b_.getInt32(static_cast<uint32_t>(v)); };
   runtime_call(block_fn::kAsyncLoad, b_.getVoidTy(),
                {ctx_, site(n), i32c(count), i32c(d.bytes()), dst, tile_address(o[0]),
                 o.size() > 2 ? tile_address(o[2]) : null, o.size() > 3 ? tile_address(o[3]) : null});
+}
+// async_remote_shmem_store (view, value, barrier, rank): each element's place in this block's view and the
+// tile's values; the runtime maps the places into the block of that rank.
+void Lowering::remote_store(const NodeRef& n) {
+  const NodeRef& x = n->operands[1];
+  const int64_t count = numel(x->type.shape);
+  auto i32c = [&](int64_t v) { return b_.getInt32(static_cast<uint32_t>(v)); };
+  runtime_call(block_fn::kRemoteStore, b_.getVoidTy(),
+               {ctx_, site(n), i32c(count), i32c(x->type.dtype.bytes()), element_addresses(n->operands[0], count),
+                tile_address(x), scalar(n->operands[2]), scalar(n->operands[3])});
 }
 void Lowering::async_dot(const NodeRef& n) {
   const auto& o = n->operands;

@@ -23,7 +23,8 @@ Value* Lowering::extents() {
 
 // Before an access through the pointer tile `ptrs`: the first element (not masked off) whose bytes (its
 // element's, or `span` bytes from it: a bulk copy's) are not all inside the allocation of a pointer argument
-// it may derive from is reported, and the program instance returns. The scan has no early exit, so LLVM vectorizes it like the access itself.
+// it may derive from is reported, and the program instance returns. The scan has no early exit, so LLVM
+// vectorizes it like the access itself.
 void Lowering::check_access(const NodeRef& n, const char* op, const NodeRef& ptrs, const NodeRef* mask, int64_t span) {
   if (!checked_) return;
   DType pointee{ptrs->type.dtype.scalar, false};

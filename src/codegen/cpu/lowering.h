@@ -204,7 +204,9 @@ class Lowering {
   void local_rows(const NodeRef& n);
   Value* tile_address(const NodeRef& x);
   Value* coordinates(const NodeRef& n, size_t first);
+  Value* element_addresses(const NodeRef& view, int64_t count);
   void async_load(const NodeRef& n);
+  void remote_store(const NodeRef& n);
   void async_dot(const NodeRef& n);
   void async_dot_wait(const NodeRef& n);
   void barrier_at(const NodeRef& n);

@@ -343,31 +343,27 @@ void Lowering::atomic(const NodeRef& n) {
   if (copies && used) claim_shared(count * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), n->loc);
   if (info.release()) sync_group();
   Value* owner = copies ? b_.CreateICmpULT(tid_, i32c(count)) : nullptr;
-  auto reg = [&](const NodeRef& x, size_t r) {
-    const Regs& x_regs = regs(x);
-    return x_regs.v.size() == 1 ? x_regs.v[0] : x_regs.v.at(r);
-  };
   Regs out;
   out.uniform = count == 1;
   for (size_t r = 0; r < static_cast<size_t>(per_thread(count)); ++r) {
     auto update = [&]() -> Value* {
-      Value* value = reg(o[values], r);
+      Value* value = reg_at(o[values], r);
       // f16 and bf16 compute in f32: the value rounded to its 16 bits (a .b16 register), the old value widened.
       if (half) value = b_.CreateBitCast(ops_.to_memory(d, value), b_.getInt16Ty());
       const char* order = ir::order_name(info.order), *scope = ir::scope_name(info.scope);
       if (reduction) {
-        ptx_.red(ir::atomic_name(info), atom_type(info, d), order, scope, reg(o[0], r), value);
+        ptx_.red(ir::atomic_name(info), atom_type(info, d), order, scope, reg_at(o[0], r), value);
         return llvm::Constant::getNullValue(t);
       }
-      Value* compare = info.cas ? reg(o[1], r) : nullptr;
+      Value* compare = info.cas ? reg_at(o[1], r) : nullptr;
       const bool as_bits = d.is_float() && info.op == AtomicOp::xchg;
       if (as_bits) value = b_.CreateBitCast(value, bits);
       Value* old = ptx_.atom(info.cas ? "cas" : info.op == AtomicOp::xchg ? "exch" : ir::atomic_name(info),
-                             atom_type(info, d), order, scope, reg(o[0], r), value, compare);
+                             atom_type(info, d), order, scope, reg_at(o[0], r), value, compare);
       if (half) return ops_.to_compute(d, b_.CreateBitCast(old, ops_.memory_type(d)));
       return as_bits ? b_.CreateBitCast(old, t) : old;
     };
-    Value* cond = masked ? reg(o[1 + values], r) : nullptr;
+    Value* cond = masked ? reg_at(o[1 + values], r) : nullptr;
     if (owner) cond = cond ? b_.CreateAnd(owner, cond) : owner;
     out.v.push_back(cond ? guarded(cond, update, llvm::Constant::getNullValue(t)) : update());
   }
@@ -595,23 +591,19 @@ void Lowering::local_gather_scatter(const NodeRef& n) {
   const int64_t axis = n->attrs.ints[0], count = indices->type.numel();
   const DType d = view->type.dtype;
   std::vector<int64_t> ist = strides(ishape), vst = strides(vshape);
-  auto reg = [&](const NodeRef& x, int64_t r) {
-    const Regs& x_regs = regs(x);
-    return x_regs.v.size() == 1 ? x_regs.v[0] : x_regs.v.at(static_cast<size_t>(r));
-  };
   if (scatter) sync_group();
   Regs out;
   for (int64_t r = 0; r < per_thread(count); ++r) {
     Value* flat = flat_index(count, r), *at = i32c(0);
     for (size_t k = 0; k < ishape.size(); ++k) {
       Value* c = static_cast<int64_t>(k) == axis
-                     ? b_.CreateAnd(reg(indices, r), i32c(vshape[k] - 1))
+                     ? b_.CreateAnd(reg_at(indices, r), i32c(vshape[k] - 1))
                      : b_.CreateURem(b_.CreateUDiv(flat, i32c(ist[k])), i32c(ishape[k]));
       at = b_.CreateAdd(at, b_.CreateMul(c, i32c(vst[k])));
     }
     Value* address = view_element(view, d, at);
     if (scatter)
-      b_.CreateStore(ops_.to_memory(d, reg(o[1], r)), address);
+      b_.CreateStore(ops_.to_memory(d, reg_at(o[1], r)), address);
     else
       out.v.push_back(ops_.to_compute(d, b_.CreateLoad(ops_.memory_type(d), address)));
   }
@@ -687,13 +679,11 @@ void Lowering::remote_store_async(const NodeRef& n) {
   Value* rank = regs(o[3]).v[0];
   Value* bar = ptx_.map_shared_to_rank(shared_address(regs(o[2]).v[0]), rank);
   llvm::Type* bits = b_.getIntNTy(static_cast<unsigned>(8 * d.bytes()));
-  const Regs& x = regs(o[1]);
   auto store_all = [&]() -> Value* {
     for (int64_t r = 0; r < per_thread(count); ++r) {
       Value* at = view_element(view, d, flat_index(count, r));
       Value* there = ptx_.map_shared_to_rank(b_.CreatePtrToInt(at, b_.getInt32Ty()), rank);
-      Value* v = x.v.size() == 1 ? x.v[0] : x.v.at(static_cast<size_t>(r));
-      ptx_.st_async(there, b_.CreateBitCast(ops_.to_memory(d, v), bits), bar);
+      ptx_.st_async(there, b_.CreateBitCast(ops_.to_memory(d, reg_at(o[1], r)), bits), bar);
     }
     return nullptr;
   };

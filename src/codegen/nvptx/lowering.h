@@ -114,6 +114,11 @@ class Lowering {
     auto it = converted_.find(n.get());
     return it != converted_.end() ? it->second : regs_.at(n.get());
   }
+  // Register r of an operand in the blocked layout, or its only register (a rank-0 value serves every r).
+  Value* reg_at(const NodeRef& x, int64_t r) {
+    const Regs& x_regs = regs(x);
+    return x_regs.v.size() == 1 ? x_regs.v[0] : x_regs.v.at(static_cast<size_t>(r));
+  }
   // A value's registers in whatever layout it has (an index tile: as this node's operand).
   const Regs& raw(const NodeRef& n) {
     auto it = regs_.find(n.get());

@@ -262,7 +262,7 @@ void PtxInstructions::st_async(llvm::Value* addr, llvm::Value* value, llvm::Valu
   asm_call(b_, b_.getVoidTy(),
            std::string("st.async.shared::cluster.mbarrier::complete_tx::bytes.") + (wide ? "b64" : "b32") +
                " [$0], $1, [$2];",
-           std::string("r,") + (wide ? "l" : "r") + ",r,~{memory}", {addr, value, bar});
+           std::string("r,") + register_class(value->getType()) + ",r,~{memory}", {addr, value, bar});
 }
 
 void PtxInstructions::fence_proxy_async_shared_cluster() {
