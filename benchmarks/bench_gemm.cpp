@@ -4,6 +4,7 @@
 //
 //   bench_gemm [--json] [--runs N] [--sizes 4096,8192] [--sweep] [--m 1,16,...] [--tune]
 //   bench_gemm --compare-epilogue [--runs N] [--sizes 4096,8192]
+//   bench_gemm --compare-candidates [--runs N] [--sizes 4096,8192]
 //
 // Squares (M = N = K, --sizes; the default) and, with --sweep, M in {1, 16, 64, 256, 1024, 4096, 16384}
 // (--m picks some) x (N, K) of LLM layers {(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
@@ -33,6 +34,9 @@
 // cuBLASLt first; then cuBLASLt and the configurations are timed interleaved call by call, three rounds of
 // --runs calls each, and each row gives a configuration's median, cuBLAS
 // time / its time and the first configuration's (the default's) time / its time: > 1 means faster.
+// --compare-candidates does the same with the autotuner's candidates for each square (gemm_candidates, the
+// model's favourite first): timed as this benchmark times, back to back on rotating inputs, to set beside the
+// tuner's own ranking (each launch after an L2 eviction, on one input set).
 //
 // Exit status 1, with the reason on stderr: no CUDA device, no usable cuBLASLt (see benchmarks/cublaslt.h
 // for where it is looked for; $WEFT_CUBLASLT overrides), any CUDA/cuBLAS/weft error, or a failed check.
@@ -66,7 +70,7 @@ struct Options {
   bool json = false;
   int runs = 30;
   std::vector<int> sizes = {4096, 8192};
-  bool sweep = false, tune = false, compare_epilogue = false;
+  bool sweep = false, tune = false, compare_epilogue = false, compare_candidates = false;
   std::vector<int> sweep_m = {1, 16, 64, 256, 1024, 4096, 16384};
 };
 
@@ -92,8 +96,8 @@ Options parse(int argc, char** argv) {
   auto usage = [&](const std::string& why) {
     std::fprintf(stderr,
                  "bench_gemm: %s\nusage: bench_gemm [--json] [--runs N>=20] [--sizes 4096,8192] [--sweep] "
-                 "[--m 1,16,64,256,1024,4096,16384] [--tune]\n       bench_gemm --compare-epilogue [--runs N>=20] "
-                 "[--sizes 4096,8192]\n",
+                 "[--m 1,16,64,256,1024,4096,16384] [--tune]\n       bench_gemm --compare-epilogue|--compare-candidates "
+                 "[--runs N>=20] [--sizes 4096,8192]\n",
                  why.c_str());
     std::exit(2);
   };
@@ -118,12 +122,15 @@ Options parse(int argc, char** argv) {
       o.tune = true;
     } else if (arg == "--compare-epilogue") {
       o.compare_epilogue = true;
+    } else if (arg == "--compare-candidates") {
+      o.compare_candidates = true;
     } else {
       usage("unknown argument '" + arg + "'");
     }
   }
-  if (o.compare_epilogue && (o.sweep || o.tune || o.json))
-    usage("--compare-epilogue times fixed configurations on the --sizes squares: no --sweep, --tune or --json");
+  if ((o.compare_epilogue || o.compare_candidates) && (o.sweep || o.tune || o.json || (o.compare_epilogue && o.compare_candidates)))
+    usage("--compare-epilogue and --compare-candidates time fixed configurations on the --sizes squares: one of them, no "
+          "--sweep, --tune or --json");
   return o;
 }
 
@@ -365,6 +372,23 @@ int main(int argc, char** argv) try {
                dev.name().c_str(), version_string(lt->version()).c_str(), lt->path().c_str(),
                cache_on ? "on" : "off (WEFT_CACHE=0)");
 
+  if (opt.compare_candidates) {
+    std::printf("bf16 GEMM: the autotuner's candidates against cuBLASLt %s on %s (median of 3 interleaved rounds of %d "
+                "calls, rotating inputs)\n",
+                version_string(lt->version()).c_str(), dev.name().c_str(), opt.runs);
+    bool pass = true;
+    for (int n : opt.sizes) {
+      Inputs in = make_inputs(dev, n, n, n);
+      for (bool b_is_nk : {false, true})
+        pass = compare_configs(dev, *lt, workspace, in, n, n, n, b_is_nk, opt.runs,
+                               gemm_candidates(n, n, n, b_is_nk, dev.multiprocessors())) && pass;
+    }
+    if (!pass) {
+      std::fprintf(stderr, "bench_gemm: FAILED: a result check failed (see CHECK FAILED above)\n");
+      return 1;
+    }
+    return 0;
+  }
   if (opt.compare_epilogue) {
     // The default, with two staging buffers (224 KB of shared memory), and with two of half the width
     // (the default's 208 KB: eight 32-column stores per consumer and tile). Then ping-pong: 128 x 128 tiles

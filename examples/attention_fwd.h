@@ -242,9 +242,14 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           struct Rows {
             Int row0, n_mine, n_full;
           };
+          // Idle steps are needed only where a consumer's blocks can be fewer than the tile's: causal, or a tile of
+          // three or four consumers whose last ones may have no rows. Two non-causal consumers compute every block
+          // (one without rows computes on the zeros TMA reads past Sq; nothing of it is stored), and their loops
+          // carry no idle-step control flow: it cost 2-4% at D 128, S <= 1k (H200, session 13).
+          const bool may_idle = causal || CONS > 2;
           auto rows_of = [&](const OutputTile& tile) {
             Int row0 = tile.q0 + r * HALF;
-            Int n_mine = where(row0 < Sq, tile.n_blocks, 0);
+            Int n_mine = may_idle ? where(row0 < Sq, tile.n_blocks, 0) : tile.n_blocks;
             if (causal) n_mine = minimum(n_mine, cdiv(maximum(minimum(Int(Sk), row0 + HALF + shift), 0), BN));
             Int n_full = minimum(Int(Sk) / BN, n_mine);
             if (causal) n_full = minimum(n_full, maximum(row0 + shift + 1, 0) / BN);
@@ -408,9 +413,13 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               next_v();
             };
             // With no idle steps, a consumer running across tiles issues its last P V with the next tile's S_0.
-            Bool whole = n_mine == n_blocks;
-            last_alone(across ? n_mine > 0 && !whole : n_mine > 0);
-            for_range(n_mine, n_blocks, idle_step);
+            if (may_idle) {
+              Bool whole = n_mine == n_blocks;
+              last_alone(across ? n_mine > 0 && !whole : n_mine > 0);
+              for_range(n_mine, n_blocks, idle_step);
+            } else if (!across) {
+              last_alone(n_mine > 0);
+            }
             // The row statistics once P's registers are free again (with P and acc live beside them, three
             // consumers' 160 registers spilled): after the last P V, or (across tiles) before the next tile's
             // first step resets them.
@@ -420,7 +429,9 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               // this tile's last P V, and its softmax runs while that P V is in flight. The ring of turns runs on.
               auto [has_next, next] = next_tile();
               Rows next_rows = rows_of(next);
-              begun = where(has_next && n_mine > 0 && whole && next_rows.n_mine > 0, 1, 0);
+              Bool ready = has_next && n_mine > 0;
+              if (may_idle) ready = ready && n_mine == n_blocks;
+              begun = where(ready && next_rows.n_mine > 0, 1, 0);
               if_(begun == 1, [&] {
                 q_ready.wait(q_full);
                 SharedView<T> q_next = q_s[q_ready.index() * CONS + r];
@@ -432,7 +443,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
                 acc = async_dot_wait(0, acc);
                 next_v();
                 p_prev = cast<T>(p);
-              }, [&] { last_alone(n_mine > 0 && whole); });
+              }, [&] { last_alone(may_idle ? n_mine > 0 && n_mine == n_blocks : n_mine > 0); });
             }
             write_o(tile, rows.row0, q, inv_l);
             acc = zeros<float>({HALF, D});
