@@ -5,6 +5,7 @@
 //   bench_gemm [--json] [--runs N] [--sizes 4096,8192] [--sweep] [--m 1,16,...] [--tune]
 //   bench_gemm --compare-epilogue [--runs N] [--sizes 4096,8192]
 //   bench_gemm --compare-candidates [--runs N] [--sizes 4096,8192]
+//   bench_gemm --configs NAME,NAME,... [--runs N] [--sizes 4096,8192]
 //
 // Squares (M = N = K, --sizes; the default) and, with --sweep, M in {1, 16, 64, 256, 1024, 4096, 16384}
 // (--m picks some) x (N, K) of LLM layers {(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
@@ -36,7 +37,9 @@
 // time / its time and the first configuration's (the default's) time / its time: > 1 means faster.
 // --compare-candidates does the same with the autotuner's candidates for each square (gemm_candidates, the
 // model's favourite first): timed as this benchmark times, back to back on rotating inputs, to set beside the
-// tuner's own ranking (each launch after an L2 eviction, on one input set).
+// tuner's own ranking (each launch after an L2 eviction, on one input set). --configs does it with the
+// configurations named (GemmConfig::name(), e.g. 128x128x64_s6_g8_c2_pp; one the kernel does not support for a
+// layout is skipped, with its reason).
 //
 // Exit status 1, with the reason on stderr: no CUDA device, no usable cuBLASLt (see benchmarks/cublaslt.h
 // for where it is looked for; $WEFT_CUBLASLT overrides), any CUDA/cuBLAS/weft error, or a failed check.
@@ -71,6 +74,7 @@ struct Options {
   int runs = 30;
   std::vector<int> sizes = {4096, 8192};
   bool sweep = false, tune = false, compare_epilogue = false, compare_candidates = false;
+  std::vector<GemmConfig> configs;  // --configs
   std::vector<int> sweep_m = {1, 16, 64, 256, 1024, 4096, 16384};
 };
 
@@ -96,8 +100,8 @@ Options parse(int argc, char** argv) {
   auto usage = [&](const std::string& why) {
     std::fprintf(stderr,
                  "bench_gemm: %s\nusage: bench_gemm [--json] [--runs N>=20] [--sizes 4096,8192] [--sweep] "
-                 "[--m 1,16,64,256,1024,4096,16384] [--tune]\n       bench_gemm --compare-epilogue|--compare-candidates "
-                 "[--runs N>=20] [--sizes 4096,8192]\n",
+                 "[--m 1,16,64,256,1024,4096,16384] [--tune]\n       bench_gemm --compare-epilogue|--compare-candidates|"
+                 "--configs NAME,... [--runs N>=20] [--sizes 4096,8192]\n",
                  why.c_str());
     std::exit(2);
   };
@@ -124,13 +128,23 @@ Options parse(int argc, char** argv) {
       o.compare_epilogue = true;
     } else if (arg == "--compare-candidates") {
       o.compare_candidates = true;
+    } else if (arg == "--configs" && i + 1 < argc) {
+      std::string list = argv[++i];
+      for (size_t at = 0; at <= list.size();) {
+        size_t end = std::min(list.find(',', at), list.size());
+        std::optional<GemmConfig> c = GemmConfig::from_name(list.substr(at, end - at));
+        if (!c) usage("--configs: '" + list.substr(at, end - at) + "' is not a configuration name (e.g. 128x128x64_s6_g8_c2_pp)");
+        o.configs.push_back(*c);
+        at = end + 1;
+      }
     } else {
       usage("unknown argument '" + arg + "'");
     }
   }
-  if ((o.compare_epilogue || o.compare_candidates) && (o.sweep || o.tune || o.json || (o.compare_epilogue && o.compare_candidates)))
-    usage("--compare-epilogue and --compare-candidates time fixed configurations on the --sizes squares: one of them, no "
-          "--sweep, --tune or --json");
+  if (int(o.compare_epilogue) + int(o.compare_candidates) + int(!o.configs.empty()) > 1 ||
+      ((o.compare_epilogue || o.compare_candidates || !o.configs.empty()) && (o.sweep || o.tune || o.json)))
+    usage("--compare-epilogue, --compare-candidates and --configs time fixed configurations on the --sizes squares: one "
+          "of them, no --sweep, --tune or --json");
   return o;
 }
 
@@ -372,16 +386,25 @@ int main(int argc, char** argv) try {
                dev.name().c_str(), version_string(lt->version()).c_str(), lt->path().c_str(),
                cache_on ? "on" : "off (WEFT_CACHE=0)");
 
-  if (opt.compare_candidates) {
-    std::printf("bf16 GEMM: the autotuner's candidates against cuBLASLt %s on %s (median of 3 interleaved rounds of %d "
-                "calls, rotating inputs)\n",
+  if (opt.compare_candidates || !opt.configs.empty()) {
+    std::printf("bf16 GEMM: %s against cuBLASLt %s on %s (median of 3 interleaved rounds of %d calls, rotating "
+                "inputs)\n",
+                opt.compare_candidates ? "the autotuner's candidates" : "the configurations of --configs",
                 version_string(lt->version()).c_str(), dev.name().c_str(), opt.runs);
     bool pass = true;
     for (int n : opt.sizes) {
       Inputs in = make_inputs(dev, n, n, n);
-      for (bool b_is_nk : {false, true})
-        pass = compare_configs(dev, *lt, workspace, in, n, n, n, b_is_nk, opt.runs,
-                               gemm_candidates(n, n, n, b_is_nk, dev.multiprocessors())) && pass;
+      for (bool b_is_nk : {false, true}) {
+        std::vector<GemmConfig> configs = opt.configs;
+        if (opt.compare_candidates) configs = gemm_candidates(n, n, n, b_is_nk, dev.multiprocessors());
+        std::erase_if(configs, [&](const GemmConfig& c) {
+          const std::string why = c.problems(b_is_nk);
+          if (!why.empty()) std::printf("%s (B %s): skipped: %s\n", c.name().c_str(), layout_name(b_is_nk), why.c_str());
+          return !why.empty();
+        });
+        if (!configs.empty())
+          pass = compare_configs(dev, *lt, workspace, in, n, n, n, b_is_nk, opt.runs, configs) && pass;
+      }
     }
     if (!pass) {
       std::fprintf(stderr, "bench_gemm: FAILED: a result check failed (see CHECK FAILED above)\n");

@@ -31,6 +31,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -77,6 +80,40 @@ struct GemmConfig {
     if (pingpong) s += "_pp";
     if (reduce_in_kernel) s += "_rk";
     return s;
+  }
+
+  // The configuration name() gives (e.g. "128x128x64_s6_g8_c2_pp", as the tuner's progress lines print
+  // them), or nothing where `text` is not such a name.
+  static std::optional<GemmConfig> from_name(const std::string& text) {
+    GemmConfig c;
+    c.epilogue_n = 64;
+    int used = 0;
+    if (std::sscanf(text.c_str(), "%dx%dx%d_s%d_g%d_c%d%n", &c.BM, &c.BN, &c.BK, &c.stages, &c.group, &c.consumers,
+                    &used) != 6)
+      return std::nullopt;
+    for (size_t at = size_t(used); at < text.size();) {
+      if (text[at] != '_') return std::nullopt;
+      size_t end = text.find('_', at + 1);
+      if (end == std::string::npos) end = text.size();
+      const std::string part = text.substr(at + 1, end - at - 1);
+      at = end;
+      auto number = [&](const char* prefix, int& field) {
+        const size_t n = std::strlen(prefix);
+        if (part.size() <= n || part.compare(0, n, prefix) != 0 ||
+            part.find_first_not_of("0123456789", n) != std::string::npos)
+          return false;
+        field = std::atoi(part.c_str() + n);
+        return true;
+      };
+      if (part == "swap") c.swap_ab = true;
+      else if (part == "pp") c.pingpong = true;
+      else if (part == "rk") c.reduce_in_kernel = true;
+      else if (!number("eb", c.epilogue_buffers) && !number("e", c.epilogue_n) && !number("k", c.split_k) &&
+               !number("cl", c.cluster_m))
+        return std::nullopt;
+    }
+    if (c.name() != text) return std::nullopt;  // e.g. "_k1", or the parts out of name()'s order
+    return c;
   }
 
   // Shared memory the kernel needs (bytes): the ring, epilogue_buffers C staging tiles per consumer and,

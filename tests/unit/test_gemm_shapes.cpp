@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -500,6 +502,34 @@ TEST_CASE("gemm_candidates: thin products on few tiles also get the split-K that
   }
   // A product that fills the machine already gets none: every split-K candidate of 4096^3 is absent.
   for (const GemmConfig& c : gemm_candidates(4096, 4096, 4096, false, sms)) CHECK(c.split_k == 1);
+}
+
+TEST_CASE("GemmConfig::from_name reads back what name() writes, and nothing else", "[gemm]") {
+  // Every candidate the tuner has for a spread of shapes (split-K, swapped, clusters, eb2, e32, pp, rk among them).
+  std::set<std::string> seen;
+  for (int M : {1, 16, 64, 256, 4096})
+    for (auto [N, K] : {std::pair{4096, 4096}, std::pair{1024, 8192}, std::pair{14336, 4096}})
+      for (bool nk : {false, true})
+        for (const GemmConfig& c : gemm_candidates(M, N, K, nk, 132)) {
+          INFO(c.name());
+          std::optional<GemmConfig> back = GemmConfig::from_name(c.name());
+          REQUIRE(back);
+          CHECK(*back == c);
+          seen.insert(c.name());
+        }
+  CHECK(seen.size() > 20);
+  GemmConfig every{.BM = 64, .BN = 32, .BK = 32, .stages = 7, .group = 3, .epilogue_n = 32, .consumers = 1,
+                   .split_k = 5, .swap_ab = true, .cluster_m = 2, .epilogue_buffers = 2, .pingpong = true,
+                   .reduce_in_kernel = true};
+  REQUIRE(GemmConfig::from_name(every.name()));
+  CHECK(*GemmConfig::from_name(every.name()) == every);
+  for (const char* bad : {"", "128x128", "128x128x64_s6_g8", "128x128x64_s6_g8_c2_", "128x128x64_s6_g8_c2_pq",
+                          "128x128x64_s6_g8_c2_k1", "128x128x64_s6_g8_c2_pp_swap", "128x128x64_s6_g8_c2_cl",
+                          "128x128x64_s6_g8_c2_e", "128x128x64_s6_g8_c2_ebx", "128x128x64_s6_g8_c2 ",
+                          "128x128x64_s6_g8_c2_pp_pp"}) {
+    INFO("'" << bad << "'");
+    CHECK_FALSE(GemmConfig::from_name(bad));
+  }
 }
 
 TEST_CASE("gemm(): bad sizes are Errors at the caller's line", "[async][gemm][errors]") {
