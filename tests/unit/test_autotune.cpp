@@ -246,3 +246,45 @@ TEST_CASE("Autotuner: before_each_call runs before every timed launch, and its t
   CHECK(r.ms >= 0);
   CHECK(r.ms < 7.0);
 }
+
+TEST_CASE("Autotuner: near-ties get final rounds, and only a finalist can win", "[autotune]") {
+  EnvGuard env(nullptr);
+  Device dev = Device::current();
+  auto sleep_ms = [](int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
+  // Host sleeps stand in for launches. Two candidates of 10 ms (a near-tie within the 50% margin) and one of
+  // 16 ms (outside it). After the 3 ordinary rounds every launch of a 10 ms candidate takes 40 ms: their
+  // medians over all 7 rounds become 40 ms, behind the 16 ms candidate's older rounds, which must still lose.
+  std::vector<Config> candidates{{10, 1024}, {16, 1024}, {10, 512}};
+  AutotuneOptions options{.warmup = 0, .rounds = 3, .calls_per_round = 1, .verbose = false};
+  options.finalists = 3;
+  options.final_rounds = 4;
+  options.finalist_margin = 0.5;
+  Autotuner<Config> tuner("autotune_finalists", candidates, name_of, options);
+  std::map<std::string, int> runs;
+  int total = 0;
+  const int ordinary = 3 + 3 * 3;  // a first launch each, then 3 rounds of 3
+  AutotuneReport r = tuner.best_report(fresh_problem("finalists"), dev.stream(), [](const Config&) {},
+                                       [&](const Config& c) {
+                                         ++runs[name_of(c)];
+                                         sleep_ms(c.rounds == 10 && total++ >= ordinary ? 40 : c.rounds);
+                                         if (c.rounds != 10) ++total;
+                                       });
+  CHECK(runs["rounds16_w1024"] == 1 + 3);
+  CHECK(runs["rounds10_w1024"] == 1 + 3 + 4);
+  CHECK(runs["rounds10_w512"] == 1 + 3 + 4);
+  CHECK((r.winner == "rounds10_w1024" || r.winner == "rounds10_w512"));
+  CHECK(r.ms >= 30);  // a finalist's median over all its rounds
+
+  // Finalists off: the ordinary rounds decide.
+  options.finalists = 0;
+  Autotuner<Config> plain("autotune_no_finalists", candidates, name_of, options);
+  runs.clear();
+  AutotuneReport p = plain.best_report(fresh_problem("no_finalists"), dev.stream(), [](const Config&) {},
+                                       [&](const Config& c) {
+                                         ++runs[name_of(c)];
+                                         sleep_ms(c.rounds);
+                                       });
+  CHECK(runs["rounds10_w1024"] == 1 + 3);
+  CHECK(runs["rounds10_w512"] == 1 + 3);
+  CHECK(p.winner != "rounds16_w1024");
+}

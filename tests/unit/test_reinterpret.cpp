@@ -21,7 +21,7 @@ namespace {
 
 template <class To, class From> std::vector<To> host_bits(const std::vector<From>& from) {
   std::vector<To> to(from.size() * sizeof(From) / sizeof(To));
-  std::memcpy(to.data(), from.data(), to.size() * sizeof(To));
+  std::memcpy(static_cast<void*>(to.data()), from.data(), to.size() * sizeof(To));  // void*: bf16 has constructors (-Wclass-memaccess)
   return to;
 }
 
