@@ -564,6 +564,22 @@ void async_descriptor_store(const TensorDesc<T, Rank>& desc, const SharedView<T>
   for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
   detail::emit(detail::Op::AsyncDescriptorStore, std::move(o), detail::eviction_attrs(evict), loc);
 }
+// TLX's store_reduce: a TMA store that combines each element of the box with the one in global memory, each
+// element atomically (cp.reduce.async.bulk.tensor.Nd.global.shared::cta.{add,min,max}.tile.bulk_group): blocks
+// may reduce into the same tile. add: i32 (wrapping), f32, f16, bf16 (the sum rounded to the element type);
+// min and max: i32, f16, bf16 (a NaN loses to a number). Elements outside the tensor are not touched. Other
+// element types are an Error. Wait with async_store_wait as for a store.
+enum class StoreReduce : int { none = 0, add = 1, min = 2, max = 3 };
+
+template <class T, int Rank>
+void async_descriptor_store(const TensorDesc<T, Rank>& desc, const SharedView<T>& view, std::initializer_list<Operand<int32_t>> coords,
+                            StoreReduce reduce, Evict evict = Evict::none, SourceLoc loc = SourceLoc::current()) {
+  std::vector<detail::NodeRef> o{desc.node(), view.node()};
+  for (const detail::NodeRef& c : detail::coordinate_nodes<T>(coords)) o.push_back(c);
+  detail::Attrs a = detail::eviction_attrs(evict);
+  if (reduce != StoreReduce::none) a.ints = {static_cast<int64_t>(evict), static_cast<int64_t>(reduce)};
+  detail::emit(detail::Op::AsyncDescriptorStore, std::move(o), a, loc);
+}
 // async_load with an L2 eviction priority on its copies (cp.async.cg.shared.global.L2::cache_hint [dst],
 // [src], 16, src_size, policy; .ca for 4 or 8 bytes); 1- and 2-byte elements copied synchronously take none.
 template <detail::PointerTile P>

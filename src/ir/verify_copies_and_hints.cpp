@@ -78,7 +78,10 @@ void check_bulk_bytes(Op op, const NodeRef& view, SourceLoc loc) {
 void check_eviction(Op op, const Attrs& attrs, SourceLoc loc) {
   if (attrs.ints.empty()) return;
   int64_t e = attrs.ints[0];
-  if (attrs.ints.size() != 1 || e < 1 || e > 4)
+  // A reducing TMA store carries {eviction (0: none), reduction}; the reduction is checked with the store.
+  const bool reducing = op == Op::AsyncDescriptorStore && attrs.ints.size() == 2;
+  if (reducing && e == 0) return;
+  if ((attrs.ints.size() != 1 && !reducing) || e < 1 || e > 4)
     fail(loc, fmt::format("{}: {} is not an L2 eviction priority; pass Evict::first, last, normal or unchanged (or "
                           "none)",
                           name(op), e));

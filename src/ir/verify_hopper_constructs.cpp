@@ -58,6 +58,22 @@ void check_fp8_async_dot_operands(const std::vector<NodeRef>& operands, SourceLo
                           shape_str(operands[1]->type.shape)));
 }
 
+// A reducing TMA store (StoreReduce): the reductions the copy engine has for the tensor's element type.
+void check_store_reduce(DType dtype, int64_t reduce, SourceLoc loc) {
+  static const char* const names[] = {"none", "add", "min", "max"};
+  if (reduce < 1 || reduce > 3)
+    fail(loc, fmt::format("async_descriptor_store: {} is not a reduction; pass StoreReduce::add, min or max (or none)",
+                          reduce));
+  const ScalarType t = dtype.scalar;
+  const bool half = t == ScalarType::f16 || t == ScalarType::bf16;
+  const bool ok = reduce == 1 ? (t == ScalarType::i32 || t == ScalarType::f32 || half) : (t == ScalarType::i32 || half);
+  if (!ok)
+    fail(loc, fmt::format("async_descriptor_store with StoreReduce::{}: the copy engine has no {} reduction of {} "
+                          "elements; {} takes {}",
+                          names[reduce], names[reduce], dtype.str(), names[reduce],
+                          reduce == 1 ? "i32, f32, f16 or bf16" : "i32, f16 or bf16"));
+}
+
 }  // namespace
 
 Type infer_hopper_construct(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, SourceLoc loc) {
@@ -202,6 +218,7 @@ Type infer_hopper_construct(Op op, const std::vector<NodeRef>& operands, Attrs& 
         fail(loc, fmt::format("{}: {} coordinates for a {}-dimensional descriptor; give one per dimension",
                               name(op), operands.size() - first_coord, d.shape.size()));
       for (size_t i = first_coord; i < operands.size(); ++i) require_i32_scalar(op, operands, i, "a coordinate", loc);
+      if (op == Op::AsyncDescriptorStore && attrs.ints.size() == 2) check_store_reduce(d.dtype, attrs.ints[1], loc);
       return Type::none();
     }
     case Op::AsyncStoreWait:

@@ -101,8 +101,9 @@ inline constexpr const char* kTmaLoad = "weft_cpu_tma_load";
 // a TMA multicast: tma_load into each block of the cluster whose bit is set in `mask`, at the same `smem` offset
 // and on the barrier at the same offset there.
 inline constexpr const char* kTmaLoadMulticast = "weft_cpu_tma_load_multicast";
-// void (const ProgramCtx*, i32 site, const TensorDescData* desc, const char* smem, const i32* coords): a TMA
-// store, performed (reading shared memory) at the async_store_wait that retires it, or when the fiber ends.
+// void (const ProgramCtx*, i32 site, const TensorDescData* desc, const char* smem, const i32* coords, i32 reduce):
+// a TMA store, performed (reading shared memory) at the async_store_wait that retires it, or when the fiber ends;
+// `reduce` (StoreReduce: 0 none, 1 add, 2 min, 3 max) combines each element with global memory's, atomically.
 inline constexpr const char* kTmaStore = "weft_cpu_tma_store";
 // void (const ProgramCtx*, i32 site, i32 pending)
 inline constexpr const char* kTmaStoreWait = "weft_cpu_tma_store_wait";

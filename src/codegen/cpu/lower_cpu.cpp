@@ -384,7 +384,8 @@ void Lowering::node(const NodeRef& n) {
     case Op::DescriptorPrefetch: return;  // L2 and descriptor caches: nothing to do on the CPU
     case Op::AsyncDescriptorStore:
       runtime_call(block_fn::kTmaStore, b_.getVoidTy(),
-                   {ctx_, site(n), val(n->operands[0]).v, val(n->operands[1]).v, coordinates(n, 2)});
+                   {ctx_, site(n), val(n->operands[0]).v, val(n->operands[1]).v, coordinates(n, 2),
+                    b_.getInt32(n->attrs.ints.size() == 2 ? static_cast<uint32_t>(n->attrs.ints[1]) : 0)});
       return;
     case Op::AsyncLoad: return async_load(n);
     case Op::AsyncCommitGroup: runtime_call(block_fn::kAsyncCommitGroup, b_.getVoidTy(), {ctx_, site(n)}); return;

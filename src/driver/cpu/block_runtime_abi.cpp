@@ -194,9 +194,10 @@ void tma_load_multicast(const ProgramCtx* ctx, int32_t site, const detail::Tenso
 }
 
 void tma_store(const ProgramCtx* ctx, int32_t, const detail::TensorDescData* desc, const char* smem,
-               const int32_t* coords) noexcept {
+               const int32_t* coords, int32_t reduce) noexcept {
   TmaCopy c;
   c.desc = desc;
+  c.reduce = reduce;
   c.smem = const_cast<char*>(smem);
   c.fiber = ctx->fiber;
   std::copy(coords, coords + desc->rank, c.coords);

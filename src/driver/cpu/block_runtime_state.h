@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -69,7 +71,58 @@ struct TmaCopy {
   std::vector<char*> dsts;
   std::vector<char> values;
   int32_t element_bytes = 0;
+  int32_t reduce = 0;  // a TMA store's StoreReduce: 0 none, 1 add, 2 min, 3 max
 };
+
+// A reducing TMA store's element: global = op(global, shared), atomically (blocks run on several host threads
+// and may reduce into the same element). i32 adds wrap; f16 and bf16 combine in f32 and round back; min and max
+// of floats return the number where one side is NaN. The verifier admits only these types.
+inline void reduce_element(char* global, const char* shared, ScalarType type, int32_t op) {
+  auto combine = [op](float a, float b) {
+    if (op == 1) return a + b;
+    if (std::isnan(a)) return b;
+    if (std::isnan(b)) return a;
+    return op == 2 ? std::min(a, b) : std::max(a, b);
+  };
+  if (type == ScalarType::i32) {
+    int32_t v;
+    std::memcpy(&v, shared, 4);
+    std::atomic_ref<int32_t> g(*reinterpret_cast<int32_t*>(global));
+    int32_t old = g.load();
+    auto apply = [&](int32_t x) {
+      return op == 1 ? static_cast<int32_t>(static_cast<uint32_t>(x) + static_cast<uint32_t>(v))
+                     : op == 2 ? std::min(x, v) : std::max(x, v);
+    };
+    while (!g.compare_exchange_weak(old, apply(old))) {
+    }
+  } else if (type == ScalarType::f32) {
+    uint32_t vbits;
+    std::memcpy(&vbits, shared, 4);
+    float v;
+    std::memcpy(&v, &vbits, 4);
+    std::atomic_ref<uint32_t> g(*reinterpret_cast<uint32_t*>(global));
+    uint32_t old = g.load(), next;
+    do {
+      float x;
+      std::memcpy(&x, &old, 4);
+      float r = combine(x, v);
+      std::memcpy(&next, &r, 4);
+    } while (!g.compare_exchange_weak(old, next));
+  } else {  // f16, bf16
+    const bool is_f16 = type == ScalarType::f16;
+    auto to_float = [&](uint16_t bits) {
+      return is_f16 ? static_cast<float>(weft::f16::from_bits(bits)) : static_cast<float>(weft::bf16::from_bits(bits));
+    };
+    auto to_bits = [&](float f) { return is_f16 ? weft::f16(f).bits : weft::bf16(f).bits; };
+    uint16_t vbits;
+    std::memcpy(&vbits, shared, 2);
+    const float v = to_float(vbits);
+    std::atomic_ref<uint16_t> g(*reinterpret_cast<uint16_t*>(global));
+    uint16_t old = g.load();
+    while (!g.compare_exchange_weak(old, to_bits(combine(to_float(old), v)))) {
+    }
+  }
+}
 
 // One element of an async_load: performed at the async_wait_group that retires its group.
 struct AsyncCopyElement {
@@ -113,7 +166,8 @@ inline void tma_copy(const TmaCopy& c, bool load) {
       else
         std::memset(shared, 0, size_t(eb));
     } else if (inside) {
-      std::memcpy(global, shared, size_t(eb));
+      if (c.reduce) reduce_element(global, shared, d.dtype, c.reduce);
+      else std::memcpy(global, shared, size_t(eb));
     }
   }
 }
