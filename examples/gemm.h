@@ -550,11 +550,12 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
            gemm_candidates(bm, gemm_detail::bucket_nk(N), gemm_detail::bucket_nk(K), b_is_nk, sms))
         candidates.push_back({g, false});
       if (bm <= gemm_detail::small_m_limit(b_is_nk)) candidates.push_back({GemmConfig{}, true});
-      // On a GPU, ten launches per timed round hide the synchronization's latency; the CPU backend (a
-      // reference, not a target to tune for) times one launch, once.
+      // On a GPU, ten launches per timed round hide the synchronization's latency, and near-ties get ten
+      // more rounds (AutotuneOptions::finalists); the CPU backend (a reference, not a target to tune for)
+      // times one launch, once.
       // On the GPU each timed launch finds the L2 cold (gemm_detail::evict_l2).
       AutotuneOptions options = dev.kind() == BackendKind::cpu
-                                    ? AutotuneOptions{.warmup = 0, .rounds = 1, .calls_per_round = 1}
+                                    ? AutotuneOptions{.warmup = 0, .rounds = 1, .calls_per_round = 1, .finalists = 0}
                                     : AutotuneOptions{.warmup = 2, .rounds = 5, .calls_per_round = 10};
       if (dev.kind() != BackendKind::cpu) options.before_each_call = [dev, loc] { gemm_detail::evict_l2(dev, loc); };
       t = std::make_unique<Autotuner<gemm_detail::GemmCandidate>>(

@@ -259,7 +259,7 @@ class Autotuner {
       }
       ++report.tried;
       // After final rounds only a finalist can win: the others' rounds are older (another clock, another
-      // temperature), and were 3% or more behind.
+      // temperature), and were more than finalist_margin behind.
       const bool can_win = !final_ran || std::find(finalists.begin(), finalists.end(), i) != finalists.end();
       if (can_win && (report.winner.empty() || *ms < best_ms)) {
         best_ms = *ms;

@@ -96,10 +96,8 @@ inline void reduce_element(char* global, const char* shared, ScalarType type, in
     while (!g.compare_exchange_weak(old, apply(old))) {
     }
   } else if (type == ScalarType::f32) {
-    uint32_t vbits;
-    std::memcpy(&vbits, shared, 4);
     float v;
-    std::memcpy(&v, &vbits, 4);
+    std::memcpy(&v, shared, 4);
     std::atomic_ref<uint32_t> g(*reinterpret_cast<uint32_t*>(global));
     uint32_t old = g.load(), next;
     do {
