@@ -259,7 +259,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           // Idle steps are needed only where a consumer's blocks can be fewer than the tile's: causal, or a tile of
           // three or four consumers whose last ones may have no rows. Two non-causal consumers compute every block
           // (one without rows computes on the zeros TMA reads past Sq; nothing of it is stored), and their loops
-          // carry no idle-step control flow: it cost 2-4% at D 128, S <= 1k (H200, session 13).
+          // carry no idle-step control flow: it cost 2-4% at D 128, S <= 1k (H200, sessions 13 and 14).
           const bool may_idle = causal || CONS > 2;
           auto rows_of = [&](const OutputTile& tile) {
             Int row0 = tile.q0 + r * HALF;
