@@ -185,20 +185,29 @@ class Autotuner {
       }
     }
     const bool before = bool(options_.before_each_call);
-    for (int r = 0; r < std::max(1, options_.rounds); ++r)
-      for (size_t k = 0; k < n + before; ++k) {
-        const size_t i = (size_t(r) + k) % (n + before);
-        if (i == n) {  // before_each_call alone
-          before_alone.push_back(time_round(nullptr, stream, run));
-          continue;
+    // `count` rounds of the candidates `who` (and of before_each_call alone, when set), each round starting
+    // with the next one.
+    auto time_rounds = [&](const std::vector<size_t>& who, int count) {
+      const size_t m = who.size();
+      for (int r = 0; r < count; ++r)
+        for (size_t k = 0; k < m + before; ++k) {
+          const size_t slot = (size_t(r) + k) % (m + before);
+          if (slot == m) {
+            before_alone.push_back(time_round(nullptr, stream, run));
+            continue;
+          }
+          const size_t i = who[slot];
+          if (!failure[i].empty()) continue;
+          try {
+            rounds[i].push_back(time_round(&candidates_[i], stream, run));
+          } catch (const Error& e) {
+            failure[i] = std::string("fails to run: ") + e.what();
+          }
         }
-        if (!failure[i].empty()) continue;
-        try {
-          rounds[i].push_back(time_round(&candidates_[i], stream, run));
-        } catch (const Error& e) {
-          failure[i] = std::string("fails to run: ") + e.what();
-        }
-      }
+    };
+    std::vector<size_t> everyone(n);
+    for (size_t i = 0; i < n; ++i) everyone[i] = i;
+    time_rounds(everyone, std::max(1, options_.rounds));
     auto median = [](std::vector<double> t) {
       std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
       return t[t.size() / 2];
@@ -222,22 +231,7 @@ class Autotuner {
       for (size_t i : finalists) names += (names.empty() ? "" : ", ") + names_[i];
       say("%s [%s]: %zu within %.0f%% of the best (%s): %d more rounds\n", family_.c_str(), problem.c_str(),
           finalists.size(), 100 * options_.finalist_margin, names.c_str(), options_.final_rounds);
-      const size_t m = finalists.size();
-      for (int r = 0; r < options_.final_rounds; ++r)
-        for (size_t k = 0; k < m + before; ++k) {
-          const size_t slot = (size_t(r) + k) % (m + before);
-          if (slot == m) {
-            before_alone.push_back(time_round(nullptr, stream, run));
-            continue;
-          }
-          const size_t i = finalists[slot];
-          if (!failure[i].empty()) continue;
-          try {
-            rounds[i].push_back(time_round(&candidates_[i], stream, run));
-          } catch (const Error& e) {
-            failure[i] = std::string("fails to run: ") + e.what();
-          }
-        }
+      time_rounds(finalists, options_.final_rounds);
     }
     const double before_ms = before ? median(before_alone) : 0.0;
     double best_ms = 0;

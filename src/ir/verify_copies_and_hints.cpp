@@ -11,6 +11,7 @@
 #include <functional>
 #include <unordered_set>
 
+#include "ir/copy_hints.h"
 #include "ir/verifier.h"
 
 namespace weft::ir {
@@ -77,9 +78,9 @@ void check_bulk_bytes(Op op, const NodeRef& view, SourceLoc loc) {
 
 void check_eviction(Op op, const Attrs& attrs, SourceLoc loc) {
   if (attrs.ints.empty()) return;
-  int64_t e = attrs.ints[0];
   // A reducing TMA store carries {eviction (0: none), reduction}; the reduction is checked with the store.
   const bool reducing = op == Op::AsyncDescriptorStore && attrs.ints.size() == 2;
+  const int e = copy_hints(attrs).evict;
   if (reducing && e == 0) return;
   if ((attrs.ints.size() != 1 && !reducing) || e < 1 || e > 4)
     fail(loc, fmt::format("{}: {} is not an L2 eviction priority; pass Evict::first, last, normal or unchanged (or "

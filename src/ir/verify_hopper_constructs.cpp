@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "ir/copy_hints.h"
 #include "ir/verifier.h"
 #include "ir/verifier_internal.h"
 
@@ -59,9 +60,9 @@ void check_fp8_async_dot_operands(const std::vector<NodeRef>& operands, SourceLo
 }
 
 // A reducing TMA store (StoreReduce): the reductions the copy engine has for the tensor's element type.
-void check_store_reduce(DType dtype, int64_t reduce, SourceLoc loc) {
-  static const char* const names[] = {"none", "add", "min", "max"};
-  if (reduce < 1 || reduce > 3)
+void check_store_reduce(DType dtype, int reduce, SourceLoc loc) {
+  const char* name = store_reduce_name(reduce);
+  if (!name)
     fail(loc, fmt::format("async_descriptor_store: {} is not a reduction; pass StoreReduce::add, min or max (or none)",
                           reduce));
   const ScalarType t = dtype.scalar;
@@ -70,7 +71,7 @@ void check_store_reduce(DType dtype, int64_t reduce, SourceLoc loc) {
   if (!ok)
     fail(loc, fmt::format("async_descriptor_store with StoreReduce::{}: the copy engine has no {} reduction of {} "
                           "elements; {} takes {}",
-                          names[reduce], names[reduce], dtype.str(), names[reduce],
+                          name, name, dtype.str(), name,
                           reduce == 1 ? "i32, f32, f16 or bf16" : "i32, f16 or bf16"));
 }
 
@@ -218,7 +219,7 @@ Type infer_hopper_construct(Op op, const std::vector<NodeRef>& operands, Attrs& 
         fail(loc, fmt::format("{}: {} coordinates for a {}-dimensional descriptor; give one per dimension",
                               name(op), operands.size() - first_coord, d.shape.size()));
       for (size_t i = first_coord; i < operands.size(); ++i) require_i32_scalar(op, operands, i, "a coordinate", loc);
-      if (op == Op::AsyncDescriptorStore && attrs.ints.size() == 2) check_store_reduce(d.dtype, attrs.ints[1], loc);
+      if (op == Op::AsyncDescriptorStore && attrs.ints.size() == 2) check_store_reduce(d.dtype, copy_hints(attrs).reduce, loc);
       return Type::none();
     }
     case Op::AsyncStoreWait:

@@ -16,6 +16,7 @@
 
 #include "codegen/cpu/lowering.h"
 #include "ir/atomics.h"
+#include "ir/copy_hints.h"
 #include "passes/kernel_plans.h"
 
 namespace weft::codegen::cpu::detail {
@@ -385,7 +386,7 @@ void Lowering::node(const NodeRef& n) {
     case Op::AsyncDescriptorStore:
       runtime_call(block_fn::kTmaStore, b_.getVoidTy(),
                    {ctx_, site(n), val(n->operands[0]).v, val(n->operands[1]).v, coordinates(n, 2),
-                    b_.getInt32(n->attrs.ints.size() == 2 ? static_cast<uint32_t>(n->attrs.ints[1]) : 0)});
+                    b_.getInt32(static_cast<uint32_t>(ir::copy_hints(n->attrs).reduce))});
       return;
     case Op::AsyncLoad: return async_load(n);
     case Op::AsyncCommitGroup: runtime_call(block_fn::kAsyncCommitGroup, b_.getVoidTy(), {ctx_, site(n)}); return;

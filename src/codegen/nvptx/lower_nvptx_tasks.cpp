@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "codegen/llvm_builders.h"
+#include "ir/copy_hints.h"
 #include "ir/walk.h"
 #include "passes/shared_layouts.h"
 
@@ -196,8 +197,7 @@ void Lowering::hopper_node(const NodeRef& n) {
       for (size_t i = o.size(); i-- > 2;) coords.push_back(regs(o[i]).v[0]);
       ptx_.fence_proxy_async_shared();  // this thread's writes to the stage, visible to the copy engine
       once_per_group([&] {
-        const int reduce = n->attrs.ints.size() == 2 ? static_cast<int>(n->attrs.ints[1]) : 0;  // StoreReduce
-        ptx_.tma_store(desc, coords, smem, l2_policy(*n), reduce);
+        ptx_.tma_store(desc, coords, smem, l2_policy(*n), ir::store_reduce_name(ir::copy_hints(n->attrs).reduce));
         ptx_.bulk_commit_group();
       });
       return;
@@ -305,9 +305,8 @@ void Lowering::hopper_node(const NodeRef& n) {
 
 // The L2 cache policy of a TMA op with an eviction hint (ints[0], weft::Evict), else null.
 Value* Lowering::l2_policy(const ir::Node& n) {
-  // ints[0]: the Evict priority; 0 (none) where a reducing store carries its reduction after it.
-  return n.attrs.ints.empty() || n.attrs.ints[0] == 0 ? nullptr
-                                                      : ptx_.l2_eviction_policy(static_cast<int>(n.attrs.ints[0]));
+  const int evict = ir::copy_hints(n.attrs).evict;
+  return evict ? ptx_.l2_eviction_policy(evict) : nullptr;
 }
 
 // Every thread of the group polls until the phase of parity `parity` has completed.

@@ -275,7 +275,7 @@ void PtxInstructions::mbarrier_arrive_cluster(llvm::Value* bar, bool cluster_sco
 }
 
 void PtxInstructions::tma_store(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* smem,
-                                llvm::Value* policy, int reduce) {
+                                llvm::Value* policy, const char* reduction) {
   size_t rank = coords.size();
   std::vector<llvm::Value*> args{desc, smem};
   args.insert(args.end(), coords.begin(), coords.end());
@@ -283,11 +283,9 @@ void PtxInstructions::tma_store(llvm::Value* desc, const std::vector<llvm::Value
   for (size_t i = 0; i < rank; ++i) constraints += ",r";
   std::string hint, tail;
   add_policy(policy, hint, tail, constraints, args);
-  // A reducing store: cp.reduce.async.bulk.tensor.Nd.global.shared::cta.{add,min,max}.tile.bulk_group.
-  static const char* const reductions[] = {"", "add", "min", "max"};
-  std::string opcode = reduce ? std::string("cp.reduce.async.bulk.tensor.") + std::to_string(rank) +
-                                    "d.global.shared::cta." + reductions[reduce] + ".tile.bulk_group"
-                              : "cp.async.bulk.tensor." + std::to_string(rank) + "d.global.shared::cta.bulk_group";
+  std::string opcode = reduction ? "cp.reduce.async.bulk.tensor." + std::to_string(rank) + "d.global.shared::cta." +
+                                       reduction + ".tile.bulk_group"
+                                 : "cp.async.bulk.tensor." + std::to_string(rank) + "d.global.shared::cta.bulk_group";
   std::string text = opcode + hint + " [$0, {" + coordinate_list(2, rank) + "}], [$1]" + tail + ";";
   asm_call(b_, b_.getVoidTy(), text, constraints + ",~{memory}", args);
 }

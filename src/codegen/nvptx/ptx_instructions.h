@@ -76,10 +76,10 @@ class PtxInstructions {
   // (`policy`, from l2_eviction_policy: with .L2::cache_hint and the policy as the last operand; also below)
   void tma_load(llvm::Value* smem, llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* bar,
                 llvm::Value* policy = nullptr);
-  // cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group [desc, {coords}], [smem]; with `reduce` (StoreReduce:
-  // 1 add, 2 min, 3 max) cp.reduce.async.bulk.tensor.Nd.global.shared::cta.<op>.tile.bulk_group
+  // cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group [desc, {coords}], [smem]; with a `reduction` ("add",
+  // "min", "max") cp.reduce.async.bulk.tensor.Nd.global.shared::cta.<reduction>.tile.bulk_group
   void tma_store(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* smem,
-                 llvm::Value* policy = nullptr, int reduce = 0);
+                 llvm::Value* policy = nullptr, const char* reduction = nullptr);
   // cp.async.bulk.prefetch.tensor.Nd.L2.global.tile [desc, {coords}]: the box into L2, nothing waited for.
   void tma_prefetch(llvm::Value* desc, const std::vector<llvm::Value*>& coords, llvm::Value* policy = nullptr);
   // prefetch.tensormap [desc]: the descriptor (a generic address of the grid-constant parameter) cached.
