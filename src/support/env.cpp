@@ -89,6 +89,12 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
                              "none");
   k.nvptx_passes = get("WEFT_NVPTX_PASSES");
   if (std::string v = get("WEFT_NVPTX_SKIP"); !v.empty()) k.nvptx_skip = v == "none" ? "" : v;
+  if (std::string v = get("WEFT_PTX_EMITTER"); !v.empty()) {
+    if (v != "llvm" && v != "weft")
+      throw Error("WEFT_PTX_EMITTER=" + v + " is not an emitter; use WEFT_PTX_EMITTER=weft for weft's own PTX "
+                  "emitter or llvm (the default) for LLVM's NVPTX code generator");
+    k.weft_ptx_emitter = v == "weft";
+  }
   return k;
 }
 

@@ -27,6 +27,10 @@
 //                                     (LLVM's textual syntax; "default<O3>": LLVM's O3), to compare
 //   WEFT_NVPTX_SKIP=name,...          the code generator's optional passes to skip instead of weft's list
 //                                     (legacy pass names, e.g. slsr; "none": run them all), to compare
+//   WEFT_PTX_EMITTER=llvm|weft        who writes a kernel's PTX from its optimized LLVM module: LLVM's NVPTX
+//                                     code generator (default) or weft's own emitter, which is ~10x faster
+//                                     and falls back to LLVM's for IR it does not handle
+//                                     (codegen/nvptx/ptx_emitter.h)
 #pragma once
 
 #include <cstdint>
@@ -51,6 +55,7 @@ struct Knobs {
   bool time_passes = false;
   std::string nvptx_passes;  // an LLVM pass pipeline; empty: weft's (codegen/nvptx/nvptx_pipeline.h)
   std::optional<std::string> nvptx_skip;  // code generator passes to skip; unset: weft's list (same header)
+  bool weft_ptx_emitter = false;           // WEFT_PTX_EMITTER=weft
 
   bool dumps(std::string_view stage) const;
 };

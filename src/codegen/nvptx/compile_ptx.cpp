@@ -11,12 +11,14 @@
 #include <llvm/Target/TargetOptions.h>
 #include <llvm/TargetParser/Triple.h>
 
+#include <cstdio>
 #include <mutex>
 #include <optional>
 
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/lower_nvptx.h"
 #include "codegen/nvptx/nvptx_pipeline.h"
+#include "codegen/nvptx/ptx_emitter.h"
 #include "support/compile_timing.h"
 #include "support/env.h"
 
@@ -64,8 +66,19 @@ std::string print_module(const llvm::Module& m) {
 
 }  // namespace
 
+namespace {
+thread_local int chosen_emitter = -1;  // -1: the environment's; 0: LLVM's; 1: weft's
+}  // namespace
+
+PtxEmitterChoice::PtxEmitterChoice(bool weft) : before_(chosen_emitter) { chosen_emitter = weft ? 1 : 0; }
+PtxEmitterChoice::~PtxEmitterChoice() { chosen_emitter = before_; }
+
+bool weft_emitter_chosen() { return chosen_emitter < 0 ? support::knobs().weft_ptx_emitter : chosen_emitter == 1; }
+
 std::string code_generator_version() {
-  return "LLVM " LLVM_VERSION_STRING "; passes " + nvptx_pipeline() + "; skipped " + skipped_codegen_passes();
+  std::string version = "LLVM " LLVM_VERSION_STRING "; passes " + nvptx_pipeline();
+  if (weft_emitter_chosen()) return version + "; weft's PTX emitter 1";
+  return version + "; skipped " + skipped_codegen_passes();
 }
 
 bool debug_mode(const KernelOptions& options) { return options.debug || support::knobs().debug; }
@@ -122,12 +135,24 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
   optimize_for_nvptx(m, tm.get());
 
   stage.emplace(CompileStage::codegen);
-  llvm::SmallString<0> ptx;
-  llvm::raw_svector_ostream os(ptx);
-  generate_ptx(m, tm.get(), os);
-  stage.reset();
   PtxKernel out;
-  out.ptx = std::string(ptx.str());
+  std::string unsupported;
+  std::optional<std::string> own = weft_emitter_chosen() ? emit_ptx(m, target, &unsupported) : std::nullopt;
+  if (own) {
+    out.ptx = std::move(*own);
+    out.emitter = "weft";
+  } else {
+    out.emitter = "llvm";
+    if (!unsupported.empty()) {
+      out.emitter += " (weft's emitter does not handle " + unsupported + ")";
+      if (support::knobs().time_passes) fmt::print(stderr, "weft: kernel '{}': PTX by {}\n", f.name, out.emitter);
+    }
+    llvm::SmallString<0> ptx;
+    llvm::raw_svector_ostream os(ptx);
+    generate_ptx(m, tm.get(), os);
+    out.ptx = std::string(ptx.str());
+  }
+  stage.reset();
   out.entry = lowered.symbol;
   out.threads = lowered.threads;
   out.shared_bytes = lowered.shared_bytes;

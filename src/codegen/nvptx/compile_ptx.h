@@ -22,7 +22,24 @@ struct PtxKernel {
   // GPU debug mode: the entry takes three more 64-bit parameters after the user's: the device addresses of
   // a passes::WaitTimeoutRecord and of its claim word, and the wait timeout in nanoseconds (debug_waits.h).
   bool debug = false;
+  // Who wrote `ptx`: "weft" (weft's own emitter, ptx_emitter.h) or "llvm" (LLVM's NVPTX code generator); when
+  // weft's was asked for and declined, "llvm (weft's emitter does not handle ...)".
+  std::string emitter;
 };
+
+// Which emitter compile_to_ptx asks first: weft's with WEFT_PTX_EMITTER=weft, else LLVM's. A PtxEmitterChoice
+// alive on a thread overrides that for the compiles on that thread (tests compare the two in one process).
+class PtxEmitterChoice {
+ public:
+  explicit PtxEmitterChoice(bool weft);
+  ~PtxEmitterChoice();
+  PtxEmitterChoice(const PtxEmitterChoice&) = delete;
+  PtxEmitterChoice& operator=(const PtxEmitterChoice&) = delete;
+
+ private:
+  int before_;
+};
+bool weft_emitter_chosen();
 
 // Whether `options` ask for GPU debug mode: KernelOptions::debug, or WEFT_DEBUG=1 for every kernel.
 bool debug_mode(const KernelOptions& options);

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "codegen/llvm_builders.h"
+#include "codegen/nvptx/compile_ptx.h"
 #include "support/env.h"
 #include "weft/error.h"
 
@@ -106,7 +107,13 @@ void generate_ptx(llvm::Module& m, llvm::TargetMachine* target, llvm::raw_pwrite
 
 std::string nvptx_pipeline() {
   const std::string& chosen = support::knobs().nvptx_passes;
-  return chosen.empty() ? kDefaultPipeline : chosen;
+  if (!chosen.empty()) return chosen;
+  // weft's PTX emitter has no DAG combiner and no machine passes; four IR passes do what of theirs ptxas
+  // does not redo: a remainder next to its division becomes a multiply and a subtraction (div-rem-pairs),
+  // addresses that differ by a constant share one base (separate-const-offset-from-gep, early-cse), and a
+  // value moves into the block that uses it (sink; without it ptxas spills in attention's consumers).
+  if (weft_emitter_chosen()) return std::string(kDefaultPipeline) + ",function(div-rem-pairs,separate-const-offset-from-gep,early-cse,sink)";
+  return kDefaultPipeline;
 }
 
 void optimize_for_nvptx(llvm::Module& m, llvm::TargetMachine* target) {

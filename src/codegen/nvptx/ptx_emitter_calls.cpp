@@ -1,0 +1,290 @@
+// weft's own PTX emitter (ptx_emitter.h): calls, that is the intrinsics weft's lowering uses and inline asm.
+#include <fmt/format.h>
+#include <llvm/IR/InlineAsm.h>
+
+#include <cctype>
+
+#include "codegen/nvptx/ptx_emitter_impl.h"
+
+namespace weft::codegen::nvptx::emitter {
+namespace {
+
+bool starts(llvm::StringRef s, llvm::StringRef prefix) { return s.starts_with(prefix); }
+
+// The special register an llvm.nvvm.read.ptx.sreg.<name> intrinsic reads: "tid.x" -> %tid.x,
+// "cluster.ctarank" -> %cluster_ctarank, "lanemask.eq" -> %lanemask_eq.
+std::string special_register(llvm::StringRef name) {
+  std::string s = name.str();
+  for (const char* group : {"cluster.", "lanemask."})
+    if (s.starts_with(group)) s[std::string(group).size() - 1] = '_';
+  return "%" + s;
+}
+
+}  // namespace
+
+void PtxEmitter::emit_call(const llvm::CallInst& call) {
+  if (call.isInlineAsm()) return emit_inline_asm(call);
+  if (auto* intrinsic = llvm::dyn_cast<llvm::IntrinsicInst>(&call)) return emit_intrinsic(*intrinsic);
+  const llvm::Function* callee = call.getCalledFunction();
+  throw Unsupported("a call to " + (callee ? callee->getName().str() : std::string("a function pointer")));
+}
+
+void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
+  llvm::StringRef name = call.getCalledFunction()->getName();
+  auto arg = [&](unsigned i) { return operand(call.getArgOperand(i)); };
+  auto result = [&] { return define(&call)[0]; };
+  llvm::Type* t = call.getType();
+
+  // No code.
+  for (const char* skip : {"llvm.assume", "llvm.lifetime.", "llvm.experimental.noalias.scope.decl", "llvm.dbg.",
+                           "llvm.donothing", "llvm.sideeffect"})
+    if (starts(name, skip)) return;
+
+  if (starts(name, "llvm.nvvm.read.ptx.sreg.")) {
+    llvm::StringRef reg_name = name.drop_front(std::strlen("llvm.nvvm.read.ptx.sreg."));
+    line(fmt::format("mov.u{} {}, {}", bits_of(t), result(), special_register(reg_name)));
+    return;
+  }
+
+  // Barriers and fences.
+  if (starts(name, "llvm.nvvm.barrier.cta.")) {
+    llvm::StringRef rest = name.drop_front(std::strlen("llvm.nvvm.barrier.cta."));  // sync.aligned.all, ...
+    bool aligned = rest.contains(".aligned"), arrive = rest.starts_with("arrive");
+    std::string op = fmt::format("{}.{}", aligned ? "bar" : "barrier", arrive ? "arrive" : "sync");
+    if (rest.ends_with(".count"))
+      line(fmt::format("{} {}, {}", op, arg(0), arg(1)));
+    else if (rest.ends_with(".all"))
+      line(fmt::format("{} {}", op, arg(0)));
+    else
+      throw Unsupported("the intrinsic " + name.str());
+    return;
+  }
+  if (name == "llvm.nvvm.barrier0") return line("bar.sync 0");
+  if (name == "llvm.nvvm.bar.warp.sync") return line(fmt::format("bar.warp.sync {}", arg(0)));
+  if (starts(name, "llvm.nvvm.barrier.cluster.")) return line(name.drop_front(std::strlen("llvm.nvvm.")).str());
+  static const std::pair<const char*, const char*> kFences[] = {
+      {"llvm.nvvm.fence.proxy.async.shared_cta", "fence.proxy.async.shared::cta"},
+      {"llvm.nvvm.fence.proxy.async.shared_cluster", "fence.proxy.async.shared::cluster"},
+      {"llvm.nvvm.fence.proxy.async.global", "fence.proxy.async.global"},
+      {"llvm.nvvm.fence.proxy.async", "fence.proxy.async"},
+      {"llvm.nvvm.fence.mbarrier_init.release.cluster", "fence.mbarrier_init.release.cluster"},
+      {"llvm.nvvm.fence.sc.cluster", "fence.sc.cluster"},
+      {"llvm.nvvm.fence.acq_rel.cluster", "fence.acq_rel.cluster"},
+      {"llvm.nvvm.membar.cta", "membar.cta"},
+      {"llvm.nvvm.membar.gl", "membar.gl"},
+      {"llvm.nvvm.membar.sys", "membar.sys"},
+  };
+  for (auto [intrinsic, ptx] : kFences)
+    if (name == intrinsic) return line(ptx);
+  if (starts(name, "llvm.nvvm.setmaxnreg.")) {
+    line(fmt::format("{} {}", name.drop_front(std::strlen("llvm.nvvm.")).str(), arg(0)));
+    return;
+  }
+
+  // Warp exchanges.
+  if (starts(name, "llvm.nvvm.shfl.sync.")) {
+    llvm::StringRef rest = name.drop_front(std::strlen("llvm.nvvm.shfl.sync."));  // bfly.i32, idx.f32, ...
+    auto [mode, type] = rest.split('.');
+    if (type != "i32" && type != "f32") throw Unsupported("the intrinsic " + name.str());
+    line(fmt::format("shfl.sync.{}.b32 {}, {}, {}, {}, {}", mode.str(), result(), arg(1), arg(2), arg(3), arg(0)));
+    return;
+  }
+  if (name == "llvm.nvvm.vote.ballot.sync") {
+    line(fmt::format("vote.sync.ballot.b32 {}, {}, {}", result(), reg(call.getArgOperand(1)), arg(0)));
+    return;
+  }
+  for (const char* mode : {"any", "all", "uni"})
+    if (name == fmt::format("llvm.nvvm.vote.{}.sync", mode)) {
+      line(fmt::format("vote.sync.{}.pred {}, {}, {}", mode, result(), reg(call.getArgOperand(1)), arg(0)));
+      return;
+    }
+
+  // fp8 conversions: pairs of f32 into two bytes, two bytes into a pair of f16.
+  for (const char* fp8 : {"e4m3x2", "e5m2x2"})
+    for (const char* relu : {"", ".relu"}) {
+      if (name == fmt::format("llvm.nvvm.ff.to.{}.rn{}", fp8, relu)) {
+        line(fmt::format("cvt.rn.satfinite{}.{}.f32 {}, {}, {}", relu, fp8, result(), reg(call.getArgOperand(0)),
+                         reg(call.getArgOperand(1))));
+        return;
+      }
+      if (name == fmt::format("llvm.nvvm.{}.to.f16x2.rn{}", fp8, relu)) {
+        line(fmt::format("cvt.rn{}.f16x2.{} {}, {}", relu, fp8, result(), reg(call.getArgOperand(0))));
+        return;
+      }
+    }
+  if (name == "llvm.nvvm.mapa.shared.cluster" || name == "llvm.nvvm.mapa") {
+    const char* space = name == "llvm.nvvm.mapa" ? "" : ".shared::cluster";
+    line(fmt::format("mapa{}.u{} {}, {}, {}", space, bits_of(t), result(), reg(call.getArgOperand(0)), arg(1)));
+    return;
+  }
+
+  // Arithmetic.
+  if (t->isVectorTy()) throw Unsupported("the vector intrinsic " + name.str());
+  int bits = t->isVoidTy() ? 0 : bits_of(t);
+  auto base_is = [&](const char* base) {
+    return name == fmt::format("{}.f{}", base, bits) || (bits && name == fmt::format("{}.i{}", base, bits));
+  };
+  struct Unary {
+    const char* intrinsic;
+    const char* ptx;
+  };
+  if (t->isFloatTy() || t->isDoubleTy()) {
+    static const Unary kFloat[] = {{"llvm.fabs", "abs"},         {"llvm.sqrt", "sqrt.rn"},  {"llvm.floor", "cvt.rmi"},
+                                   {"llvm.ceil", "cvt.rpi"},     {"llvm.trunc", "cvt.rzi"}, {"llvm.rint", "cvt.rni"},
+                                   {"llvm.nearbyint", "cvt.rni"}, {"llvm.roundeven", "cvt.rni"}};
+    for (const Unary& u : kFloat)
+      if (base_is(u.intrinsic)) {
+        bool cvt = starts(u.ptx, "cvt");
+        line(cvt ? fmt::format("{}.f{}.f{} {}, {}", u.ptx, bits, bits, result(), reg(call.getArgOperand(0)))
+                 : fmt::format("{}.f{} {}, {}", u.ptx, bits, result(), reg(call.getArgOperand(0))));
+        return;
+      }
+    static const Unary kBinary[] = {{"llvm.maxnum", "max"}, {"llvm.minnum", "min"}, {"llvm.maximum", "max.NaN"},
+                                    {"llvm.minimum", "min.NaN"}};
+    for (const Unary& u : kBinary)
+      if (base_is(u.intrinsic)) {
+        if (bits == 64 && std::strchr(u.ptx, '.')) throw Unsupported("the intrinsic " + name.str());
+        line(fmt::format("{}.f{} {}, {}, {}", u.ptx, bits, result(), arg(0), arg(1)));
+        return;
+      }
+    if (base_is("llvm.fma") || base_is("llvm.fmuladd")) {
+      line(fmt::format("fma.rn.f{} {}, {}, {}, {}", bits, result(), arg(0), arg(1), arg(2)));
+      return;
+    }
+    // llvm.nvvm.<op>.approx[.ftz].f[32]: the PTX instruction of that name.
+    for (const char* op : {"ex2", "lg2", "rsqrt", "sqrt", "sin", "cos", "rcp", "tanh"}) {
+      for (const char* ftz : {"", ".ftz"})
+        for (const char* suffix : {".f", ".f32"})
+          if (name == fmt::format("llvm.nvvm.{}.approx{}{}", op, ftz, suffix) && bits == 32) {
+            line(fmt::format("{}.approx{}.f32 {}, {}", op, ftz, result(), reg(call.getArgOperand(0))));
+            return;
+          }
+    }
+  }
+  if (t->isIntegerTy() && bits >= 16) {
+    static const Unary kInt[] = {{"llvm.smin", "min.s"}, {"llvm.smax", "max.s"}, {"llvm.umin", "min.u"},
+                                 {"llvm.umax", "max.u"}};
+    for (const Unary& u : kInt)
+      if (base_is(u.intrinsic)) {
+        line(fmt::format("{}{} {}, {}, {}", u.ptx, bits, result(), arg(0), arg(1)));
+        return;
+      }
+    if (base_is("llvm.abs")) {
+      line(fmt::format("abs.s{} {}, {}", bits, result(), reg(call.getArgOperand(0))));
+      return;
+    }
+    if ((base_is("llvm.ctpop") || base_is("llvm.ctlz")) && bits >= 32) {
+      const char* op = base_is("llvm.ctpop") ? "popc" : "clz";
+      std::string d = result();
+      std::string count = bits == 32 ? d : fresh(Reg::b32);
+      line(fmt::format("{}.b{} {}, {}", op, bits, count, reg(call.getArgOperand(0))));
+      if (bits == 64) line(fmt::format("cvt.u64.u32 {}, {}", d, count));
+      return;
+    }
+    if (base_is("llvm.bitreverse") && bits >= 32) {
+      line(fmt::format("brev.b{} {}, {}", bits, result(), reg(call.getArgOperand(0))));
+      return;
+    }
+  }
+  throw Unsupported("the intrinsic " + name.str());
+}
+
+// Inline asm as LLVM prints it: $N is operand N (the outputs, then the inputs), $$ a dollar sign. An input tied
+// to an output ("0") is copied into the output's register before the statement.
+void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
+  auto* ia = llvm::cast<llvm::InlineAsm>(call.getCalledOperand());
+  llvm::InlineAsm::ConstraintInfoVector infos = ia->ParseConstraints();
+  llvm::Type* t = call.getType();
+  Parts outputs;
+  std::vector<std::string> operands;
+  unsigned input = 0;
+  for (const llvm::InlineAsm::ConstraintInfo& c : infos) {
+    if (c.Type == llvm::InlineAsm::isClobber) continue;
+    if (c.Type == llvm::InlineAsm::isLabel || c.isIndirect || c.Codes.empty())
+      throw Unsupported("an inline asm operand in memory or a label");
+    const std::string& code = c.Codes[0];
+    if (c.Type == llvm::InlineAsm::isOutput) {
+      llvm::Type* ot = t->isStructTy() ? t->getStructElementType(static_cast<unsigned>(outputs.size())) : t;
+      if (code != "r" && code != "l" && code != "f" && code != "d" && code != "h")
+        throw Unsupported("the inline asm output constraint '" + code + "'");
+      outputs.push_back(fresh(class_of(ot)));
+      operands.push_back(outputs.back());
+      continue;
+    }
+    const llvm::Value* v = call.getArgOperand(input++);
+    if (std::isdigit(static_cast<unsigned char>(code[0]))) {
+      size_t tied = std::stoul(code);
+      if (tied >= outputs.size()) throw Unsupported("an inline asm input tied to a later operand");
+      // An input that dies here lends its register to the output (an accumulator carried around a loop then
+      // needs no copy); else the output starts as a copy of it.
+      auto it = values_.find(v);
+      bool take_over = it != values_.end() && it->second.size() == 1 && !it->second[0].empty() &&
+                       class_of_register(it->second[0]) == class_of_register(outputs[tied]) &&
+                       llvm::count(call.args(), v) == 1;
+      for (const llvm::Value* other : call.args())  // no other operand may read the register
+        if (take_over && other != v)
+          if (auto o = values_.find(other); o != values_.end() && llvm::is_contained(o->second, it->second[0]))
+            take_over = false;
+      if (take_over)
+        for (const llvm::Value* holder : register_values_[it->second[0]])
+          if (live_after(holder, &call)) take_over = false;
+      if (take_over) {
+        outputs[tied] = it->second[0];
+      } else {
+        line(mov(class_of_register(outputs[tied]), outputs[tied], operand(v)));
+      }
+      operands[tied] = outputs[tied];
+      operands.push_back(outputs[tied]);
+    } else if (code == "n") {
+      auto* ci = llvm::dyn_cast<llvm::ConstantInt>(v);
+      if (!ci) throw Unsupported("an inline asm immediate that is not a constant");
+      operands.push_back(std::to_string(ci->getSExtValue()));
+    } else if (code == "r" || code == "l" || code == "f" || code == "d" || code == "h") {
+      std::string r = reg(v);
+      // A shared address lives in 32 bits here and in 64 in LLVM's data layout: widen or narrow it to the
+      // register the constraint asks for.
+      if (code == "l" && class_of_register(r) == Reg::b32) {
+        std::string wide = fresh(Reg::b64);
+        line(fmt::format("cvt.u64.u32 {}, {}", wide, r));
+        r = wide;
+      } else if (code == "r" && class_of_register(r) == Reg::b64) {
+        std::string low = fresh(Reg::b32);
+        line(fmt::format("cvt.u32.u64 {}, {}", low, r));
+        r = low;
+      }
+      operands.push_back(r);
+    } else {
+      throw Unsupported("the inline asm input constraint '" + code + "'");
+    }
+  }
+  if (!t->isVoidTy()) bind(&call, outputs);
+  // (Outputs that took over an input's register are bound to both values now: a later take-over checks both.)
+
+  const std::string text = ia->getAsmString().str();
+  std::string out;
+  out.reserve(text.size() + 64);
+  for (size_t i = 0; i < text.size(); ++i) {
+    char ch = text[i];
+    if (ch != '$') {
+      out += ch;
+      continue;
+    }
+    if (i + 1 < text.size() && text[i + 1] == '$') {
+      out += '$';
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+    if (j == i + 1) throw Unsupported("an inline asm operand with a modifier");
+    size_t n = std::stoul(text.substr(i + 1, j - i - 1));
+    if (n >= operands.size()) throw Unsupported("an inline asm operand number out of range");
+    out += operands[n];
+    i = j - 1;
+  }
+  body_ += "\t// begin inline asm\n\t";
+  body_ += out;
+  body_ += "\n\t// end inline asm\n";
+}
+
+}  // namespace weft::codegen::nvptx::emitter

@@ -1,0 +1,111 @@
+// The class behind emit_ptx (ptx_emitter.h), shared by its two files: ptx_emitter.cpp (the module, values,
+// control flow, arithmetic, casts, memory) and ptx_emitter_calls.cpp (intrinsics and inline asm).
+#pragma once
+
+#include <llvm/ADT/DenseMap.h>
+#include <llvm/ADT/DenseSet.h>
+#include <llvm/IR/DataLayout.h>
+#include <llvm/IR/Instructions.h>
+#include <llvm/IR/IntrinsicInst.h>
+
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/nvptx/compile_ptx.h"
+
+namespace weft::codegen::nvptx::emitter {
+
+// What the emitter does not handle: emit_ptx returns nothing and the caller runs LLVM's code generator.
+struct Unsupported : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// PTX virtual registers by size; f32 and f64 live in b32 and b64 registers as LLVM's NVPTX back end keeps them.
+enum class Reg : int { pred, b16, b32, b64 };
+constexpr int kRegClasses = 4;
+
+// A value's registers. A scalar has one part. A vector has one part per lane, except 16-bit lanes, which go
+// two to a b32 part (as wgmma, cvt.rn.bf16x2 and the stores take them). An aggregate (inline asm's results)
+// has one part per field. "" stands for a lane nobody defined (poison), made 0 where it is read.
+using Parts = std::vector<std::string>;
+
+class PtxEmitter {
+ public:
+  PtxEmitter(const llvm::Module& m, const PtxTarget& target);
+  std::string run();  // throws Unsupported
+
+ private:
+  // ptx_emitter.cpp
+  void emit_globals(std::string& out);
+  std::string entry_signature(const llvm::Function& f);
+  void emit_block(const llvm::BasicBlock& bb);
+  void emit_instruction(const llvm::Instruction& inst);
+  void emit_phi_copies(const llvm::BasicBlock& from, const llvm::BasicBlock& to);
+  void emit_parallel_copy(std::vector<std::pair<std::string, std::string>> copies);  // (to, from)
+  std::string fresh_label();
+  void emit_terminator(const llvm::Instruction& inst);
+  void emit_binary(const llvm::BinaryOperator& op);
+  void emit_compare(const llvm::CmpInst& cmp);
+  void emit_select(const llvm::SelectInst& sel);
+  void emit_cast(const llvm::CastInst& cast);
+  void emit_gep(const llvm::GetElementPtrInst& gep);
+  void emit_load(const llvm::LoadInst& load);
+  void emit_store(const llvm::StoreInst& store);
+  void emit_insert_element(const llvm::InsertElementInst& ins);
+  void emit_extract_element(const llvm::ExtractElementInst& ext);
+  void emit_memory(bool is_load, const llvm::Value* ptr, llvm::Type* type, llvm::Align align, bool is_volatile,
+                   const Parts& values, Parts* results);
+
+  // ptx_emitter_calls.cpp
+  void emit_call(const llvm::CallInst& call);
+  void emit_intrinsic(const llvm::IntrinsicInst& call);
+  void emit_inline_asm(const llvm::CallInst& call);
+
+  // Registers and operands (ptx_emitter.cpp).
+  std::string fresh(Reg cls);
+  Reg class_of(llvm::Type* scalar) const;          // Unsupported for types without a register class
+  int bits_of(llvm::Type* scalar) const;           // 1, 16, 32 or 64
+  std::vector<Reg> part_classes(llvm::Type* t) const;
+  Parts define(const llvm::Value* v);              // fresh registers for v's parts
+  void bind(const llvm::Value* v, Parts parts);    // v's parts are these registers (they are defined once)
+  Parts parts(const llvm::Value* v);              // v's registers, a constant made into registers
+  std::string reg(const llvm::Value* v);           // a scalar's register
+  std::string operand(const llvm::Value* v);       // a scalar as an immediate where it is a constant
+  std::string immediate(const llvm::Constant* c) const;  // a constant scalar's PTX immediate
+  Parts materialize(const llvm::Constant* c);
+  std::string constant_address(const llvm::Constant* c);  // a register holding a constant pointer / integer
+  std::string space_of(const llvm::Value* ptr) const;     // ".shared", ".global", "" (generic), ...
+  std::string generic_address(const std::string& addr, unsigned as);  // cvta from address space `as`
+  std::string defined_part(const std::string& part, Reg cls);
+  std::string label(const llvm::BasicBlock* bb);
+  bool live_after(const llvm::Value* v, const llvm::Instruction* at) const;  // v used after `at` runs
+  void line(const std::string& text);
+
+  const llvm::Module& m_;
+  const llvm::DataLayout& dl_;
+  PtxTarget target_;
+  const llvm::Function* fn_ = nullptr;
+  const llvm::BasicBlock* next_block_ = nullptr;  // the block emitted after the current one
+  std::string body_;
+  int next_[kRegClasses] = {1, 1, 1, 1};
+  llvm::DenseMap<const llvm::Value*, Parts> values_;
+  llvm::DenseMap<const llvm::BasicBlock*, int> labels_;
+  int next_label_ = 0;
+  // The values each register holds (an extractvalue shares its aggregate's register; an inline asm's output
+  // may take over the register of an input that dies there: emit_inline_asm).
+  std::unordered_map<std::string, std::vector<const llvm::Value*>> register_values_;
+};
+
+// "s32", "u64", "b16": PTX type suffixes.
+std::string int_type(char kind, int bits);
+
+// A register's class from its name (%p, %rs, %r, %rd) and the bits of a mov on it.
+Reg class_of_register(const std::string& name);
+int mov_bits(Reg cls);
+
+// "mov.b32 %r1, %r2" or "mov.pred %p1, %p2".
+std::string mov(Reg cls, const std::string& to, const std::string& from);
+
+}  // namespace weft::codegen::nvptx::emitter
