@@ -139,33 +139,49 @@ void PtxEmitter::bind(const llvm::Value* v, Parts parts) {
   values_[v] = std::move(parts);
 }
 
-// Liveness of one value, by walking back from its uses to its definition.
-bool PtxEmitter::live_after(const llvm::Value* v, const llvm::Instruction* at) const {
-  const llvm::BasicBlock* here = at->getParent();
+// Liveness of one value, by walking back from its uses to its definition: the blocks it is live into and out of.
+void PtxEmitter::live_blocks(const llvm::Value* v, llvm::SmallPtrSetImpl<const llvm::BasicBlock*>& in,
+                             llvm::SmallPtrSetImpl<const llvm::BasicBlock*>& out) const {
   const llvm::BasicBlock* def =
       llvm::isa<llvm::Instruction>(v) ? llvm::cast<llvm::Instruction>(v)->getParent() : &fn_->getEntryBlock();
-  llvm::SmallPtrSet<const llvm::BasicBlock*, 16> live_in;
   llvm::SmallVector<const llvm::BasicBlock*, 16> work;
-  bool live_out_here = false;
-  auto live_out = [&](const llvm::BasicBlock* b) {
-    if (b == here) live_out_here = true;
-    if (b != def && live_in.insert(b).second) work.push_back(b);
+  auto live_in = [&](const llvm::BasicBlock* b) {
+    if (b != def && in.insert(b).second) work.push_back(b);
   };
   for (const llvm::Use& u : v->uses()) {
     auto* user = llvm::cast<llvm::Instruction>(u.getUser());
     if (auto* phi = llvm::dyn_cast<llvm::PHINode>(user)) {
-      live_out(phi->getIncomingBlock(u));
-      continue;
+      const llvm::BasicBlock* from = phi->getIncomingBlock(u);
+      out.insert(from);
+      live_in(from);
+    } else {
+      live_in(user->getParent());
     }
-    const llvm::BasicBlock* b = user->getParent();
-    if (b == here && at->comesBefore(user)) return true;
-    if (b != def && live_in.insert(b).second) work.push_back(b);
   }
   while (!work.empty()) {
     const llvm::BasicBlock* b = work.pop_back_val();
-    for (const llvm::BasicBlock* p : llvm::predecessors(b)) live_out(p);
+    for (const llvm::BasicBlock* p : llvm::predecessors(b)) {
+      out.insert(p);
+      live_in(p);
+    }
   }
-  return live_out_here;
+}
+
+bool PtxEmitter::live_after(const llvm::Value* v, const llvm::Instruction* at) const {
+  const llvm::BasicBlock* here = at->getParent();
+  for (const llvm::User* user : v->users())
+    if (!llvm::isa<llvm::PHINode>(user) && llvm::cast<llvm::Instruction>(user)->getParent() == here &&
+        at->comesBefore(llvm::cast<llvm::Instruction>(user)))
+      return true;
+  llvm::SmallPtrSet<const llvm::BasicBlock*, 16> in, out;
+  live_blocks(v, in, out);
+  return out.count(here) > 0;
+}
+
+bool PtxEmitter::live_into(const llvm::Value* v, const llvm::BasicBlock* bb) const {
+  llvm::SmallPtrSet<const llvm::BasicBlock*, 16> in, out;
+  live_blocks(v, in, out);
+  return in.count(bb) > 0;
 }
 
 std::string PtxEmitter::immediate(const llvm::Constant* c) const {
@@ -196,7 +212,7 @@ std::string PtxEmitter::constant_address(const llvm::Constant* c) {
   }
   if (llvm::isa<llvm::ConstantPointerNull>(c) || llvm::isa<llvm::ConstantInt>(c) || llvm::isa<llvm::UndefValue>(c)) {
     std::string r = fresh(class_of(t));
-    line(fmt::format("mov.b{} {}, {}", bits_of(t), r, llvm::isa<llvm::ConstantInt>(c) ? immediate(c) : "0"));
+    line(fmt::format("mov.b{} {}, {}", mov_bits(class_of(t)), r, llvm::isa<llvm::ConstantInt>(c) ? immediate(c) : "0"));
     return r;
   }
   auto* e = llvm::dyn_cast<llvm::ConstantExpr>(c);
@@ -286,17 +302,16 @@ Parts PtxEmitter::materialize(const llvm::Constant* c) {
         uint64_t bits = pack ? lane_bits(c->getAggregateElement(unsigned(2 * p))) |
                                    lane_bits(c->getAggregateElement(unsigned(2 * p + 1))) << 16
                              : lane_bits(c->getAggregateElement(unsigned(p)));
-        line(fmt::format("mov.b{} {}, {}", pack ? 32 : bits_of(v->getElementType()), r, bits));
+        line(fmt::format("mov.b{} {}, {}", mov_bits(classes[p]), r, bits));
       }
       out.push_back(r);
     }
     return out;
   }
-  int bits = bits_of(t);
   std::string r = fresh(class_of(t));
   std::string imm = immediate(c);
   if (imm.empty()) imm = fmt::format("{:#x}", lane_bits(c));
-  line(fmt::format("mov.b{} {}, {}", bits, r, imm));
+  line(fmt::format("mov.b{} {}, {}", mov_bits(class_of(t)), r, imm));
   return {r};
 }
 
@@ -584,7 +599,9 @@ void PtxEmitter::emit_instruction(const llvm::Instruction& inst) {
       if (ev.getNumIndices() != 1 || !ev.getType()->isSingleValueType() || ev.getType()->isVectorTy())
         throw Unsupported("an extractvalue of a nested aggregate");
       std::string field = parts(ev.getAggregateOperand()).at(ev.getIndices()[0]);
-      if (llvm::isa<llvm::PHINode>(ev.getAggregateOperand())) {  // a phi's registers change at its block's start
+      // A phi's registers change on the edges into its block: a field still needed there gets its own copy.
+      // (Else it shares the register: a copy could read a wgmma's accumulator while the wgmma is in flight.)
+      if (auto* phi = llvm::dyn_cast<llvm::PHINode>(ev.getAggregateOperand()); phi && live_into(&ev, phi->getParent())) {
         Reg cls = class_of(ev.getType());
         line(mov(cls, define(&ev)[0], defined_part(field, cls)));
         return;

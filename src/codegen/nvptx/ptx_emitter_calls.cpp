@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <llvm/IR/InlineAsm.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "codegen/nvptx/ptx_emitter_impl.h"
@@ -189,6 +190,41 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
   throw Unsupported("the intrinsic " + name.str());
 }
 
+std::string PtxEmitter::phi_register_for_output(const llvm::CallInst& call, unsigned k,
+                                                const std::vector<std::string>& taken) {
+  // Where output k goes: phis of the whole result (part k of their registers), or phis of an extractvalue of
+  // field k (their one register).
+  struct Candidate {
+    const llvm::Value* value;  // what the phi takes
+    const llvm::PHINode* phi;
+    size_t part;
+  };
+  std::vector<Candidate> candidates;
+  auto phis_of = [&](const llvm::Value* value, size_t part) {
+    for (const llvm::User* u : value->users())
+      if (auto* phi = llvm::dyn_cast<llvm::PHINode>(u)) candidates.push_back({value, phi, part});
+  };
+  phis_of(&call, call.getType()->isStructTy() ? k : 0);
+  if (call.getType()->isStructTy())
+    for (const llvm::User* u : call.users())
+      if (auto* ev = llvm::dyn_cast<llvm::ExtractValueInst>(u); ev && ev->getNumIndices() == 1 && ev->getIndices()[0] == k)
+        phis_of(ev, 0);
+  for (const Candidate& c : candidates) {
+    auto it = values_.find(c.phi);
+    if (it == values_.end() || c.part >= it->second.size()) continue;
+    const std::string& r = it->second[c.part];
+    if (std::find(taken.begin(), taken.end(), r) != taken.end()) continue;
+    if (class_of_register(r) != class_of_register(taken[k])) continue;
+    bool free = !live_into(c.value, c.phi->getParent());
+    for (const llvm::Value* arg : call.args())  // no input of this asm may read it
+      if (auto a = values_.find(arg); free && a != values_.end() && llvm::is_contained(a->second, r)) free = false;
+    for (const llvm::Value* holder : register_values_[r])
+      if (free && live_after(holder, &call)) free = false;
+    if (free) return r;
+  }
+  return "";
+}
+
 // Inline asm as LLVM prints it: $N is operand N (the outputs, then the inputs), $$ a dollar sign. An input tied
 // to an output ("0") is copied into the output's register before the statement.
 void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
@@ -198,6 +234,17 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
   Parts outputs;
   std::vector<std::string> operands;
   unsigned input = 0;
+  const std::string text = ia->getAsmString().str();
+  auto named = [&](size_t n) {  // whether the text reads or writes operand n
+    for (size_t at = text.find('$'); at != std::string::npos; at = text.find('$', at + 1)) {
+      size_t j = at + 1;
+      while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+      if (j > at + 1 && std::stoul(text.substr(at + 1, j - at - 1)) == n) return true;
+    }
+    return false;
+  };
+  std::vector<std::pair<std::string, std::string>> copies_after;  // (output, input) of passed-through values
+  std::vector<bool> passed_through(infos.size(), false);
   for (const llvm::InlineAsm::ConstraintInfo& c : infos) {
     if (c.Type == llvm::InlineAsm::isClobber) continue;
     if (c.Type == llvm::InlineAsm::isLabel || c.isIndirect || c.Codes.empty())
@@ -218,6 +265,21 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
       // An input that dies here lends its register to the output (an accumulator carried around a loop then
       // needs no copy); else the output starts as a copy of it.
       auto it = values_.find(v);
+      size_t self = operands.size();  // this input's operand number
+      if (!named(tied) && !named(self) && it != values_.end() && it->second.size() == 1 && !it->second[0].empty()) {
+        // The text names neither: the output is the input passed through (wgmma.wait_group's fence on the
+        // accumulator). Out of a phi's register it is copied after the statement, once the wgmma has finished,
+        // which keeps the phi's register free for the next wgmma's result (phi_register_for_output).
+        const std::string& in = it->second[0];
+        bool phi_register = llvm::any_of(register_values_[in], [](const llvm::Value* h) { return llvm::isa<llvm::PHINode>(h); });
+        if (phi_register && class_of_register(in) == class_of_register(outputs[tied])) {
+          copies_after.emplace_back(outputs[tied], in);
+          operands[tied] = in;
+          operands.push_back(in);
+          passed_through[tied] = true;
+          continue;
+        }
+      }
       bool take_over = it != values_.end() && it->second.size() == 1 && !it->second[0].empty() &&
                        class_of_register(it->second[0]) == class_of_register(outputs[tied]) &&
                        llvm::count(call.args(), v) == 1;
@@ -257,10 +319,23 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
       throw Unsupported("the inline asm input constraint '" + code + "'");
     }
   }
+  // An output carried into a phi (an accumulator around a loop) is written into the phi's register, so the
+  // edge needs no copy: a copy would read a wgmma's registers while it may still be in flight, and ptxas
+  // then serializes the wgmma.
+  std::vector<bool> tied_output(outputs.size(), false);
+  for (const llvm::InlineAsm::ConstraintInfo& c : infos)
+    if (c.Type == llvm::InlineAsm::isInput && !c.Codes.empty() && std::isdigit(static_cast<unsigned char>(c.Codes[0][0])))
+      tied_output[std::stoul(c.Codes[0])] = true;
+  for (unsigned k = 0; k < outputs.size(); ++k) {
+    if (tied_output[k] || passed_through[k]) continue;
+    if (std::string r = phi_register_for_output(call, k, outputs); !r.empty()) {
+      outputs[k] = r;
+      operands[k] = r;
+    }
+  }
   if (!t->isVoidTy()) bind(&call, outputs);
-  // (Outputs that took over an input's register are bound to both values now: a later take-over checks both.)
+  // (Outputs that took over a register are bound to both values now: a later take-over checks both.)
 
-  const std::string text = ia->getAsmString().str();
   std::string out;
   out.reserve(text.size() + 64);
   for (size_t i = 0; i < text.size(); ++i) {
@@ -285,6 +360,7 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
   body_ += "\t// begin inline asm\n\t";
   body_ += out;
   body_ += "\n\t// end inline asm\n";
+  for (const auto& [to, from] : copies_after) line(mov(class_of_register(to), to, from));
 }
 
 }  // namespace weft::codegen::nvptx::emitter

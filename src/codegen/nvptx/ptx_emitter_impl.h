@@ -4,6 +4,7 @@
 
 #include <llvm/ADT/DenseMap.h>
 #include <llvm/ADT/DenseSet.h>
+#include <llvm/ADT/SmallPtrSet.h>
 #include <llvm/IR/DataLayout.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicInst.h>
@@ -80,7 +81,13 @@ class PtxEmitter {
   std::string generic_address(const std::string& addr, unsigned as);  // cvta from address space `as`
   std::string defined_part(const std::string& part, Reg cls);
   std::string label(const llvm::BasicBlock* bb);
+  void live_blocks(const llvm::Value* v, llvm::SmallPtrSetImpl<const llvm::BasicBlock*>& in,
+                   llvm::SmallPtrSetImpl<const llvm::BasicBlock*>& out) const;
   bool live_after(const llvm::Value* v, const llvm::Instruction* at) const;  // v used after `at` runs
+  bool live_into(const llvm::Value* v, const llvm::BasicBlock* bb) const;    // v used after bb's start
+  // A register for inline asm output `k` of `call`: the register of the phi it flows into when that costs no
+  // copy's worth of interference, else "".
+  std::string phi_register_for_output(const llvm::CallInst& call, unsigned k, const std::vector<std::string>& taken);
   void line(const std::string& text);
 
   const llvm::Module& m_;
