@@ -1,5 +1,5 @@
-// The class behind emit_ptx (ptx_emitter.h), shared by its two files: ptx_emitter.cpp (the module, values,
-// control flow, arithmetic, casts, memory) and ptx_emitter_calls.cpp (intrinsics and inline asm).
+// The class behind emit_ptx (ptx_emitter.h), shared by its three files: ptx_emitter.cpp (the module, values,
+// liveness, control flow), ptx_emitter_ops.cpp (instructions) and ptx_emitter_calls.cpp (intrinsics, inline asm).
 #pragma once
 
 #include <llvm/ADT/DenseMap.h>
@@ -42,11 +42,13 @@ class PtxEmitter {
   void emit_globals(std::string& out);
   std::string entry_signature(const llvm::Function& f);
   void emit_block(const llvm::BasicBlock& bb);
-  void emit_instruction(const llvm::Instruction& inst);
   void emit_phi_copies(const llvm::BasicBlock& from, const llvm::BasicBlock& to);
   void emit_parallel_copy(std::vector<std::pair<std::string, std::string>> copies);  // (to, from)
   std::string fresh_label();
   void emit_terminator(const llvm::Instruction& inst);
+
+  // ptx_emitter_ops.cpp
+  void emit_instruction(const llvm::Instruction& inst);
   void emit_binary(const llvm::BinaryOperator& op);
   void emit_compare(const llvm::CmpInst& cmp);
   void emit_select(const llvm::SelectInst& sel);
@@ -104,6 +106,16 @@ class PtxEmitter {
   // may take over the register of an input that dies there: emit_inline_asm).
   std::unordered_map<std::string, std::vector<const llvm::Value*>> register_values_;
 };
+
+// Two-lane groups of 16-bit lanes share a b32 register.
+bool packed16(llvm::Type* t);
+
+// Shared memory's addresses fit 32 bits (PTX takes a 32-bit register as a .shared address): the emitter keeps
+// them in b32 registers whatever the data layout says, so their arithmetic is 32-bit as LLVM's narrowing makes it.
+bool shared_space(unsigned as);
+
+// ".global", ".shared", "" (generic), ...; Unsupported for an address space PTX code here never uses.
+const char* space_name(unsigned as);
 
 // "s32", "u64", "b16": PTX type suffixes.
 std::string int_type(char kind, int bits);
