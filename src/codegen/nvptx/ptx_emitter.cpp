@@ -123,10 +123,33 @@ std::vector<Reg> PtxEmitter::part_classes(llvm::Type* t) const {
 }
 
 Parts PtxEmitter::define(const llvm::Value* v) {
+  std::vector<Reg> classes = part_classes(v->getType());
   Parts p;
-  for (Reg cls : part_classes(v->getType())) p.push_back(fresh(cls));
+  if (auto* inst = llvm::dyn_cast<llvm::Instruction>(v); inst && classes.size() == 1 && !llvm::isa<llvm::PHINode>(inst))
+    if (std::string r = phi_register_for_value(*inst, classes[0]); !r.empty()) p.push_back(r);
+  if (p.empty())
+    for (Reg cls : classes) p.push_back(fresh(cls));
   bind(v, p);
   return p;
+}
+
+// A value carried into a phi is computed straight into the phi's register when the phi's current value is not
+// needed after this point and the value is not needed past the phi's block entry (each instruction's
+// expansion writes its result last, so reading the old value in the same instruction is fine).
+std::string PtxEmitter::phi_register_for_value(const llvm::Instruction& inst, Reg cls) {
+  for (const llvm::User* u : inst.users()) {
+    auto* phi = llvm::dyn_cast<llvm::PHINode>(u);
+    if (!phi) continue;
+    auto it = values_.find(phi);
+    if (it == values_.end() || it->second.size() != 1 || class_of_register(it->second[0]) != cls) continue;
+    const std::string& r = it->second[0];
+    if (live_into(&inst, phi->getParent())) continue;
+    bool free = true;
+    for (const llvm::Value* holder : register_values_[r])
+      if (free && holder != &inst && live_after(holder, &inst)) free = false;
+    if (free) return r;
+  }
+  return "";
 }
 
 void PtxEmitter::bind(const llvm::Value* v, Parts parts) {
@@ -314,9 +337,26 @@ Parts PtxEmitter::materialize(const llvm::Constant* c) {
 Parts PtxEmitter::parts(const llvm::Value* v) {
   auto it = values_.find(v);
   if (it != values_.end()) return it->second;
-  // A constant's registers are made where it is used (the use may not be dominated by an earlier one).
-  if (auto* c = llvm::dyn_cast<llvm::Constant>(v)) return materialize(c);
+  // A constant's registers are made where it is used (the use may not be dominated by an earlier one), once
+  // per block.
+  if (auto* c = llvm::dyn_cast<llvm::Constant>(v)) {
+    auto [at, made] = block_constants_.try_emplace(c);
+    if (made) at->second = materialize(c);
+    return at->second;
+  }
   throw Unsupported("a value used before the emitter saw its definition");
+}
+
+// Registers a value can share with another: all but a phi's, which change on the edges into its block (a
+// register defined by an instruction keeps its value until that instruction runs again, and by then every
+// use of the value sharing it has come: its definition dominates them).
+bool PtxEmitter::shareable(const Parts& registers) {
+  for (const std::string& r : registers) {
+    if (r.empty()) return false;
+    for (const llvm::Value* holder : register_values_[r])
+      if (llvm::isa<llvm::PHINode>(holder)) return false;
+  }
+  return true;
 }
 
 std::string PtxEmitter::reg(const llvm::Value* v) {
@@ -451,6 +491,7 @@ std::string PtxEmitter::run() {
   std::string signature = entry_signature(*fn_);
   for (const llvm::BasicBlock* bb : order)
     for (const llvm::PHINode& phi : bb->phis()) define(&phi);
+  coalesce_phis(order);
   for (size_t i = 0; i < order.size(); ++i) {
     if (i > 0) body_ += fmt::format("{}:\n", label(order[i]));
     next_block_ = i + 1 < order.size() ? order[i + 1] : nullptr;
@@ -468,9 +509,48 @@ std::string PtxEmitter::run() {
   return out;
 }
 
+// Phis that take one another's values around loop nests (an accumulator handed from an outer loop's phi to
+// an inner loop's) share a register where their lives do not overlap, so the edge between them needs no
+// copy. Two phis in different blocks overlap exactly when one is live into the other's block (both blocks
+// dominate any point where both are live); phis of one block always overlap.
+void PtxEmitter::coalesce_phis(const std::vector<const llvm::BasicBlock*>& order) {
+  std::unordered_map<std::string, std::vector<const llvm::PHINode*>> members;
+  for (const llvm::BasicBlock* bb : order)
+    for (const llvm::PHINode& phi : bb->phis())
+      if (values_.at(&phi).size() == 1) members[values_.at(&phi)[0]].push_back(&phi);
+  auto disjoint = [&](const llvm::PHINode* a, const llvm::PHINode* b) {
+    return a->getParent() != b->getParent() && !live_into(a, b->getParent()) && !live_into(b, a->getParent());
+  };
+  for (const llvm::BasicBlock* bb : order)
+    for (const llvm::PHINode& phi : bb->phis()) {
+      if (values_.at(&phi).size() != 1) continue;
+      for (const llvm::Value* in : phi.incoming_values()) {
+        auto* other = llvm::dyn_cast<llvm::PHINode>(in);
+        if (!other || values_.at(other).size() != 1) continue;
+        std::string mine = values_.at(&phi)[0], theirs = values_.at(other)[0];
+        if (mine == theirs || class_of_register(mine) != class_of_register(theirs)) continue;
+        std::vector<const llvm::PHINode*>&a = members[mine], &b = members[theirs];
+        bool ok = true;
+        for (const llvm::PHINode* x : a)
+          for (const llvm::PHINode* y : b)
+            if (ok && !disjoint(x, y)) ok = false;
+        if (!ok) continue;
+        for (const llvm::PHINode* y : b) {
+          values_[y] = {mine};
+          a.push_back(y);
+        }
+        register_values_[mine].insert(register_values_[mine].end(), register_values_[theirs].begin(),
+                                      register_values_[theirs].end());
+        register_values_.erase(theirs);
+        members.erase(theirs);
+      }
+    }
+}
+
 // ---- blocks and control flow ------------------------------------------------------------------------------
 
 void PtxEmitter::emit_block(const llvm::BasicBlock& bb) {
+  block_constants_.clear();
   for (const llvm::Instruction& inst : bb) {
     if (llvm::isa<llvm::PHINode>(inst)) continue;  // written by the predecessors (emit_phi_copies)
     if (inst.isTerminator())
@@ -485,6 +565,7 @@ std::string PtxEmitter::fresh_label() { return fmt::format("$L__E{}", next_label
 // Out of SSA: a phi's register is written on each edge into its block, by copies that run only on that
 // edge (emit_terminator splits the edges of conditional branches), so no other path sees the new value.
 void PtxEmitter::emit_phi_copies(const llvm::BasicBlock& from, const llvm::BasicBlock& to) {
+  block_constants_.clear();  // each edge's copies run on that edge alone
   std::vector<std::pair<std::string, std::string>> copies;
   for (const llvm::PHINode& phi : to.phis()) {
     const llvm::Value* v = phi.getIncomingValueForBlock(&from);

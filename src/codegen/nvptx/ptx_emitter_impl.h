@@ -41,6 +41,7 @@ class PtxEmitter {
   // ptx_emitter.cpp
   void emit_globals(std::string& out);
   std::string entry_signature(const llvm::Function& f);
+  void coalesce_phis(const std::vector<const llvm::BasicBlock*>& order);
   void emit_block(const llvm::BasicBlock& bb);
   void emit_phi_copies(const llvm::BasicBlock& from, const llvm::BasicBlock& to);
   void emit_parallel_copy(std::vector<std::pair<std::string, std::string>> copies);  // (to, from)
@@ -71,9 +72,11 @@ class PtxEmitter {
   Reg class_of(llvm::Type* scalar) const;          // Unsupported for types without a register class
   int bits_of(llvm::Type* scalar) const;           // 1, 16, 32 or 64
   std::vector<Reg> part_classes(llvm::Type* t) const;
-  Parts define(const llvm::Value* v);              // fresh registers for v's parts
+  Parts define(const llvm::Value* v);              // registers for v's parts: a phi's (below) or fresh ones
+  std::string phi_register_for_value(const llvm::Instruction& inst, Reg cls);
   void bind(const llvm::Value* v, Parts parts);    // v's parts are these registers (they are defined once)
   Parts parts(const llvm::Value* v);              // v's registers, a constant made into registers
+  bool shareable(const Parts& registers);          // whether another value may be bound to these registers
   std::string reg(const llvm::Value* v);           // a scalar's register
   std::string operand(const llvm::Value* v);       // a scalar as an immediate where it is a constant
   std::string immediate(const llvm::Constant* c) const;  // a constant scalar's PTX immediate
@@ -102,6 +105,7 @@ class PtxEmitter {
   llvm::DenseMap<const llvm::Value*, Parts> values_;
   llvm::DenseMap<const llvm::BasicBlock*, int> labels_;
   int next_label_ = 0;
+  llvm::DenseMap<const llvm::Constant*, Parts> block_constants_;  // constants made into registers in this block
   // The values each register holds (an extractvalue shares its aggregate's register; an inline asm's output
   // may take over the register of an input that dies there: emit_inline_asm).
   std::unordered_map<std::string, std::vector<const llvm::Value*>> register_values_;

@@ -245,6 +245,7 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
   if (opc == Instruction::BitCast) {
     std::vector<Reg> from_c = part_classes(from_t), to_c = part_classes(to_t);
     Parts src = parts(cast.getOperand(0));
+    if (from_c == to_c && from_c[0] != Reg::pred && shareable(src)) return bind(&cast, src);  // same registers
     Parts d = define(&cast);
     auto bits = [](Reg r) { return r == Reg::b16 ? 16 : r == Reg::b32 ? 32 : 64; };
     if (from_c.size() == to_c.size() && from_c[0] == to_c[0] && from_c[0] != Reg::pred) {
