@@ -37,6 +37,18 @@ constexpr const char* kDefaultPipeline =
     "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),"
     "gvn<no-pre>,instcombine<no-verify-fixpoint>,infer-alignment,adce)";
 
+// For weft's own PTX emitter (ptx_emitter.h), which has no DAG combiner and no machine passes: the pipeline
+// above without adce (ptxas removes dead code itself: the same SASS over the unit suite's kernels; dropping gvn
+// and the second instcombine too made small-M GEMMs 10% longer, benchmarks/NOTES.md), then four passes for
+// what LLVM's code generator would have done: a remainder next to its division becomes a multiply and a
+// subtraction (div-rem-pairs), addresses that differ by a constant share one base
+// (separate-const-offset-from-gep, early-cse), and a value moves into the block that uses it (sink; without
+// it ptxas spills in attention's consumers).
+constexpr const char* kWeftEmitterPipeline =
+    "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),"
+    "gvn<no-pre>,instcombine<no-verify-fixpoint>,infer-alignment),"
+    "function(div-rem-pairs,separate-const-offset-from-gep,early-cse,sink)";
+
 // The code generator's own optional passes weft skips by default. A name alone skips every run of that
 // pass; "name#k" skips its k-th run on each function (from 1), for a pass the pipeline adds more than once.
 // early-cse runs three times: after straight-line strength reduction, after nary reassociation, and before
@@ -108,12 +120,7 @@ void generate_ptx(llvm::Module& m, llvm::TargetMachine* target, llvm::raw_pwrite
 std::string nvptx_pipeline() {
   const std::string& chosen = support::knobs().nvptx_passes;
   if (!chosen.empty()) return chosen;
-  // weft's PTX emitter has no DAG combiner and no machine passes; four IR passes do what of theirs ptxas
-  // does not redo: a remainder next to its division becomes a multiply and a subtraction (div-rem-pairs),
-  // addresses that differ by a constant share one base (separate-const-offset-from-gep, early-cse), and a
-  // value moves into the block that uses it (sink; without it ptxas spills in attention's consumers).
-  if (weft_emitter_chosen()) return std::string(kDefaultPipeline) + ",function(div-rem-pairs,separate-const-offset-from-gep,early-cse,sink)";
-  return kDefaultPipeline;
+  return weft_emitter_chosen() ? kWeftEmitterPipeline : kDefaultPipeline;
 }
 
 void optimize_for_nvptx(llvm::Module& m, llvm::TargetMachine* target) {

@@ -11,6 +11,9 @@
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Operator.h>
 
+#include <queue>
+#include <unordered_map>
+
 #include "codegen/nvptx/ptx_emitter_impl.h"
 
 namespace weft::codegen::nvptx {
@@ -186,22 +189,22 @@ void PtxEmitter::live_blocks(const llvm::Value* v, llvm::SmallPtrSetImpl<const l
   }
 }
 
-bool PtxEmitter::live_after(const llvm::Value* v, const llvm::Instruction* at) const {
+const PtxEmitter::Liveness& PtxEmitter::liveness(const llvm::Value* v) {
+  auto [it, fresh_entry] = liveness_.try_emplace(v);
+  if (fresh_entry) live_blocks(v, it->second.in, it->second.out);
+  return it->second;
+}
+
+bool PtxEmitter::live_after(const llvm::Value* v, const llvm::Instruction* at) {
   const llvm::BasicBlock* here = at->getParent();
   for (const llvm::User* user : v->users())
     if (!llvm::isa<llvm::PHINode>(user) && llvm::cast<llvm::Instruction>(user)->getParent() == here &&
         at->comesBefore(llvm::cast<llvm::Instruction>(user)))
       return true;
-  llvm::SmallPtrSet<const llvm::BasicBlock*, 16> in, out;
-  live_blocks(v, in, out);
-  return out.count(here) > 0;
+  return liveness(v).out.count(here) > 0;
 }
 
-bool PtxEmitter::live_into(const llvm::Value* v, const llvm::BasicBlock* bb) const {
-  llvm::SmallPtrSet<const llvm::BasicBlock*, 16> in, out;
-  live_blocks(v, in, out);
-  return in.count(bb) > 0;
-}
+bool PtxEmitter::live_into(const llvm::Value* v, const llvm::BasicBlock* bb) { return liveness(v).in.count(bb) > 0; }
 
 std::string PtxEmitter::immediate(const llvm::Constant* c) const {
   llvm::Type* t = c->getType();
@@ -582,25 +585,43 @@ void PtxEmitter::emit_phi_copies(const llvm::BasicBlock& from, const llvm::Basic
 // (two phis swapping values) goes through a fresh register.
 void PtxEmitter::emit_parallel_copy(std::vector<std::pair<std::string, std::string>> copies) {
   std::erase_if(copies, [](const auto& c) { return c.first == c.second; });
-  while (!copies.empty()) {
-    bool progress = false;
-    for (size_t i = 0; i < copies.size(); ++i) {
-      const std::string& to = copies[i].first;
-      bool read_later = std::any_of(copies.begin(), copies.end(), [&](const auto& c) { return c.second == to; });
-      if (read_later) continue;
-      line(mov(class_of_register(to), to, copies[i].second));
-      copies.erase(copies.begin() + static_cast<std::ptrdiff_t>(i));
-      progress = true;
-      break;
+  // A copy is ready when no pending copy reads its destination; the ready one listed first goes next.
+  std::unordered_map<std::string, int> reads;
+  std::unordered_map<std::string, size_t> writer;  // destination -> its copy
+  for (size_t i = 0; i < copies.size(); ++i) {
+    ++reads[copies[i].second];
+    writer[copies[i].first] = i;
+  }
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
+  for (size_t i = 0; i < copies.size(); ++i)
+    if (!reads.count(copies[i].first)) ready.push(i);
+  std::vector<bool> done(copies.size(), false);
+  size_t left = copies.size(), first_pending = 0;
+  auto release = [&](const std::string& source) {  // one reader of `source` fewer
+    if (--reads[source] == 0)
+      if (auto w = writer.find(source); w != writer.end() && !done[w->second]) ready.push(w->second);
+  };
+  while (left > 0) {
+    if (ready.empty()) {
+      // Every destination is still read (a cycle): save one, and let its readers read the copy.
+      while (done[first_pending]) ++first_pending;
+      std::string held = copies[first_pending].first;
+      Reg cls = class_of_register(held);
+      std::string saved = fresh(cls);
+      line(mov(cls, saved, held));
+      for (size_t i = 0; i < copies.size(); ++i)
+        if (!done[i] && copies[i].second == held) copies[i].second = saved;
+      reads[saved] = reads[held];
+      reads[held] = 0;
+      ready.push(first_pending);
+      continue;
     }
-    if (progress) continue;
-    // Every destination is still read: save one, and let its readers read the copy.
-    std::string held = copies[0].first;
-    Reg cls = class_of_register(held);
-    std::string saved = fresh(cls);
-    line(mov(cls, saved, held));
-    for (auto& c : copies)
-      if (c.second == held) c.second = saved;
+    size_t i = ready.top();
+    ready.pop();
+    line(mov(class_of_register(copies[i].first), copies[i].first, copies[i].second));
+    done[i] = true;
+    --left;
+    release(copies[i].second);
   }
 }
 

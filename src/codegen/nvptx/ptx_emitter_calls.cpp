@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "codegen/nvptx/ptx_emitter_impl.h"
 
@@ -94,25 +97,30 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
     line(fmt::format("vote.sync.ballot.b32 {}, {}, {}", result(), reg(call.getArgOperand(1)), arg(0)));
     return;
   }
-  for (const char* mode : {"any", "all", "uni"})
-    if (name == fmt::format("llvm.nvvm.vote.{}.sync", mode)) {
-      line(fmt::format("vote.sync.{}.pred {}, {}, {}", mode, result(), reg(call.getArgOperand(1)), arg(0)));
+  if (name.starts_with("llvm.nvvm.vote.") && name.ends_with(".sync")) {  // any, all, uni
+    llvm::StringRef mode = name.drop_front(std::strlen("llvm.nvvm.vote.")).drop_back(std::strlen(".sync"));
+    if (mode != "any" && mode != "all" && mode != "uni") throw Unsupported("the intrinsic " + name.str());
+    line(fmt::format("vote.sync.{}.pred {}, {}, {}", mode.str(), result(), reg(call.getArgOperand(1)), arg(0)));
+    return;
+  }
+
+  // fp8 conversions: pairs of f32 into two bytes (ff.to.<fp8>.rn[.relu]), two bytes into a pair of f16
+  // (<fp8>.to.f16x2.rn[.relu]).
+  for (const char* fp8 : {"e4m3x2", "e5m2x2"}) {
+    llvm::StringRef rest = name;
+    if (rest.consume_front("llvm.nvvm.ff.to.") && rest.consume_front(fp8) && rest.consume_front(".rn") &&
+        (rest.empty() || rest == ".relu")) {
+      line(fmt::format("cvt.rn.satfinite{}.{}.f32 {}, {}, {}", rest.str(), fp8, result(), reg(call.getArgOperand(0)),
+                       reg(call.getArgOperand(1))));
       return;
     }
-
-  // fp8 conversions: pairs of f32 into two bytes, two bytes into a pair of f16.
-  for (const char* fp8 : {"e4m3x2", "e5m2x2"})
-    for (const char* relu : {"", ".relu"}) {
-      if (name == fmt::format("llvm.nvvm.ff.to.{}.rn{}", fp8, relu)) {
-        line(fmt::format("cvt.rn.satfinite{}.{}.f32 {}, {}, {}", relu, fp8, result(), reg(call.getArgOperand(0)),
-                         reg(call.getArgOperand(1))));
-        return;
-      }
-      if (name == fmt::format("llvm.nvvm.{}.to.f16x2.rn{}", fp8, relu)) {
-        line(fmt::format("cvt.rn{}.f16x2.{} {}, {}", relu, fp8, result(), reg(call.getArgOperand(0))));
-        return;
-      }
+    rest = name;
+    if (rest.consume_front("llvm.nvvm.") && rest.consume_front(fp8) && rest.consume_front(".to.f16x2.rn") &&
+        (rest.empty() || rest == ".relu")) {
+      line(fmt::format("cvt.rn{}.f16x2.{} {}, {}", rest.str(), fp8, result(), reg(call.getArgOperand(0))));
+      return;
     }
+  }
   if (name == "llvm.nvvm.mapa.shared.cluster" || name == "llvm.nvvm.mapa") {
     const char* space = name == "llvm.nvvm.mapa" ? "" : ".shared::cluster";
     line(fmt::format("mapa{}.u{} {}, {}, {}", space, bits_of(t), result(), reg(call.getArgOperand(0)), arg(1)));
@@ -122,9 +130,11 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
   // Arithmetic.
   if (t->isVectorTy()) throw Unsupported("the vector intrinsic " + name.str());
   int bits = t->isVoidTy() ? 0 : bits_of(t);
-  auto base_is = [&](const char* base) {
-    return name == fmt::format("{}.f{}", base, bits) || (bits && name == fmt::format("{}.i{}", base, bits));
-  };
+  // "llvm.fma.f32" is "llvm.fma" for a 32-bit result.
+  auto [base, suffix] = name.rsplit('.');
+  bool typed = bits && suffix.size() > 1 && (suffix[0] == 'f' || suffix[0] == 'i') &&
+               suffix.drop_front() == llvm::StringRef(std::to_string(bits));
+  auto base_is = [&](const char* intrinsic) { return typed && base == intrinsic; };
   struct Unary {
     const char* intrinsic;
     const char* ptx;
@@ -153,11 +163,13 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
       return;
     }
     // llvm.nvvm.<op>.approx[.ftz].f[32]: the PTX instruction of that name.
-    for (const char* op : {"ex2", "lg2", "rsqrt", "sqrt", "sin", "cos", "rcp", "tanh"}) {
-      for (const char* ftz : {"", ".ftz"})
-        for (const char* suffix : {".f", ".f32"})
-          if (name == fmt::format("llvm.nvvm.{}.approx{}{}", op, ftz, suffix) && bits == 32) {
-            line(fmt::format("{}.approx{}.f32 {}, {}", op, ftz, result(), reg(call.getArgOperand(0))));
+    llvm::StringRef op = base;
+    if (bits == 32 && (suffix == "f" || suffix == "f32") && op.consume_front("llvm.nvvm.")) {
+      bool ftz = op.consume_back(".ftz");
+      if (op.consume_back(".approx"))
+        for (const char* known : {"ex2", "lg2", "rsqrt", "sqrt", "sin", "cos", "rcp", "tanh"})
+          if (op == known) {
+            line(fmt::format("{}.approx{}.f32 {}, {}", known, ftz ? ".ftz" : "", result(), reg(call.getArgOperand(0))));
             return;
           }
     }
@@ -190,8 +202,9 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
   throw Unsupported("the intrinsic " + name.str());
 }
 
-std::string PtxEmitter::phi_register_for_output(const llvm::CallInst& call, unsigned k,
-                                                const std::vector<std::string>& taken) {
+std::string PtxEmitter::phi_register_for_output(const llvm::CallInst& call, unsigned k, Reg cls,
+                                                const std::unordered_set<std::string>& taken,
+                                                const std::unordered_set<std::string>& inputs) {
   // Where output k goes: phis of the whole result (part k of their registers), or phis of an extractvalue of
   // field k (their one register).
   struct Candidate {
@@ -213,11 +226,8 @@ std::string PtxEmitter::phi_register_for_output(const llvm::CallInst& call, unsi
     auto it = values_.find(c.phi);
     if (it == values_.end() || c.part >= it->second.size()) continue;
     const std::string& r = it->second[c.part];
-    if (std::find(taken.begin(), taken.end(), r) != taken.end()) continue;
-    if (class_of_register(r) != class_of_register(taken[k])) continue;
+    if (taken.count(r) || inputs.count(r) || class_of_register(r) != cls) continue;  // no input may read it
     bool free = !live_into(c.value, c.phi->getParent());
-    for (const llvm::Value* arg : call.args())  // no input of this asm may read it
-      if (auto a = values_.find(arg); free && a != values_.end() && llvm::is_contained(a->second, r)) free = false;
     for (const llvm::Value* holder : register_values_[r])
       if (free && live_after(holder, &call)) free = false;
     if (free) return r;
@@ -235,15 +245,21 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
   std::vector<std::string> operands;
   unsigned input = 0;
   const std::string text = ia->getAsmString().str();
-  auto named = [&](size_t n) {  // whether the text reads or writes operand n
-    for (size_t at = text.find('$'); at != std::string::npos; at = text.find('$', at + 1)) {
-      size_t j = at + 1;
-      while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
-      if (j > at + 1 && std::stoul(text.substr(at + 1, j - at - 1)) == n) return true;
-    }
-    return false;
-  };
+  std::vector<bool> named_in_text;  // which operands the text reads or writes
+  for (size_t at = text.find('$'); at != std::string::npos; at = text.find('$', at + 1)) {
+    size_t j = at + 1;
+    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
+    if (j == at + 1) continue;
+    size_t n = std::stoul(text.substr(at + 1, j - at - 1));
+    if (n >= named_in_text.size()) named_in_text.resize(n + 1, false);
+    named_in_text[n] = true;
+  }
+  auto named = [&](size_t n) { return n < named_in_text.size() && named_in_text[n]; };
   std::vector<std::pair<std::string, std::string>> copies_after;  // (output, input) of passed-through values
+  std::unordered_map<std::string, int> input_reads;  // how many of the inputs read each register
+  for (const llvm::Value* arg : call.args())
+    if (auto a = values_.find(arg); a != values_.end())
+      for (const std::string& r : a->second) ++input_reads[r];
   std::vector<bool> passed_through(infos.size(), false);
   for (const llvm::InlineAsm::ConstraintInfo& c : infos) {
     if (c.Type == llvm::InlineAsm::isClobber) continue;
@@ -280,13 +296,10 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
           continue;
         }
       }
+      // (The register read by no other operand: this input is its only reader among them.)
       bool take_over = it != values_.end() && it->second.size() == 1 && !it->second[0].empty() &&
                        class_of_register(it->second[0]) == class_of_register(outputs[tied]) &&
-                       llvm::count(call.args(), v) == 1;
-      for (const llvm::Value* other : call.args())  // no other operand may read the register
-        if (take_over && other != v)
-          if (auto o = values_.find(other); o != values_.end() && llvm::is_contained(o->second, it->second[0]))
-            take_over = false;
+                       input_reads[it->second[0]] == 1;
       if (take_over)
         for (const llvm::Value* holder : register_values_[it->second[0]])
           if (live_after(holder, &call)) take_over = false;
@@ -326,9 +339,12 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
   for (const llvm::InlineAsm::ConstraintInfo& c : infos)
     if (c.Type == llvm::InlineAsm::isInput && !c.Codes.empty() && std::isdigit(static_cast<unsigned char>(c.Codes[0][0])))
       tied_output[std::stoul(c.Codes[0])] = true;
+  std::unordered_set<std::string> taken(outputs.begin(), outputs.end()), inputs;
+  for (const auto& [r, n] : input_reads) inputs.insert(r);
   for (unsigned k = 0; k < outputs.size(); ++k) {
     if (tied_output[k] || passed_through[k]) continue;
-    if (std::string r = phi_register_for_output(call, k, outputs); !r.empty()) {
+    if (std::string r = phi_register_for_output(call, k, class_of_register(outputs[k]), taken, inputs); !r.empty()) {
+      taken.insert(r);
       outputs[k] = r;
       operands[k] = r;
     }

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "codegen/nvptx/compile_ptx.h"
@@ -88,11 +89,17 @@ class PtxEmitter {
   std::string label(const llvm::BasicBlock* bb);
   void live_blocks(const llvm::Value* v, llvm::SmallPtrSetImpl<const llvm::BasicBlock*>& in,
                    llvm::SmallPtrSetImpl<const llvm::BasicBlock*>& out) const;
-  bool live_after(const llvm::Value* v, const llvm::Instruction* at) const;  // v used after `at` runs
-  bool live_into(const llvm::Value* v, const llvm::BasicBlock* bb) const;    // v used after bb's start
+  struct Liveness {
+    llvm::SmallPtrSet<const llvm::BasicBlock*, 8> in, out;  // blocks v is live into and out of
+  };
+  const Liveness& liveness(const llvm::Value* v);  // computed once per value (the IR does not change)
+  bool live_after(const llvm::Value* v, const llvm::Instruction* at);  // v used after `at` runs
+  bool live_into(const llvm::Value* v, const llvm::BasicBlock* bb);    // v used after bb's start
   // A register for inline asm output `k` of `call`: the register of the phi it flows into when that costs no
   // copy's worth of interference, else "".
-  std::string phi_register_for_output(const llvm::CallInst& call, unsigned k, const std::vector<std::string>& taken);
+  std::string phi_register_for_output(const llvm::CallInst& call, unsigned k, Reg cls,
+                                      const std::unordered_set<std::string>& taken,
+                                      const std::unordered_set<std::string>& inputs);
   void line(const std::string& text);
 
   const llvm::Module& m_;
@@ -106,6 +113,7 @@ class PtxEmitter {
   llvm::DenseMap<const llvm::BasicBlock*, int> labels_;
   int next_label_ = 0;
   llvm::DenseMap<const llvm::Constant*, Parts> block_constants_;  // constants made into registers in this block
+  llvm::DenseMap<const llvm::Value*, Liveness> liveness_;
   // The values each register holds (an extractvalue shares its aggregate's register; an inline asm's output
   // may take over the register of an input that dies there: emit_inline_asm).
   std::unordered_map<std::string, std::vector<const llvm::Value*>> register_values_;
