@@ -386,10 +386,24 @@ int main(int argc, char** argv) try {
                dev.name().c_str(), version_string(lt->version()).c_str(), lt->path().c_str(),
                cache_on ? "on" : "off (WEFT_CACHE=0)");
 
+  if (opt.compare_epilogue)
+    // The default, with two staging buffers (224 KB of shared memory), and with two of half the width
+    // (the default's 208 KB: eight 32-column stores per consumer and tile). Then ping-pong: 128 x 128 tiles
+    // per consumer with 5 and 6 stages (192 and 224 KB), with 5 stages and two staging buffers (224 KB),
+    // and 64 x 256 tiles with 5 stages (216 KB).
+    opt.configs = {GemmConfig{},
+                   GemmConfig{.epilogue_buffers = 2},
+                   GemmConfig{.epilogue_n = 32, .epilogue_buffers = 2},
+                   GemmConfig{.BM = 128, .BN = 128, .stages = 5, .pingpong = true},
+                   GemmConfig{.BM = 128, .BN = 128, .stages = 6, .pingpong = true},
+                   GemmConfig{.BM = 128, .BN = 128, .stages = 5, .epilogue_buffers = 2, .pingpong = true},
+                   GemmConfig{.BM = 64, .BN = 256, .stages = 5, .pingpong = true}};
   if (opt.compare_candidates || !opt.configs.empty()) {
     std::printf("bf16 GEMM: %s against cuBLASLt %s on %s (median of 3 interleaved rounds of %d calls, rotating "
                 "inputs)\n",
-                opt.compare_candidates ? "the autotuner's candidates" : "the configurations of --configs",
+                opt.compare_candidates ? "the autotuner's candidates"
+                : opt.compare_epilogue ? "epilogue configurations"
+                                       : "the configurations of --configs",
                 version_string(lt->version()).c_str(), dev.name().c_str(), opt.runs);
     bool pass = true;
     for (int n : opt.sizes) {
@@ -405,33 +419,6 @@ int main(int argc, char** argv) try {
         if (!configs.empty())
           pass = compare_configs(dev, *lt, workspace, in, n, n, n, b_is_nk, opt.runs, configs) && pass;
       }
-    }
-    if (!pass) {
-      std::fprintf(stderr, "bench_gemm: FAILED: a result check failed (see CHECK FAILED above)\n");
-      return 1;
-    }
-    return 0;
-  }
-  if (opt.compare_epilogue) {
-    // The default, with two staging buffers (224 KB of shared memory), and with two of half the width
-    // (the default's 208 KB: eight 32-column stores per consumer and tile). Then ping-pong: 128 x 128 tiles
-    // per consumer with 5 and 6 stages (192 and 224 KB), with 5 stages and two staging buffers (224 KB),
-    // and 64 x 256 tiles with 5 stages (216 KB).
-    const std::vector<GemmConfig> configs{GemmConfig{},
-                                          GemmConfig{.epilogue_buffers = 2},
-                                          GemmConfig{.epilogue_n = 32, .epilogue_buffers = 2},
-                                          GemmConfig{.BM = 128, .BN = 128, .stages = 5, .pingpong = true},
-                                          GemmConfig{.BM = 128, .BN = 128, .stages = 6, .pingpong = true},
-                                          GemmConfig{.BM = 128, .BN = 128, .stages = 5, .epilogue_buffers = 2, .pingpong = true},
-                                          GemmConfig{.BM = 64, .BN = 256, .stages = 5, .pingpong = true}};
-    std::printf("bf16 GEMM epilogue configurations against cuBLASLt %s on %s (median of 3 interleaved rounds of %d "
-                "calls)\n",
-                version_string(lt->version()).c_str(), dev.name().c_str(), opt.runs);
-    bool pass = true;
-    for (int n : opt.sizes) {
-      Inputs in = make_inputs(dev, n, n, n);
-      for (bool b_is_nk : {false, true})
-        pass = compare_configs(dev, *lt, workspace, in, n, n, n, b_is_nk, opt.runs, configs) && pass;
     }
     if (!pass) {
       std::fprintf(stderr, "bench_gemm: FAILED: a result check failed (see CHECK FAILED above)\n");

@@ -235,8 +235,16 @@ class Autotuner {
     }
     const double before_ms = before ? median(before_alone) : 0.0;
     double best_ms = 0;
+    auto consider = [&](size_t i, double ms) {
+      if (report.winner.empty() || ms < best_ms) {
+        best_ms = ms;
+        report.winner = names_[i];
+        report.index = i;
+      }
+    };
+    std::vector<std::optional<double>> ms_of(n);  // per launch; nothing for a dropped candidate
     for (size_t i = 0; i < n; ++i) {
-      std::optional<double> ms;
+      std::optional<double>& ms = ms_of[i];
       if (failure[i].empty()) {
         ms = std::max(0.0, median(rounds[i]) - before_ms);
         if (options_.budget_ms > 0 && *ms > options_.budget_ms) {
@@ -254,27 +262,13 @@ class Autotuner {
       ++report.tried;
       // After final rounds only a finalist can win: the others' rounds are older (another clock, another
       // temperature), and were more than finalist_margin behind.
-      const bool can_win = !final_ran || std::find(finalists.begin(), finalists.end(), i) != finalists.end();
-      if (can_win && (report.winner.empty() || *ms < best_ms)) {
-        best_ms = *ms;
-        report.winner = names_[i];
-        report.index = i;
-      }
+      if (!final_ran || std::find(finalists.begin(), finalists.end(), i) != finalists.end()) consider(i, *ms);
       say("%s [%s]: candidate %zu of %zu (%s): %.4f ms; best so far %s, %.4f ms\n", family_.c_str(),
           problem.c_str(), i + 1, n, names_[i].c_str(), *ms, report.winner.c_str(), best_ms);
     }
-    if (report.winner.empty() && report.tried > 0) {  // every finalist failed in its final rounds
+    if (report.winner.empty())  // every finalist failed in its final rounds: the best of the others
       for (size_t i = 0; i < n; ++i)
-        if (failure[i].empty()) {
-          const double ms = std::max(0.0, median(rounds[i]) - before_ms);
-          if (options_.budget_ms > 0 && ms > options_.budget_ms) continue;
-          if (report.winner.empty() || ms < best_ms) {
-            best_ms = ms;
-            report.winner = names_[i];
-            report.index = i;
-          }
-        }
-    }
+        if (ms_of[i]) consider(i, *ms_of[i]);
     if (report.winner.empty())
       throw Error("Autotuner '" + family_ + "' [" + problem + "]: every candidate was dropped (the first: " +
                       failure[0] + ")",

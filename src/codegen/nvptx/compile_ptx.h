@@ -24,7 +24,7 @@ struct PtxKernel {
   bool debug = false;
   // Who wrote `ptx`: "weft" (weft's own emitter, ptx_emitter.h) or "llvm" (LLVM's NVPTX code generator); when
   // weft's was asked for and declined, "llvm (weft's emitter does not handle ...)".
-  std::string emitter;
+  std::string emitter = "llvm";
 };
 
 // Which emitter compile_to_ptx asks first: weft's with WEFT_PTX_EMITTER=weft, else LLVM's. A PtxEmitterChoice

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -77,6 +78,15 @@ struct TmaCopy {
 // A reducing TMA store's element: global = op(global, shared), atomically (blocks run on several host threads
 // and may reduce into the same element). i32 adds wrap; f16 and bf16 combine in f32 and round back; min and max
 // of floats return the number where one side is NaN. The verifier admits only these types.
+// Replaces the element at `global` with next(its bits), by compare-and-swap: other blocks reduce into it too.
+template <class Bits, class Next>
+void update_atomically(char* global, Next next) {
+  std::atomic_ref<Bits> g(*reinterpret_cast<Bits*>(global));
+  Bits old = g.load();
+  while (!g.compare_exchange_weak(old, next(old))) {
+  }
+}
+
 inline void reduce_element(char* global, const char* shared, ScalarType type, int32_t op) {
   auto combine = [op](float a, float b) {
     if (op == 1) return a + b;
@@ -87,25 +97,16 @@ inline void reduce_element(char* global, const char* shared, ScalarType type, in
   if (type == ScalarType::i32) {
     int32_t v;
     std::memcpy(&v, shared, 4);
-    std::atomic_ref<int32_t> g(*reinterpret_cast<int32_t*>(global));
-    int32_t old = g.load();
-    auto apply = [&](int32_t x) {
-      return op == 1 ? static_cast<int32_t>(static_cast<uint32_t>(x) + static_cast<uint32_t>(v))
-                     : op == 2 ? std::min(x, v) : std::max(x, v);
-    };
-    while (!g.compare_exchange_weak(old, apply(old))) {
-    }
+    update_atomically<uint32_t>(global, [&](uint32_t bits) {
+      const int32_t x = std::bit_cast<int32_t>(bits);
+      return op == 1 ? bits + static_cast<uint32_t>(v) : std::bit_cast<uint32_t>(op == 2 ? std::min(x, v) : std::max(x, v));
+    });
   } else if (type == ScalarType::f32) {
     float v;
     std::memcpy(&v, shared, 4);
-    std::atomic_ref<uint32_t> g(*reinterpret_cast<uint32_t*>(global));
-    uint32_t old = g.load(), next;
-    do {
-      float x;
-      std::memcpy(&x, &old, 4);
-      float r = combine(x, v);
-      std::memcpy(&next, &r, 4);
-    } while (!g.compare_exchange_weak(old, next));
+    update_atomically<uint32_t>(global, [&](uint32_t bits) {
+      return std::bit_cast<uint32_t>(combine(std::bit_cast<float>(bits), v));
+    });
   } else {  // f16, bf16
     const bool is_f16 = type == ScalarType::f16;
     auto to_float = [&](uint16_t bits) {
@@ -115,10 +116,7 @@ inline void reduce_element(char* global, const char* shared, ScalarType type, in
     uint16_t vbits;
     std::memcpy(&vbits, shared, 2);
     const float v = to_float(vbits);
-    std::atomic_ref<uint16_t> g(*reinterpret_cast<uint16_t*>(global));
-    uint16_t old = g.load();
-    while (!g.compare_exchange_weak(old, to_bits(combine(to_float(old), v)))) {
-    }
+    update_atomically<uint16_t>(global, [&](uint16_t bits) { return to_bits(combine(to_float(bits), v)); });
   }
 }
 
