@@ -73,9 +73,19 @@ PtxEmitter::PtxEmitter(const llvm::Module& m, const PtxTarget& target)
 
 // ---- registers and operands -------------------------------------------------------------------------------
 
+// As LLVM prints PTX, so that text written for its PTX reads this one the same: "\topcode \toperands;", a guard
+// predicate ("@%p1 bra ...") staying with its opcode.
 void PtxEmitter::line(const std::string& text) {
+  size_t opcode = text[0] == '@' ? text.find(' ') + 1 : 0;
+  size_t space = text.find(' ', opcode);
   body_ += '\t';
-  body_ += text;
+  if (space == std::string::npos) {
+    body_ += text;
+  } else {
+    body_.append(text, 0, space);
+    body_ += " \t";
+    body_.append(text, space + 1, std::string::npos);
+  }
   body_ += ";\n";
 }
 
@@ -424,7 +434,7 @@ std::string PtxEmitter::entry_signature(const llvm::Function& f) {
     } else {
       int bits = bits_of(a.getType());
       if (bits == 1) throw Unsupported("a predicate parameter");
-      decl = fmt::format(".param .b{} {}", bits, param);
+      decl = fmt::format(".param .u{} {}", bits, param);
       std::string r = fresh(class_of(a.getType()));
       line(fmt::format("ld.param.b{} {}, [{}]", bits, r, param));
       bind(&a, {r});
