@@ -32,7 +32,7 @@ measure() {
   spill=$(grep -oE '[0-9]+ bytes spill stores' <<< "$info" | grep -oE '^[0-9]+' | head -1)
   loss=$(grep -c 'Performance Loss' <<< "$info")
   sass=0
-  for hex in $(readelf -S -W "$cubin" | sed -n 's/^ *\[ *[0-9]*\] *\.text\.[^ ]* *[A-Z_]* *[0-9a-f]* *[0-9a-f]* *\([0-9a-f]*\).*/\1/p'); do
+  for hex in $(readelf -S -W "$cubin" 2>/dev/null | sed -n 's/^ *\[ *[0-9]*\] *\.text\.[^ ]* *[A-Z_]* *[0-9a-f]* *[0-9a-f]* *\([0-9a-f]*\).*/\1/p'); do
     sass=$((sass + 16#$hex / 16))
   done
   echo "${regs:-0} ${spill:-0} $loss ${sass:-0}"

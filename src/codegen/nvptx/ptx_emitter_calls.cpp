@@ -131,7 +131,8 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
   if (t->isVectorTy()) throw Unsupported("the vector intrinsic " + name.str());
   int bits = t->isVoidTy() ? 0 : bits_of(t);
   // "llvm.fma.f32" is "llvm.fma" for a 32-bit result.
-  auto [base, suffix] = name.rsplit('.');
+  const std::pair<llvm::StringRef, llvm::StringRef> split = name.rsplit('.');
+  const llvm::StringRef base = split.first, suffix = split.second;
   bool typed = bits && suffix.size() > 1 && (suffix[0] == 'f' || suffix[0] == 'i') &&
                suffix.drop_front() == llvm::StringRef(std::to_string(bits));
   auto base_is = [&](const char* intrinsic) { return typed && base == intrinsic; };
