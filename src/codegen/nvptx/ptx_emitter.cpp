@@ -390,7 +390,7 @@ std::string PtxEmitter::defined_part(const std::string& part, Reg cls) {
   if (cls == Reg::pred)
     line(fmt::format("setp.ne.s32 {}, 0, 0", r));
   else
-    line(fmt::format("mov.b{} {}, 0", cls == Reg::b16 ? 16 : cls == Reg::b32 ? 32 : 64, r));
+    line(fmt::format("mov.b{} {}, 0", mov_bits(cls), r));
   return r;
 }
 

@@ -249,6 +249,10 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
   std::vector<bool> named_in_text;  // which operands the text reads or writes
   for (size_t at = text.find('$'); at != std::string::npos; at = text.find('$', at + 1)) {
     size_t j = at + 1;
+    if (j < text.size() && text[j] == '$') {  // "$$": a dollar sign
+      at = j;
+      continue;
+    }
     while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
     if (j == at + 1) continue;
     size_t n = std::stoul(text.substr(at + 1, j - at - 1));
@@ -261,7 +265,7 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
   for (const llvm::Value* arg : call.args())
     if (auto a = values_.find(arg); a != values_.end())
       for (const std::string& r : a->second) ++input_reads[r];
-  std::vector<bool> passed_through(infos.size(), false);
+  std::vector<bool> tied_output(infos.size(), false);  // outputs whose register an input decides
   for (const llvm::InlineAsm::ConstraintInfo& c : infos) {
     if (c.Type == llvm::InlineAsm::isClobber) continue;
     if (c.Type == llvm::InlineAsm::isLabel || c.isIndirect || c.Codes.empty())
@@ -279,6 +283,7 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
     if (std::isdigit(static_cast<unsigned char>(code[0]))) {
       size_t tied = std::stoul(code);
       if (tied >= outputs.size()) throw Unsupported("an inline asm input tied to a later operand");
+      tied_output[tied] = true;
       // An input that dies here lends its register to the output (an accumulator carried around a loop then
       // needs no copy); else the output starts as a copy of it.
       auto it = values_.find(v);
@@ -293,7 +298,6 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
           copies_after.emplace_back(outputs[tied], in);
           operands[tied] = in;
           operands.push_back(in);
-          passed_through[tied] = true;
           continue;
         }
       }
@@ -336,14 +340,10 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
   // An output carried into a phi (an accumulator around a loop) is written into the phi's register, so the
   // edge needs no copy: a copy would read a wgmma's registers while it may still be in flight, and ptxas
   // then serializes the wgmma.
-  std::vector<bool> tied_output(outputs.size(), false);
-  for (const llvm::InlineAsm::ConstraintInfo& c : infos)
-    if (c.Type == llvm::InlineAsm::isInput && !c.Codes.empty() && std::isdigit(static_cast<unsigned char>(c.Codes[0][0])))
-      tied_output[std::stoul(c.Codes[0])] = true;
   std::unordered_set<std::string> taken(outputs.begin(), outputs.end()), inputs;
   for (const auto& [r, n] : input_reads) inputs.insert(r);
   for (unsigned k = 0; k < outputs.size(); ++k) {
-    if (tied_output[k] || passed_through[k]) continue;
+    if (tied_output[k]) continue;
     if (std::string r = phi_register_for_output(call, k, class_of_register(outputs[k]), taken, inputs); !r.empty()) {
       taken.insert(r);
       outputs[k] = r;

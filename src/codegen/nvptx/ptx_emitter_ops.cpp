@@ -247,19 +247,18 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
     Parts src = parts(cast.getOperand(0));
     if (from_c == to_c && from_c[0] != Reg::pred && shareable(src)) return bind(&cast, src);  // same registers
     Parts d = define(&cast);
-    auto bits = [](Reg r) { return r == Reg::b16 ? 16 : r == Reg::b32 ? 32 : 64; };
     if (from_c.size() == to_c.size() && from_c[0] == to_c[0] && from_c[0] != Reg::pred) {
       for (size_t i = 0; i < d.size(); ++i)
-        line(fmt::format("mov.b{} {}, {}", bits(to_c[i]), d[i], defined_part(src[i], from_c[i])));
-    } else if (to_c.size() == 1 && from_c.size() == 2 && bits(to_c[0]) == 2 * bits(from_c[0])) {
-      line(fmt::format("mov.b{} {}, {{{}, {}}}", bits(to_c[0]), d[0], defined_part(src[0], from_c[0]),
+        line(fmt::format("mov.b{} {}, {}", mov_bits(to_c[i]), d[i], defined_part(src[i], from_c[i])));
+    } else if (to_c.size() == 1 && from_c.size() == 2 && mov_bits(to_c[0]) == 2 * mov_bits(from_c[0])) {
+      line(fmt::format("mov.b{} {}, {{{}, {}}}", mov_bits(to_c[0]), d[0], defined_part(src[0], from_c[0]),
                        defined_part(src[1], from_c[1])));
-    } else if (from_c.size() == 1 && to_c.size() == 2 && bits(from_c[0]) == 2 * bits(to_c[0])) {
-      line(fmt::format("mov.b{} {{{}, {}}}, {}", bits(from_c[0]), d[0], d[1], defined_part(src[0], from_c[0])));
+    } else if (from_c.size() == 1 && to_c.size() == 2 && mov_bits(from_c[0]) == 2 * mov_bits(to_c[0])) {
+      line(fmt::format("mov.b{} {{{}, {}}}, {}", mov_bits(from_c[0]), d[0], d[1], defined_part(src[0], from_c[0])));
     } else if (from_t->getScalarType()->isIntegerTy(8) && to_c.size() == 1 && to_c[0] != Reg::pred &&
-               int(from_c.size()) * 8 == bits(to_c[0])) {
+               int(from_c.size()) * 8 == mov_bits(to_c[0])) {
       // Bytes into one register: each lane zero-extended and shifted into place.
-      int b = bits(to_c[0]);
+      int b = mov_bits(to_c[0]);
       std::string acc;
       for (size_t i = 0; i < from_c.size(); ++i) {
         std::string lane = fresh(to_c[0]);
@@ -276,8 +275,8 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
       }
       if (from_c.size() == 1) line(fmt::format("mov.b{} {}, {}", b, d[0], acc));
     } else if (to_t->getScalarType()->isIntegerTy(8) && from_c.size() == 1 && from_c[0] != Reg::pred &&
-               int(to_c.size()) * 8 == bits(from_c[0])) {
-      int b = bits(from_c[0]);
+               int(to_c.size()) * 8 == mov_bits(from_c[0])) {
+      int b = mov_bits(from_c[0]);
       std::string x = defined_part(src[0], from_c[0]);
       for (size_t i = 0; i < to_c.size(); ++i) {
         std::string shifted = x;
