@@ -65,6 +65,11 @@ TEST_CASE("knobs: numbers that are not numbers, or out of range, and unknown wor
   CHECK(parse({{"WEFT_NVPTX_SKIP", "none"}}).nvptx_skip == "");
   CHECK_THROWS_WITH(parse({{"WEFT_BACKEND", "gpu"}}), Catch::Contains("WEFT_BACKEND=gpu is not a backend; use cpu, cuda or hip"));
   CHECK(parse({{"WEFT_BACKEND", "cuda"}}).backend == "cuda");
+  CHECK(parse({{"WEFT_PTX_EMITTER", "weft"}}).weft_ptx_emitter);
+  CHECK_FALSE(parse({{"WEFT_PTX_EMITTER", "llvm"}}).weft_ptx_emitter);
+  CHECK_THROWS_WITH(parse({{"WEFT_PTX_EMITTER", "nvcc"}}),
+                    Catch::Contains("WEFT_PTX_EMITTER=nvcc is not an emitter; use WEFT_PTX_EMITTER=weft"));
+  CHECK_THROWS_WITH(parse({{"WEFT_PTX_EMITTER", "WEFT"}}), Catch::Contains("WEFT_PTX_EMITTER=WEFT is not an emitter"));
 }
 
 TEST_CASE("knobs: GPU architectures are checked against the code generator's", "[knobs]") {

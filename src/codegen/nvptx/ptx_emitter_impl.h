@@ -9,6 +9,7 @@
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicInst.h>
 
+#include <deque>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -113,7 +114,10 @@ class PtxEmitter {
   llvm::DenseMap<const llvm::BasicBlock*, int> labels_;
   int next_label_ = 0;
   llvm::DenseMap<const llvm::Constant*, Parts> block_constants_;  // constants made into registers in this block
-  llvm::DenseMap<const llvm::Value*, Liveness> liveness_;
+  // Each value's liveness once computed, by index (a Liveness is two small sets: a map of them costs more to
+  // grow than to compute; a deque's elements stay where they are).
+  llvm::DenseMap<const llvm::Value*, unsigned> liveness_index_;
+  std::deque<Liveness> liveness_;
   // The values each register holds (an extractvalue shares its aggregate's register; an inline asm's output
   // may take over the register of an input that dies there: emit_inline_asm).
   std::unordered_map<std::string, std::vector<const llvm::Value*>> register_values_;
