@@ -12,6 +12,7 @@
 #include <llvm/TargetParser/Triple.h>
 
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <optional>
 
@@ -46,14 +47,21 @@ const llvm::Target& nvptx_target() {
   return *t;
 }
 
-std::unique_ptr<llvm::TargetMachine> make_target_machine(const PtxTarget& target) {
-  llvm::Triple triple(kTriple);
-  const llvm::Target* t = &nvptx_target();
-  llvm::TargetOptions options;
-  // No contraction of a * b + c into an fma: every op rounds as on the CPU (fma() is there to ask for one).
-  options.AllowFPOpFusion = llvm::FPOpFusion::Standard;
-  return std::unique_ptr<llvm::TargetMachine>(
-      t->createTargetMachine(triple, target.arch, target.features, options, std::nullopt));
+// The target machine for `target`, made once per thread and kept: making one builds the NVPTX subtarget's
+// lowering tables (half a megabyte), a tenth of a warm compile of a small kernel. A target machine serves one
+// module at a time, so threads do not share theirs.
+llvm::TargetMachine& target_machine(const PtxTarget& target) {
+  thread_local std::map<std::pair<std::string, std::string>, std::unique_ptr<llvm::TargetMachine>> machines;
+  std::unique_ptr<llvm::TargetMachine>& tm = machines[{target.arch, target.features}];
+  if (!tm) {
+    llvm::TargetOptions options;
+    // No contraction of a * b + c into an fma: every op rounds as on the CPU (fma() is there to ask for one).
+    options.AllowFPOpFusion = llvm::FPOpFusion::Standard;
+    tm.reset(nvptx_target().createTargetMachine(llvm::Triple(kTriple), target.arch, target.features, options,
+                                                std::nullopt));
+    if (!tm) throw InternalError("NVPTX: no target machine for " + target.arch);
+  }
+  return *tm;
 }
 
 std::string print_module(const llvm::Module& m) {
@@ -117,10 +125,10 @@ TargetPlan plan_for_target(const ir::Function& f, const KernelOptions& options, 
 PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, const PtxTarget& target) {
   check_options(f, options, target);
   using support::CompileStage;
-  std::unique_ptr<llvm::TargetMachine> tm;
+  llvm::TargetMachine* tm;
   {
     support::StageTimer timer(CompileStage::codegen);
-    tm = make_target_machine(target);
+    tm = &target_machine(target);
   }
   llvm::LLVMContext context;
   bool debug = debug_mode(options);
@@ -132,7 +140,7 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
   m.setDataLayout(tm->createDataLayout());
   if (support::knobs().dumps("llvm")) support::dump("llvm", f.name, "nvptx.ll", print_module(m));
   stage.emplace(CompileStage::llvm_opt);
-  optimize_for_nvptx(m, tm.get());
+  optimize_for_nvptx(m, tm);
 
   stage.emplace(CompileStage::codegen);
   PtxKernel out;
@@ -149,7 +157,7 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
     }
     llvm::SmallString<0> ptx;
     llvm::raw_svector_ostream os(ptx);
-    generate_ptx(m, tm.get(), os);
+    generate_ptx(m, tm, os);
     out.ptx = std::string(ptx.str());
   }
   stage.reset();
