@@ -3,7 +3,10 @@
 #include <llvm/IR/InlineAsm.h>
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <unordered_map>
 #include <unordered_set>
@@ -130,6 +133,10 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
   // Arithmetic.
   if (t->isVectorTy()) throw Unsupported("the vector intrinsic " + name.str());
   int bits = t->isVoidTy() ? 0 : bits_of(t);
+  if (name.starts_with("llvm.fptosi.sat.") || name.starts_with("llvm.fptoui.sat.")) {
+    emit_saturating_conversion(call, name.starts_with("llvm.fptosi"));
+    return;
+  }
   // "llvm.fma.f32" is "llvm.fma" for a 32-bit result.
   const std::pair<llvm::StringRef, llvm::StringRef> split = name.rsplit('.');
   const llvm::StringRef base = split.first, suffix = split.second;
@@ -155,7 +162,10 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
                                     {"llvm.minimum", "min.NaN"}};
     for (const Unary& u : kBinary)
       if (base_is(u.intrinsic)) {
-        if (bits == 64 && std::strchr(u.ptx, '.')) throw Unsupported("the intrinsic " + name.str());
+        if (bits == 64 && std::strchr(u.ptx, '.')) {
+          emit_f64_maximum(call, u.ptx[1] == 'a');
+          return;
+        }
         line(fmt::format("{}.f{} {}, {}, {}", u.ptx, bits, result(), arg(0), arg(1)));
         return;
       }
@@ -175,16 +185,32 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
           }
     }
   }
-  if (t->isIntegerTy() && bits >= 16) {
+  if (name == "llvm.fabs.f16" || name == "llvm.fabs.bf16") {
+    line(fmt::format("abs.{} {}, {}", t->isBFloatTy() ? "bf16" : "f16", result(), reg(call.getArgOperand(0))));
+    return;
+  }
+  if (t->isIntegerTy() && bits >= 8) {
     static const Unary kInt[] = {{"llvm.smin", "min.s"}, {"llvm.smax", "max.s"}, {"llvm.umin", "min.u"},
                                  {"llvm.umax", "max.u"}};
+    // Bytes: in 16-bit registers whose upper bits are not defined, extended by the operation's signedness.
+    auto int_arg = [&](unsigned i, bool is_signed) {
+      std::string x = arg(i);
+      if (bits != 8 || llvm::isa<llvm::Constant>(call.getArgOperand(i))) return x;
+      std::string w = fresh(Reg::b16);
+      line(fmt::format("cvt.{0}16.{0}8 {1}, {2}", is_signed ? 's' : 'u', w, x));
+      return w;
+    };
+    int width = bits == 8 ? 16 : bits;
     for (const Unary& u : kInt)
       if (base_is(u.intrinsic)) {
-        line(fmt::format("{}{} {}, {}, {}", u.ptx, bits, result(), arg(0), arg(1)));
+        bool is_signed = u.ptx[4] == 's';
+        std::string a = int_arg(0, is_signed), b = int_arg(1, is_signed);
+        line(fmt::format("{}{} {}, {}, {}", u.ptx, width, result(), a, b));
         return;
       }
     if (base_is("llvm.abs")) {
-      line(fmt::format("abs.s{} {}, {}", bits, result(), reg(call.getArgOperand(0))));
+      std::string a = bits == 8 ? int_arg(0, true) : reg(call.getArgOperand(0));
+      line(fmt::format("abs.s{} {}, {}", width, result(), a));
       return;
     }
     if ((base_is("llvm.ctpop") || base_is("llvm.ctlz")) && bits >= 32) {
@@ -201,6 +227,80 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
     }
   }
   throw Unsupported("the intrinsic " + name.str());
+}
+
+namespace {
+
+std::string float_immediate(double v, int bits) {
+  if (bits == 32) return fmt::format("0f{:08X}", std::bit_cast<uint32_t>(static_cast<float>(v)));
+  return fmt::format("0d{:016X}", std::bit_cast<uint64_t>(v));
+}
+
+}  // namespace
+
+// A float to an integer, saturating at the integer's range and NaN to 0, with the same instructions as LLVM's
+// code generator: where the integer's bounds are floats of the source type, clamp and convert; else convert and
+// replace the result where the source lies outside.
+void PtxEmitter::emit_saturating_conversion(const llvm::CallInst& call, bool is_signed) {
+  llvm::Type* src = call.getArgOperand(0)->getType();
+  if (!src->isFloatTy() && !src->isDoubleTy()) throw Unsupported("a saturating conversion from a 16-bit float");
+  int fbits = bits_of(src), n = bits_of(call.getType());
+  int width = n == 8 ? 16 : n;  // a byte lives in a 16-bit register
+  char kind = is_signed ? 's' : 'u';
+  std::string x = reg(call.getArgOperand(0));
+  std::string d = define(&call)[0];
+  Reg cls = class_of(call.getType());
+  double lo = is_signed ? -std::ldexp(1.0, n - 1) : 0.0;
+  int top = is_signed ? n - 1 : n;  // the range ends below 2^top
+  bool exact = top <= (fbits == 32 ? 24 : 53);  // 2^top - 1 is a float of the source type
+  auto nan_to_zero = [&](const std::string& value) {
+    std::string nan = fresh(Reg::pred);
+    line(fmt::format("setp.nan.f{0} {1}, {2}, {2}", fbits, nan, x));
+    line(fmt::format("selp.b{} {}, 0, {}, {}", width, d, value, nan));
+  };
+  if (exact) {
+    std::string low = fresh(class_of(src)), clamped = fresh(class_of(src));
+    line(fmt::format("max.f{} {}, {}, {}", fbits, low, x, float_immediate(lo, fbits)));
+    line(fmt::format("min.f{} {}, {}, {}", fbits, clamped, low, float_immediate(std::ldexp(1.0, top) - 1, fbits)));
+    // Unsigned: max(NaN, 0) is 0 already.
+    std::string converted = is_signed ? fresh(cls) : d;
+    line(fmt::format("cvt.rzi.{}{}.f{} {}, {}", kind, width, fbits, converted, clamped));
+    if (is_signed) nan_to_zero(converted);
+    return;
+  }
+  // The largest float below 2^top: anything above it converts out of range.
+  double below = fbits == 32 ? static_cast<double>(std::nextafter(std::ldexp(1.0f, top), 0.0f))
+                             : std::nextafter(std::ldexp(1.0, top), 0.0);
+  std::string under = fresh(Reg::pred), over = fresh(Reg::pred);
+  std::string converted = fresh(cls), floored = fresh(cls), capped = is_signed ? fresh(cls) : d;
+  std::string min_int = is_signed ? (n == 64 ? "-9223372036854775808" : "-2147483648") : "0";
+  std::string max_int = is_signed ? (n == 64 ? "9223372036854775807" : "2147483647") : "-1";
+  line(fmt::format("setp.ltu.f{} {}, {}, {}", fbits, under, x, float_immediate(lo, fbits)));  // NaN too
+  line(fmt::format("cvt.rzi.{}{}.f{} {}, {}", kind, n, fbits, converted, x));
+  line(fmt::format("selp.b{} {}, {}, {}, {}", n, floored, min_int, converted, under));
+  line(fmt::format("setp.gt.f{} {}, {}, {}", fbits, over, x, float_immediate(below, fbits)));
+  line(fmt::format("selp.b{} {}, {}, {}, {}", n, capped, max_int, floored, over));
+  if (is_signed) nan_to_zero(capped);
+}
+
+// IEEE 754-2019 maximum / minimum of f64 values (NaN if either is, -0 below +0), as LLVM's code generator
+// expands it: max.f64 / min.f64, NaN where either operand is, and where the result is a zero, the operand that
+// is the zero of the wanted sign.
+void PtxEmitter::emit_f64_maximum(const llvm::CallInst& call, bool is_max) {
+  std::string a = reg(call.getArgOperand(0)), b = reg(call.getArgOperand(1));
+  std::string d = define(&call)[0];
+  const char* zero_bits = is_max ? "0" : "-9223372036854775808";  // +0 for the maximum, -0 for the minimum
+  std::string nan = fresh(Reg::pred), a_zero = fresh(Reg::pred), b_zero = fresh(Reg::pred), zero = fresh(Reg::pred);
+  std::string m = fresh(Reg::b64), r = fresh(Reg::b64), ra = fresh(Reg::b64), rb = fresh(Reg::b64);
+  line(fmt::format("setp.nan.f64 {}, {}, {}", nan, a, b));
+  line(fmt::format("{}.f64 {}, {}, {}", is_max ? "max" : "min", m, a, b));
+  line(fmt::format("selp.f64 {}, 0d7FF8000000000000, {}, {}", r, m, nan));
+  line(fmt::format("setp.eq.b64 {}, {}, {}", a_zero, a, zero_bits));
+  line(fmt::format("selp.f64 {}, {}, {}, {}", ra, a, r, a_zero));
+  line(fmt::format("setp.eq.b64 {}, {}, {}", b_zero, b, zero_bits));
+  line(fmt::format("selp.f64 {}, {}, {}, {}", rb, b, ra, b_zero));
+  line(fmt::format("setp.eq.f64 {}, {}, 0d0000000000000000", zero, r));
+  line(fmt::format("selp.f64 {}, {}, {}, {}", d, rb, r, zero));
 }
 
 std::string PtxEmitter::phi_register_for_output(const llvm::CallInst& call, unsigned k, Reg cls,

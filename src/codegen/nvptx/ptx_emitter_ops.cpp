@@ -40,9 +40,9 @@ void PtxEmitter::emit_instruction(const llvm::Instruction& inst) {
     }
     case Instruction::FNeg: {
       llvm::Type* t = inst.getType();
-      if (!t->isFloatTy() && !t->isDoubleTy()) throw Unsupported("fneg of a vector or 16-bit float");
+      if (t->isVectorTy()) throw Unsupported("fneg of a vector");
       std::string a = reg(inst.getOperand(0));
-      line(fmt::format("neg.f{} {}, {}", bits_of(t), define(&inst)[0], a));
+      line(fmt::format("neg.{} {}, {}", t->isBFloatTy() ? "bf16" : fmt::format("f{}", bits_of(t)), define(&inst)[0], a));
       return;
     }
     case Instruction::Freeze: {
@@ -70,7 +70,35 @@ void PtxEmitter::emit_binary(const llvm::BinaryOperator& op) {
     return;
   }
   if (t->isFloatingPointTy()) {
-    if (bits == 16) throw Unsupported("16-bit float arithmetic");
+    if (bits == 16) {  // add, sub and mul of f16 and bf16 have instructions; the rest computes in f32 first
+      const char* type = t->isBFloatTy() ? "bf16" : "f16";
+      if (opc == Instruction::FDiv) {  // in f32 (enough bits that rounding twice changes nothing), rounded back
+        std::string a = fresh(Reg::b32), b = fresh(Reg::b32), q = fresh(Reg::b32);
+        line(fmt::format("cvt.f32.{} {}, {}", type, a, reg(op.getOperand(0))));
+        line(fmt::format("cvt.f32.{} {}, {}", type, b, reg(op.getOperand(1))));
+        line(fmt::format("div.rn.f32 {}, {}, {}", q, a, b));
+        line(fmt::format("cvt.rn.{}.f32 {}, {}", type, d, q));
+        return;
+      }
+      const char* name = opc == Instruction::FAdd ? "add.rn" : opc == Instruction::FSub ? "sub.rn"
+                         : opc == Instruction::FMul ? "mul.rn" : nullptr;
+      if (!name) throw Unsupported(fmt::format("the 16-bit float instruction '{}'", op.getOpcodeName()));
+      line(fmt::format("{}.{} {}, {}, {}", name, type, d, reg(op.getOperand(0)), reg(op.getOperand(1))));
+      return;
+    }
+    if (opc == Instruction::FRem) {
+      // x - trunc(x / y) * y, as one fma; x itself where y is infinite.
+      std::string x = reg(op.getOperand(0)), y = reg(op.getOperand(1));
+      std::string q = fresh(class_of(t)), whole = fresh(class_of(t)),
+                  neg = fresh(class_of(t)), r = fresh(class_of(t)), inf = fresh(Reg::pred);
+      line(fmt::format("div.rn.f{0} {1}, {2}, {3}", bits, q, x, y));
+      line(fmt::format("cvt.rzi.f{0}.f{0} {1}, {2}", bits, whole, q));
+      line(fmt::format("neg.f{} {}, {}", bits, neg, whole));
+      line(fmt::format("fma.rn.f{} {}, {}, {}, {}", bits, r, neg, y, x));
+      line(fmt::format("testp.infinite.f{} {}, {}", bits, inf, y));
+      line(fmt::format("selp.f{} {}, {}, {}, {}", bits, d, x, r, inf));
+      return;
+    }
     const char* name = nullptr;
     switch (opc) {
       case Instruction::FAdd: name = "add.rn"; break;
@@ -157,7 +185,6 @@ void PtxEmitter::emit_compare(const llvm::CmpInst& cmp) {
   int bits = bits_of(t);
   std::string d = define(&cmp)[0];
   if (auto* fc = llvm::dyn_cast<llvm::FCmpInst>(&cmp)) {
-    if (bits == 16) throw Unsupported("a 16-bit float compare");
     const char* cc = nullptr;
     switch (fc->getPredicate()) {
       case P::FCMP_OEQ: cc = "eq"; break;
@@ -176,6 +203,11 @@ void PtxEmitter::emit_compare(const llvm::CmpInst& cmp) {
       case P::FCMP_UNO: cc = "nan"; break;
       case P::FCMP_TRUE: line(fmt::format("setp.eq.s32 {}, 0, 0", d)); return;
       default: line(fmt::format("setp.ne.s32 {}, 0, 0", d)); return;
+    }
+    if (bits == 16) {  // no 16-bit float immediates: both operands in registers
+      line(fmt::format("setp.{}.{} {}, {}, {}", cc, t->isBFloatTy() ? "bf16" : "f16", d, reg(cmp.getOperand(0)),
+                       reg(cmp.getOperand(1))));
+      return;
     }
     line(fmt::format("setp.{}.f{} {}, {}, {}", cc, bits, d, operand(cmp.getOperand(0)), operand(cmp.getOperand(1))));
     return;
@@ -364,9 +396,20 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
       return;
     case Instruction::SIToFP:
     case Instruction::UIToFP:
-      if (to == 16 || from == 1) throw Unsupported("a conversion to a 16-bit float or from a predicate");
-      line(fmt::format("cvt.rn.f{}.{} {}, {}", to, int_type(opc == Instruction::SIToFP ? 's' : 'u', from), d, a));
+    {
+      bool sign = opc == Instruction::SIToFP;
+      if (from == 1) {  // a predicate: 0 or 1 (-1 signed) as a 32-bit integer first
+        std::string i = fresh(Reg::b32);
+        line(fmt::format("selp.b32 {}, {}, 0, {}", i, sign ? "-1" : "1", a));
+        a = i, from = 32;
+      } else if (from == 8) {  // a byte: its 16-bit register's upper bits are not defined
+        std::string i = fresh(Reg::b16);
+        line(fmt::format("cvt.{0}16.{0}8 {1}, {2}", sign ? 's' : 'u', i, a));
+        a = i, from = 16;
+      }
+      line(fmt::format("cvt.rn.{}.{} {}, {}", float_name(to_t), int_type(sign ? 's' : 'u', from), d, a));
       return;
+    }
     case Instruction::AddrSpaceCast: {
       unsigned as_from = from_t->getPointerAddressSpace(), as_to = to_t->getPointerAddressSpace();
       if (as_to == 0 && as_from != 0) {
