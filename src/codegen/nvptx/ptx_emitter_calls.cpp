@@ -133,6 +133,10 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
   // Arithmetic.
   if (t->isVectorTy()) throw Unsupported("the vector intrinsic " + name.str());
   int bits = t->isVoidTy() ? 0 : bits_of(t);
+  if (name == "llvm.is.fpclass.f32" || name == "llvm.is.fpclass.f64") {
+    emit_fpclass_test(call);
+    return;
+  }
   if (name.starts_with("llvm.fptosi.sat.") || name.starts_with("llvm.fptoui.sat.")) {
     emit_saturating_conversion(call, name.starts_with("llvm.fptosi"));
     return;
@@ -281,6 +285,82 @@ void PtxEmitter::emit_saturating_conversion(const llvm::CallInst& call, bool is_
   line(fmt::format("setp.gt.f{} {}, {}, {}", fbits, over, x, float_immediate(below, fbits)));
   line(fmt::format("selp.b{} {}, {}, {}, {}", n, capped, max_int, floored, over));
   if (is_signed) nan_to_zero(capped);
+}
+
+// Whether a float is of the classes in llvm.is.fpclass's mask (bit 0 signaling NaN, 1 quiet NaN, then -inf,
+// -normal, -subnormal, -0, +0, +subnormal, +normal, +inf), by tests on its bits: the magnitude's range picks the
+// class, the sign bit the half. Each class whose two signs the mask names costs one test, one sign two.
+void PtxEmitter::emit_fpclass_test(const llvm::CallInst& call) {
+  auto* mask_c = llvm::dyn_cast<llvm::ConstantInt>(call.getArgOperand(1));
+  if (!mask_c) throw Unsupported("an is.fpclass without a constant mask");
+  unsigned mask = static_cast<unsigned>(mask_c->getZExtValue()) & 0x3ff;
+  int bits = bits_of(call.getArgOperand(0)->getType());
+  Reg cls = bits == 32 ? Reg::b32 : Reg::b64;
+  std::string x = reg(call.getArgOperand(0));
+  std::string d = define(&call)[0];
+  int mantissa = bits == 32 ? 23 : 52;
+  uint64_t exp_all = (bits == 32 ? uint64_t(0xff) : uint64_t(0x7ff)) << mantissa;  // the infinity's bits
+  uint64_t quiet = exp_all | (uint64_t(1) << (mantissa - 1));                      // the first quiet NaN
+  std::string abs = fresh(cls);
+  line(fmt::format("and.b{} {}, {}, {}", bits, abs, x, bits == 32 ? "2147483647" : "9223372036854775807"));
+  std::string negative, positive;  // the sign's predicates, made when needed
+  auto sign = [&](bool neg) -> const std::string& {
+    std::string& p = neg ? negative : positive;
+    if (p.empty()) {
+      p = fresh(Reg::pred);
+      line(fmt::format("setp.{}.s{} {}, {}, 0", neg ? "lt" : "ge", bits, p, x));
+    }
+    return p;
+  };
+  // abs - lo < count (unsigned): lo <= abs < lo + count.
+  auto in_range = [&](uint64_t lo, uint64_t count) {
+    std::string p = fresh(Reg::pred);
+    if (lo == 0) {
+      line(fmt::format("setp.lt.u{} {}, {}, {}", bits, p, abs, count));
+    } else {
+      std::string shifted = fresh(cls);
+      line(fmt::format("sub.s{} {}, {}, {}", bits, shifted, abs, lo));
+      line(fmt::format("setp.lt.u{} {}, {}, {}", bits, p, shifted, count));
+    }
+    return p;
+  };
+  std::vector<std::string> terms;
+  auto add = [&](std::string p) { terms.push_back(std::move(p)); };
+  auto one = [&](std::string p, bool neg) {
+    std::string r = fresh(Reg::pred);
+    line(fmt::format("and.pred {}, {}, {}", r, p, sign(neg)));
+    add(r);
+  };
+  // NaNs have no sign in the mask: signaling ones lie between the infinity and the first quiet NaN.
+  uint64_t top = bits == 32 ? uint64_t(0x7fffffff) : uint64_t(0x7fffffffffffffff);
+  if ((mask & 3) == 3) add(in_range(exp_all + 1, top - exp_all));
+  else if (mask & 1) add(in_range(exp_all + 1, quiet - exp_all - 1));
+  else if (mask & 2) add(in_range(quiet, top - quiet + 1));
+  struct Class {
+    unsigned neg_bit, pos_bit;
+    uint64_t lo, count;
+  };
+  uint64_t min_normal = uint64_t(1) << mantissa;
+  const Class classes[] = {{2, 9, exp_all, 1}, {3, 8, min_normal, exp_all - min_normal}, {4, 7, 1, min_normal - 1},
+                           {5, 6, 0, 1}};
+  for (const Class& c : classes) {
+    bool neg = mask >> c.neg_bit & 1, pos = mask >> c.pos_bit & 1;
+    if (!neg && !pos) continue;
+    std::string p = in_range(c.lo, c.count);
+    if (neg && pos) add(p);
+    else one(p, neg);
+  }
+  if (terms.empty()) {
+    line(fmt::format("setp.ne.s32 {}, 0, 0", d));
+    return;
+  }
+  std::string acc = terms[0];
+  for (size_t i = 1; i < terms.size(); ++i) {
+    std::string next = i + 1 == terms.size() ? d : fresh(Reg::pred);
+    line(fmt::format("or.pred {}, {}, {}", next, acc, terms[i]));
+    acc = next;
+  }
+  if (terms.size() == 1) line(mov(Reg::pred, d, acc));
 }
 
 // IEEE 754-2019 maximum / minimum of f64 values (NaN if either is, -0 below +0), as LLVM's code generator

@@ -70,6 +70,7 @@ class PtxEmitter {
   void emit_inline_asm(const llvm::CallInst& call);
   void emit_saturating_conversion(const llvm::CallInst& call, bool is_signed);  // llvm.fpto[su]i.sat
   void emit_f64_maximum(const llvm::CallInst& call, bool is_max);               // llvm.maximum/minimum.f64
+  void emit_fpclass_test(const llvm::CallInst& call);                           // llvm.is.fpclass
 
   // Registers and operands (ptx_emitter.cpp).
   std::string fresh(Reg cls);
