@@ -61,6 +61,7 @@ class PtxEmitter {
   void emit_store(const llvm::StoreInst& store);
   void emit_insert_element(const llvm::InsertElementInst& ins);
   void emit_extract_element(const llvm::ExtractElementInst& ext);
+  void emit_shuffle(const llvm::ShuffleVectorInst& shuffle);
   void emit_memory(bool is_load, const llvm::Value* ptr, llvm::Type* type, llvm::Align align, bool is_volatile,
                    const Parts& values, Parts* results);
 

@@ -23,6 +23,7 @@ void PtxEmitter::emit_instruction(const llvm::Instruction& inst) {
     case Instruction::Call: return emit_call(llvm::cast<llvm::CallInst>(inst));
     case Instruction::InsertElement: return emit_insert_element(llvm::cast<llvm::InsertElementInst>(inst));
     case Instruction::ExtractElement: return emit_extract_element(llvm::cast<llvm::ExtractElementInst>(inst));
+    case Instruction::ShuffleVector: return emit_shuffle(llvm::cast<llvm::ShuffleVectorInst>(inst));
     case Instruction::ExtractValue: {
       auto& ev = llvm::cast<llvm::ExtractValueInst>(inst);
       if (ev.getNumIndices() != 1 || !ev.getType()->isSingleValueType() || ev.getType()->isVectorTy())
@@ -602,6 +603,42 @@ void PtxEmitter::emit_insert_element(const llvm::InsertElementInst& ins) {
     out[lane] = r;
   }
   bind(&ins, out);
+}
+
+// A shuffle of two vectors by a constant mask: each lane of the result copied from the lane it names (16-bit
+// lanes unpacked from and packed into their pairs); a lane the mask leaves undefined stays undefined.
+void PtxEmitter::emit_shuffle(const llvm::ShuffleVectorInst& shuffle) {
+  auto* in_t = llvm::cast<llvm::FixedVectorType>(shuffle.getOperand(0)->getType());
+  llvm::Type* out_t = shuffle.getType();
+  int n = static_cast<int>(in_t->getNumElements());
+  bool packed = packed16(in_t);
+  if (packed != packed16(out_t)) throw Unsupported("a shuffle between packed and unpacked lanes");
+  const llvm::Value* inputs[2] = {shuffle.getOperand(0), shuffle.getOperand(1)};
+  Reg lane_class = packed ? Reg::b16 : class_of(in_t->getElementType());
+  // Lane m of the two inputs side by side ("" where undefined).
+  auto lane = [&](int m) -> std::string {
+    const llvm::Value* v = inputs[m / n];
+    if (llvm::isa<llvm::UndefValue>(v)) return "";
+    Parts p = parts(v);
+    int i = m % n;
+    if (!packed) return p[i].empty() ? "" : defined_part(p[i], lane_class);
+    if (p[i / 2].empty()) return "";
+    std::string lo = fresh(Reg::b16), hi = fresh(Reg::b16);
+    line(fmt::format("mov.b32 {{{}, {}}}, {}", lo, hi, p[i / 2]));
+    return i % 2 ? hi : lo;
+  };
+  llvm::ArrayRef<int> mask = shuffle.getShuffleMask();
+  std::vector<std::string> lanes;
+  for (int m : mask) lanes.push_back(m < 0 ? "" : lane(m));
+  Parts d = define(&shuffle);
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (!packed) {
+      line(mov(lane_class, d[i], defined_part(lanes[i], lane_class)));
+      continue;
+    }
+    line(fmt::format("mov.b32 {}, {{{}, {}}}", d[i], defined_part(lanes[2 * i], Reg::b16),
+                     defined_part(lanes[2 * i + 1], Reg::b16)));
+  }
 }
 
 void PtxEmitter::emit_extract_element(const llvm::ExtractElementInst& ext) {
