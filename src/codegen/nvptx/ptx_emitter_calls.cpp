@@ -249,6 +249,7 @@ void PtxEmitter::emit_saturating_conversion(const llvm::CallInst& call, bool is_
   llvm::Type* src = call.getArgOperand(0)->getType();
   if (!src->isFloatTy() && !src->isDoubleTy()) throw Unsupported("a saturating conversion from a 16-bit float");
   int fbits = bits_of(src), n = bits_of(call.getType());
+  if (n == 1) throw Unsupported("a saturating conversion to a predicate");
   int width = n == 8 ? 16 : n;  // a byte lives in a 16-bit register
   char kind = is_signed ? 's' : 'u';
   std::string x = reg(call.getArgOperand(0));
