@@ -54,6 +54,14 @@ const char* space_name(unsigned as) {
 
 std::string int_type(char kind, int bits) { return fmt::format("{}{}", kind, bits); }
 
+std::string float_type(llvm::Type* t) {
+  return t->isBFloatTy() ? std::string("bf16") : fmt::format("f{}", t->getPrimitiveSizeInBits().getFixedValue());
+}
+
+std::string float_immediate(uint64_t bits, int width) {
+  return width == 32 ? fmt::format("0f{:08X}", bits) : fmt::format("0d{:016X}", bits);
+}
+
 Reg class_of_register(const std::string& name) {
   if (name.starts_with("%rd")) return Reg::b64;
   if (name.starts_with("%rs")) return Reg::b16;
@@ -230,8 +238,7 @@ std::string PtxEmitter::immediate(const llvm::Constant* c) const {
   if (auto* i = llvm::dyn_cast<llvm::ConstantInt>(c)) return std::to_string(i->getSExtValue());
   if (auto* f = llvm::dyn_cast<llvm::ConstantFP>(c)) {
     uint64_t bits = f->getValueAPF().bitcastToAPInt().getZExtValue();
-    if (t->isFloatTy()) return fmt::format("0f{:08X}", bits);
-    if (t->isDoubleTy()) return fmt::format("0d{:016X}", bits);
+    if (t->isFloatTy() || t->isDoubleTy()) return float_immediate(bits, bits_of(t));
   }
   return "";
 }

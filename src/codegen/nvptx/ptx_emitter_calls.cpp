@@ -190,7 +190,7 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
     }
   }
   if (name == "llvm.fabs.f16" || name == "llvm.fabs.bf16") {
-    line(fmt::format("abs.{} {}, {}", t->isBFloatTy() ? "bf16" : "f16", result(), reg(call.getArgOperand(0))));
+    line(fmt::format("abs.{} {}, {}", float_type(t), result(), reg(call.getArgOperand(0))));
     return;
   }
   if (t->isIntegerTy() && bits >= 8) {
@@ -233,15 +233,6 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
   throw Unsupported("the intrinsic " + name.str());
 }
 
-namespace {
-
-std::string float_immediate(double v, int bits) {
-  if (bits == 32) return fmt::format("0f{:08X}", std::bit_cast<uint32_t>(static_cast<float>(v)));
-  return fmt::format("0d{:016X}", std::bit_cast<uint64_t>(v));
-}
-
-}  // namespace
-
 // A float to an integer, saturating at the integer's range and NaN to 0, with the same instructions as LLVM's
 // code generator: where the integer's bounds are floats of the source type, clamp and convert; else convert and
 // replace the result where the source lies outside.
@@ -257,6 +248,10 @@ void PtxEmitter::emit_saturating_conversion(const llvm::CallInst& call, bool is_
   Reg cls = class_of(call.getType());
   double lo = is_signed ? -std::ldexp(1.0, n - 1) : 0.0;
   int top = is_signed ? n - 1 : n;  // the range ends below 2^top
+  auto immediate_of = [&](double v) {
+    return float_immediate(fbits == 32 ? std::bit_cast<uint32_t>(static_cast<float>(v)) : std::bit_cast<uint64_t>(v),
+                           fbits);
+  };
   bool exact = top <= (fbits == 32 ? 24 : 53);  // 2^top - 1 is a float of the source type
   auto nan_to_zero = [&](const std::string& value) {
     std::string nan = fresh(Reg::pred);
@@ -265,8 +260,8 @@ void PtxEmitter::emit_saturating_conversion(const llvm::CallInst& call, bool is_
   };
   if (exact) {
     std::string low = fresh(class_of(src)), clamped = fresh(class_of(src));
-    line(fmt::format("max.f{} {}, {}, {}", fbits, low, x, float_immediate(lo, fbits)));
-    line(fmt::format("min.f{} {}, {}, {}", fbits, clamped, low, float_immediate(std::ldexp(1.0, top) - 1, fbits)));
+    line(fmt::format("max.f{} {}, {}, {}", fbits, low, x, immediate_of(lo)));
+    line(fmt::format("min.f{} {}, {}, {}", fbits, clamped, low, immediate_of(std::ldexp(1.0, top) - 1)));
     // Unsigned: max(NaN, 0) is 0 already.
     std::string converted = is_signed ? fresh(cls) : d;
     line(fmt::format("cvt.rzi.{}{}.f{} {}, {}", kind, width, fbits, converted, clamped));
@@ -280,10 +275,10 @@ void PtxEmitter::emit_saturating_conversion(const llvm::CallInst& call, bool is_
   std::string converted = fresh(cls), floored = fresh(cls), capped = is_signed ? fresh(cls) : d;
   std::string min_int = is_signed ? (n == 64 ? "-9223372036854775808" : "-2147483648") : "0";
   std::string max_int = is_signed ? (n == 64 ? "9223372036854775807" : "2147483647") : "-1";
-  line(fmt::format("setp.ltu.f{} {}, {}, {}", fbits, under, x, float_immediate(lo, fbits)));  // NaN too
+  line(fmt::format("setp.ltu.f{} {}, {}, {}", fbits, under, x, immediate_of(lo)));  // NaN too
   line(fmt::format("cvt.rzi.{}{}.f{} {}, {}", kind, n, fbits, converted, x));
   line(fmt::format("selp.b{} {}, {}, {}, {}", n, floored, min_int, converted, under));
-  line(fmt::format("setp.gt.f{} {}, {}, {}", fbits, over, x, float_immediate(below, fbits)));
+  line(fmt::format("setp.gt.f{} {}, {}, {}", fbits, over, x, immediate_of(below)));
   line(fmt::format("selp.b{} {}, {}, {}, {}", n, capped, max_int, floored, over));
   if (is_signed) nan_to_zero(capped);
 }

@@ -139,6 +139,10 @@ const char* space_name(unsigned as);
 
 // "s32", "u64", "b16": PTX type suffixes.
 std::string int_type(char kind, int bits);
+// "f16", "bf16", "f32", "f64": a float type's suffix.
+std::string float_type(llvm::Type* t);
+// "0f3F800000", "0d3FF0000000000000": a 32- or 64-bit float's bits as a PTX immediate.
+std::string float_immediate(uint64_t bits, int width);
 
 // A register's class from its name (%p, %rs, %r, %rd) and the bits of a mov on it.
 Reg class_of_register(const std::string& name);

@@ -43,7 +43,7 @@ void PtxEmitter::emit_instruction(const llvm::Instruction& inst) {
       llvm::Type* t = inst.getType();
       if (t->isVectorTy()) throw Unsupported("fneg of a vector");
       std::string a = reg(inst.getOperand(0));
-      line(fmt::format("neg.{} {}, {}", t->isBFloatTy() ? "bf16" : fmt::format("f{}", bits_of(t)), define(&inst)[0], a));
+      line(fmt::format("neg.{} {}, {}", float_type(t), define(&inst)[0], a));
       return;
     }
     case Instruction::Freeze: {
@@ -72,7 +72,7 @@ void PtxEmitter::emit_binary(const llvm::BinaryOperator& op) {
   }
   if (t->isFloatingPointTy()) {
     if (bits == 16) {  // add, sub and mul of f16 and bf16 have instructions; the rest computes in f32 first
-      const char* type = t->isBFloatTy() ? "bf16" : "f16";
+      std::string type = float_type(t);
       if (opc == Instruction::FDiv) {  // in f32 (enough bits that rounding twice changes nothing), rounded back
         std::string a = fresh(Reg::b32), b = fresh(Reg::b32), q = fresh(Reg::b32);
         line(fmt::format("cvt.f32.{} {}, {}", type, a, reg(op.getOperand(0))));
@@ -205,12 +205,10 @@ void PtxEmitter::emit_compare(const llvm::CmpInst& cmp) {
       case P::FCMP_TRUE: line(fmt::format("setp.eq.s32 {}, 0, 0", d)); return;
       default: line(fmt::format("setp.ne.s32 {}, 0, 0", d)); return;
     }
-    if (bits == 16) {  // no 16-bit float immediates: both operands in registers
-      line(fmt::format("setp.{}.{} {}, {}, {}", cc, t->isBFloatTy() ? "bf16" : "f16", d, reg(cmp.getOperand(0)),
-                       reg(cmp.getOperand(1))));
-      return;
-    }
-    line(fmt::format("setp.{}.f{} {}, {}, {}", cc, bits, d, operand(cmp.getOperand(0)), operand(cmp.getOperand(1))));
+    // No 16-bit float immediates: 16-bit operands in registers.
+    auto value = [&](const llvm::Value* v) { return bits == 16 ? reg(v) : operand(v); };
+    std::string a = value(cmp.getOperand(0));
+    line(fmt::format("setp.{}.{} {}, {}, {}", cc, float_type(t), d, a, value(cmp.getOperand(1))));
     return;
   }
   if (bits == 1) {
@@ -337,7 +335,7 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
     if (!from_t->getScalarType()->isFloatTy()) throw Unsupported("an fptrunc to 16-bit lanes from other than f32");
     Parts src = parts(cast.getOperand(0));
     Parts d = define(&cast);
-    const char* type = to_t->getScalarType()->isBFloatTy() ? "bf16x2" : "f16x2";
+    std::string type = float_type(to_t->getScalarType()) + "x2";
     for (size_t i = 0; i < d.size(); ++i)
       line(fmt::format("cvt.rn.{}.f32 {}, {}, {}", type, d[i], defined_part(src[2 * i + 1], Reg::b32),
                        defined_part(src[2 * i], Reg::b32)));
@@ -350,9 +348,6 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
                           opc == Instruction::PtrToInt || opc == Instruction::IntToPtr
                       ? operand(cast.getOperand(0))
                       : reg(cast.getOperand(0));
-  auto float_name = [](llvm::Type* t) {
-    return t->isBFloatTy() ? std::string("bf16") : fmt::format("f{}", t->getPrimitiveSizeInBits().getFixedValue());
-  };
   switch (opc) {
     case Instruction::Trunc:
       if (to == 8) to = 16;  // a byte keeps the low bits of a 16-bit register
@@ -385,10 +380,10 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
         line(fmt::format("cvt.u{}.u{} {}, {}", to, from, d, a));
       return;
     case Instruction::FPTrunc:
-      line(fmt::format("cvt.rn.{}.{} {}, {}", float_name(to_t), float_name(from_t), d, a));
+      line(fmt::format("cvt.rn.{}.{} {}, {}", float_type(to_t), float_type(from_t), d, a));
       return;
     case Instruction::FPExt:
-      line(fmt::format("cvt.{}.{} {}, {}", float_name(to_t), float_name(from_t), d, a));
+      line(fmt::format("cvt.{}.{} {}, {}", float_type(to_t), float_type(from_t), d, a));
       return;
     case Instruction::FPToSI:
     case Instruction::FPToUI:
@@ -408,7 +403,7 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
         line(fmt::format("cvt.{0}16.{0}8 {1}, {2}", sign ? 's' : 'u', i, a));
         a = i, from = 16;
       }
-      line(fmt::format("cvt.rn.{}.{} {}, {}", float_name(to_t), int_type(sign ? 's' : 'u', from), d, a));
+      line(fmt::format("cvt.rn.{}.{} {}, {}", float_type(to_t), int_type(sign ? 's' : 'u', from), d, a));
       return;
     }
     case Instruction::AddrSpaceCast: {
@@ -571,7 +566,7 @@ void PtxEmitter::emit_insert_element(const llvm::InsertElementInst& ins) {
         mine->getSrcTy()->isFloatTy() && theirs->getSrcTy()->isFloatTy() &&
         llvm::isa<llvm::UndefValue>(base_insert->getOperand(0))) {
       std::string x32 = reg(mine->getOperand(0)), y32 = reg(theirs->getOperand(0));
-      line(fmt::format("cvt.rn.{}x2.f32 {}, {}, {}", t->getScalarType()->isBFloatTy() ? "bf16" : "f16", part,
+      line(fmt::format("cvt.rn.{}x2.f32 {}, {}, {}", float_type(t->getScalarType()), part,
                        lane % 2 ? x32 : y32, lane % 2 ? y32 : x32));
       old = part;
       bind(&ins, out);
