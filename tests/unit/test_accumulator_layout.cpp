@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "driver/backend.h"
+#include "ptxas_check.h"
 
 namespace {
 
@@ -205,4 +206,116 @@ TEST_CASE("index tiles that reuse a subexpression many times compile in linear t
   }
   CHECK(wrong == 0);
   CHECK(!k.ptx().empty());  // and on sm_90a, where the tiles are recomputed per register
+}
+
+namespace {
+
+// C = cast<T>(A @ B^T) on one warp group (A [64, 64], B [N, 64]), written to shared memory from the
+// accumulator layout (stmatrix on sm_90a) and read back three ways: by a TMA store (a swizzled buffer; N <= 64),
+// by local_load into the blocked layout, and as wgmma's A operand of D = C @ B (K = N, a multiple of 16;
+// N = 128 in two swizzled 64-column panels).
+template <class T, int N>
+void acc_store_body(TensorDesc<T, 2> A, TensorDesc<T, 2> B, TensorDesc<T, 2> c_desc, Ptr<T> c_out, Ptr<float> d_out) {
+  constexpr bool by_tma = N <= 64, as_operand = N % 16 == 0;
+  auto a_s = local_alloc<T>({64, 64}, 1, "a_s");
+  auto b_s = local_alloc<T>({N, 64}, 1, "b_s");
+  auto c_s = local_alloc<T>({64, N}, 1, "c_s");  // TMA-stored
+  auto p_s = local_alloc<T>({64, N}, 1, "p_s");  // read back, and wgmma's A
+  auto ready = alloc_barriers(1, 1, "ready");
+  async_tasks(task("mma", {.warps = 4}, [&] {
+    barrier_expect_bytes(ready[0], a_s.stage_bytes() + b_s.stage_bytes());
+    async_descriptor_load(A, a_s[0], {0, 0}, ready[0]);
+    async_descriptor_load(B, b_s[0], {0, 0}, ready[0]);
+    barrier_wait(ready[0], 0);
+    Tile<T> c = cast<T>(async_dot_wait(0, async_dot(a_s[0], local_trans(b_s[0]), zeros<float>({64, N}))));
+    if constexpr (by_tma) {
+      local_store(c_s[0], c);
+      async_descriptor_store(c_desc, c_s[0], {0, 0});
+      async_store_wait(0);
+    }
+    local_store(p_s[0], c);
+    Int r = expand_dims(arange(0, 64), 1);
+    store(c_out + r * N + expand_dims(arange(0, N), 0), local_load(p_s[0]));
+    if constexpr (as_operand) {
+      Tile<float> d = async_dot_wait(0, async_dot(p_s[0], b_s[0], zeros<float>({64, 64})));
+      store(d_out + r * 64 + expand_dims(arange(0, 64), 0), d);
+    }
+  }));
+}
+
+template <class T, int N> void check_acc_store() {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  constexpr bool by_tma = N <= 64, as_operand = N % 16 == 0;
+  std::vector<T> a = generate<T>(rng, 64 * 64, uniform_real<T>(-1, 1));
+  std::vector<T> b = generate<T>(rng, N * 64, uniform_real<T>(-1, 1));
+  Kernel k("acc_store", acc_store_body<T, N>);
+  Buffer<T> da = dev.upload(a), db = dev.upload(b);
+  Buffer<T> c_tma = dev.upload(std::vector<T>(64 * N, T(std::nanf("")))), c_back = dev.upload(std::vector<T>(64 * N, T(std::nanf(""))));
+  Buffer<float> d = dev.upload(std::vector<float>(64 * 64, std::nanf("")));
+  k.launch(Grid(1), tma(da, {64, 64}, {64, 64}), tma(db, {N, 64}, {N, 64}), tma(c_tma, {64, N}, {64, N}), c_back, d);
+  std::vector<T> got_tma = c_tma.download(), got_back = c_back.download();
+  std::vector<float> got_d = d.download();
+  // C in double, then rounded to T as the kernel rounds its f32 sum (which may differ from the double's
+  // rounding by one unit where the sum lies near a tie: allowed below).
+  std::vector<double> c(64 * N);
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0;
+      for (int t = 0; t < 64; ++t) s += double(float(a[i * 64 + t])) * double(float(b[j * 64 + t]));
+      c[i * N + j] = s;
+    }
+  const double unit = std::is_same_v<T, bf16> ? 0x1p-7 : 0x1p-10;
+  int wrong = 0;
+  for (int e = 0; e < 64 * N; ++e) {
+    double tol = unit * std::abs(c[e]) + 1e-6;
+    if (!(std::abs(double(float(got_back[e])) - c[e]) <= tol) && ++wrong <= 5)
+      UNSCOPED_INFO("read back C[" << e / N << "][" << e % N << "] = " << float(got_back[e]) << ", want " << c[e]);
+    if (by_tma && !(std::abs(double(float(got_tma[e])) - c[e]) <= tol) && ++wrong <= 5)
+      UNSCOPED_INFO("TMA-stored C[" << e / N << "][" << e % N << "] = " << float(got_tma[e]) << ", want " << c[e]);
+  }
+  if (as_operand)  // D = C @ B from the kernel's own C (its rounding), B [N, 64] as [K, N]
+    for (int i = 0; i < 64; ++i)
+      for (int j = 0; j < 64; ++j) {
+        double want = 0, scale = 0;
+        for (int t = 0; t < N; ++t) {
+          want += double(float(got_back[i * N + t])) * double(float(b[t * 64 + j]));
+          scale += std::abs(double(float(got_back[i * N + t])) * double(float(b[t * 64 + j])));
+        }
+        if (!(std::abs(got_d[i * 64 + j] - want) <= 1e-5 * scale + 1e-6) && ++wrong <= 5)
+          UNSCOPED_INFO("D[" << i << "][" << j << "] = " << got_d[i * 64 + j] << ", want " << want);
+      }
+  CHECK(wrong == 0);
+}
+
+}  // namespace
+
+TEST_CASE("accumulator layout: 16-bit tiles into shared memory (stmatrix), read by TMA, local_load and wgmma",
+          "[async][accumulator]") {
+  SECTION("bf16, 64 columns (swizzled 128-byte rows)") { check_acc_store<bf16, 64>(); }
+  SECTION("f16, 8 columns (.x2)") { check_acc_store<f16, 8>(); }
+  SECTION("bf16, 128 columns (two 64-column panels)") { check_acc_store<bf16, 128>(); }
+}
+
+namespace {
+template <class T, int N> std::string acc_store_ptx() {
+  Device gpu_less = Device::from_backend(detail::compile_only_backend("sm_90a", "no GPU in this test"));
+  Kernel k("acc_store", acc_store_body<T, N>);
+  Buffer<T> a = gpu_less.alloc<T>(64 * 128);
+  return k.ptx(tma(a, {64, 64}, {64, 64}), tma(a, {N, 64}, {N, 64}), tma(a, {64, N}, {64, N}));
+}
+}  // namespace
+
+TEST_CASE("accumulator layout: 16-bit tiles go to shared memory with stmatrix on sm_90a", "[async][accumulator]") {
+  // A thread holds N / 2 elements of a 64 x N tile: N / 16 .x4 (one .x2 for N = 8) per store of C (TMA-stored
+  // and read back), and no 16- or 32-bit st.shared (a store per column pair); D's conversion to the blocked
+  // layout for its global store is the only other writer of shared memory (st.shared.v2.b32).
+  std::string ptx64 = acc_store_ptx<bf16, 64>(), ptx8 = acc_store_ptx<f16, 8>(), ptx128 = acc_store_ptx<bf16, 128>();
+  CHECK(count(ptx64, "stmatrix.sync.aligned.m8n8.x4.shared.b16") == 2 * 4);
+  CHECK(count(ptx8, "stmatrix.sync.aligned.m8n8.x2.shared.b16") == 2 * 1);
+  CHECK(count(ptx128, "stmatrix.sync.aligned.m8n8.x4.shared.b16") == 8);
+  for (const std::string* ptx : {&ptx64, &ptx8, &ptx128}) {
+    CHECK(count(*ptx, "st.shared.b32") + count(*ptx, "st.shared.b16") == 0);
+    check_ptxas_assembles(*ptx);
+  }
 }

@@ -452,14 +452,20 @@ Value* Lowering::view_element(const NodeRef& view, DType d, Value* flat, Value* 
 // acc_col: row_base = 16 warp + lane / 4 in [0, 64), col_base = 2 (lane % 4) in {0, 2, 4, 6}); panels are
 // multiples of 8 columns, so a register's panel is static and its byte in the stage is tb + kb before the
 // swizzle, tb = row_base * row_bytes + col_base * elem_bytes per thread, kb a constant. Swizzled, that is
-// ((tb | x) ^ kx) + ka, x = ((tb >> 7) & mask) << 4 per thread, kb split into the swizzle's bits (kx) and
-// the rest (ka, a constant offset of the store's address), or failing that into the bits tb may have (ka)
-// and those it never has (kx) — checked here against passes::paneled_index and passes::swizzled for every
+// ((tb | x) ^ kx) + ka (tb ^ x for stmatrix, whose 16-byte column offsets share bits with x),
+// x = ((tb >> 7) & mask) << 4 per thread, kb split into the swizzle's bits (kx) and the rest (ka, a constant
+// offset of the store's address), or failing that into the bits tb may have (ka) and those it never has (kx) — checked here against passes::paneled_index and passes::swizzled for every
 // (row_base, col_base) a thread can have. So a column group costs one xor and one 64-bit add, its pairs a
 // store each ([%rd + ka]); the flat-index route left ~15 instructions per register for instcombine to
 // untangle, the largest part of its work on the GEMM and attention epilogues.
+// `how` = Matrices2 / Matrices4: the addresses stmatrix takes instead, for the n8 column group of register r
+// (r its first) and, for Matrices4, the next: lane l gives row l % 8 of matrix l / 8, matrices in the order
+// (rows 0-7, group i), (rows 8-15, i), (rows 0-7, i + 1), (rows 8-15, i + 1) of the warp's 16 rows, so its
+// row_base = 16 warp + lane % 16 and col_base = 8 (lane / 16) (lanes 16-31 unused by Matrices2); each
+// address must also be 16-byte aligned, which the same check covers (rows of 8 elements stay whole).
 // Null (view_element then) where the formula is not exact or the view is not the tile's own [rows, cols].
-std::optional<Lowering::AccPairOffset> Lowering::acc_pair_offset(const NodeRef& view, DType d, const Regs& value, int64_t r) {
+std::optional<Lowering::AccPairOffset> Lowering::acc_pair_offset(const NodeRef& view, DType d, const Regs& value, int64_t r,
+                                                                 AccStore how) {
   const passes::SharedAllocation& alloc = allocations_.of(passes::root_allocation(view.get()));
   const ir::Shape& shape = view->type.shape;
   if (view->op == Op::LocalTrans || shape.size() != 2 || shape[0] != value.rows || shape[1] != value.cols || threads_ != 128)
@@ -470,20 +476,31 @@ std::optional<Lowering::AccPairOffset> Lowering::acc_pair_offset(const NodeRef& 
   int64_t per_block = value.cols / 2, block = r / per_block, q = r % per_block, i = q / 4, e = q % 4;
   int64_t row_c = block * 64 + (e >= 2 ? 8 : 0), col_c = 8 * i + (e & 1);
   int64_t row_bytes = (panel ? panel : C) * eb;
+  const bool matrices = how != AccStore::Pairs;
+  if (matrices && (e != 0 || eb != 2 || row_bytes % 16)) return std::nullopt;
   int64_t kb = passes::paneled_index(row_c, col_c, R, C, panel) * eb;
   int sw = alloc.swizzle;
   int64_t mask = sw ? sw / 16 - 1 : 0;
   auto tb_of = [&](int64_t row_base, int64_t col_base) { return row_base * row_bytes + col_base * eb; };
   auto x_of = [&](int64_t tb) { return ((tb >> 7) & mask) << 4; };
+  // The thread parts (row_base, col_base) to check: every one a lane can have, those lanes whose address
+  // the instruction reads.
+  std::vector<int64_t> col_bases = how == AccStore::Pairs ? std::vector<int64_t>{0, 2, 4, 6}
+                                   : how == AccStore::Matrices4 ? std::vector<int64_t>{0, 8}
+                                                                : std::vector<int64_t>{0};
   int64_t may = 0;  // the bits tb may have
   for (int64_t rb = 0; rb < 64; ++rb)
-    for (int64_t cb = 0; cb <= 6; cb += 2) may |= tb_of(rb, cb);
+    for (int64_t cb : col_bases) may |= tb_of(rb, cb);
+  bool overlap = false;  // some tb has bits of its x (a 16-byte column offset, stmatrix): xor them, else or
+  for (int64_t rb = 0; rb < 64; ++rb)
+    for (int64_t cb : col_bases) overlap |= (tb_of(rb, cb) & x_of(tb_of(rb, cb))) != 0;
+  if (overlap && !matrices) return std::nullopt;  // (pairs of 4-byte elements: kept on view_element's route)
   auto exact = [&](int64_t ka, int64_t kx) {
     for (int64_t rb = 0; rb < 64; ++rb)
-      for (int64_t cb = 0; cb <= 6; cb += 2) {
+      for (int64_t cb : col_bases) {
         int64_t tb = tb_of(rb, cb), x = x_of(tb);
         int64_t want = passes::swizzled(passes::paneled_index(rb + row_c, cb + col_c, R, C, panel) * eb, sw);
-        if ((tb & x) || ((tb | x) ^ kx) + ka != want) return false;
+        if (((tb ^ x) ^ kx) + ka != want || (matrices && want % 16)) return false;
       }
     return true;
   };
@@ -501,18 +518,57 @@ std::optional<Lowering::AccPairOffset> Lowering::acc_pair_offset(const NodeRef& 
   // From tid_in_region, not tid_: LICM would otherwise hoist every address of the tile (a register each,
   // 16-64 per epilogue) out of a persistent kernel's tile loop (ptxas then spilled in the D 64 attention
   // kernel); recomputed per tile they cost a few instructions there.
-  out.tx = thread_value(kAccStoreBase, out.key * 256 + mask, [&] {
+  out.tx = thread_value(kAccStoreBase, (out.key * 256 + mask) * 2 + matrices, [&] {
     Value* t = tid_in_region();
     Value* lane = b_.CreateAnd(t, i32c(31)), *warp = b_.CreateLShr(t, i32c(5));
-    Value* row_base = b_.CreateAdd(b_.CreateShl(warp, i32c(4)), b_.CreateLShr(lane, i32c(2)));
-    Value* col_base = b_.CreateShl(b_.CreateAnd(lane, i32c(3)), i32c(1));
+    Value* row_base = matrices ? b_.CreateAdd(b_.CreateShl(warp, i32c(4)), b_.CreateAnd(lane, i32c(15)))
+                               : b_.CreateAdd(b_.CreateShl(warp, i32c(4)), b_.CreateLShr(lane, i32c(2)));
+    Value* col_base = matrices ? b_.CreateShl(b_.CreateLShr(lane, i32c(4)), i32c(3))
+                               : b_.CreateShl(b_.CreateAnd(lane, i32c(3)), i32c(1));
     Value* tb = b_.CreateAdd(b_.CreateMul(row_base, i32c(row_bytes)), b_.CreateMul(col_base, i32c(eb)));
     if (!sw) return tb;
     Value* x = b_.CreateShl(b_.CreateAnd(b_.CreateLShr(tb, i32c(7)), i32c(mask)), i32c(4));
-    return b_.CreateOr(tb, x, "", /*IsDisjoint=*/true);
+    return overlap ? b_.CreateXor(tb, x) : b_.CreateOr(tb, x, "", /*IsDisjoint=*/true);
   });
   out.disjoint = (out.kx & x_bits) == 0;
   return out;
+}
+
+// An Acc tile of 16-bit elements into `view` with stmatrix: per 64-row block, one .x4 per two n8 column groups
+// (.x2 for a last odd one), 16 bytes per lane each where st.shared would take four 4-byte stores, the
+// elements converted two at a time (pack_pair). False, with nothing emitted, where some address is not
+// exact (acc_pair_offset): the caller then stores pairs.
+bool Lowering::store_acc_matrices(const NodeRef& view, DType d, const Regs& value) {
+  if (d.bytes() != 2 || value.cols % 8 || value.rows % 64) return false;
+  // stmatrix's sources are quads of consecutive registers, which leaves ptxas less freedom: a task held to few
+  // registers keeps the stores per pair (attention D 64 with four consumers of 112 registers spilled 4 bytes
+  // with stmatrix, none without).
+  if (task_registers_ && task_registers_ < kStmatrixMinRegisters) return false;
+  struct Matrices {
+    AccPairOffset at;
+    int64_t first, groups;  // the first register, n8 column groups (1 or 2)
+  };
+  std::vector<Matrices> stores;
+  const int64_t per_block = value.cols / 2, groups = value.cols / 8;
+  for (int64_t block = 0; block < value.rows / 64; ++block)
+    for (int64_t g = 0; g < groups; g += 2) {
+      int64_t count = std::min<int64_t>(2, groups - g), first = block * per_block + 4 * g;
+      std::optional<AccPairOffset> at =
+          acc_pair_offset(view, d, value, first, count == 2 ? AccStore::Matrices4 : AccStore::Matrices2);
+      if (!at) return false;
+      stores.push_back({*at, first, count});
+    }
+  Value* stage = shared_address(regs(view).v[0]);
+  for (const Matrices& m : stores) {
+    std::vector<Value*> words;  // (rows 0-7, group g), (rows 8-15, g), then the same of g + 1
+    for (int64_t k = 0; k < 2 * m.groups; ++k)
+      words.push_back(pack_pair(d, value.v[static_cast<size_t>(m.first + 2 * k)], value.v[static_cast<size_t>(m.first + 2 * k + 1)]));
+    Value* in_stage = m.at.kx == 0 ? m.at.tx
+                      : m.at.disjoint ? b_.CreateOr(m.at.tx, i32c(m.at.kx), "", /*IsDisjoint=*/true)
+                                      : b_.CreateXor(m.at.tx, i32c(m.at.kx));
+    ptx_.store_matrices(b_.CreateAdd(stage, in_stage), m.at.ka, words);
+  }
+  return true;
 }
 
 // Loads (or stores) a tile from (to) a stage of a shared buffer. In the blocked layout each chunk of V
@@ -534,8 +590,10 @@ void Lowering::shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64
   llvm::Align align(static_cast<uint64_t>(per * eb));
   Regs out;
   if (value) sync_group();  // earlier reads of this group are done before anything is overwritten
+  // 16-bit elements in the wgmma layout: stmatrix where every address is exact, else a store per pair.
+  bool stored = pairs && !remote_rank && store_acc_matrices(view, d, *value);
   Value* stage = nullptr;  // base plus the stage's offset, for acc_pair_offset's addresses
-  for (int64_t first = 0; first < per_thread(numel); first += width) {
+  for (int64_t first = 0; !stored && first < per_thread(numel); first += width) {
     for (int64_t j = 0; j < width; j += per) {
       std::optional<AccPairOffset> pair = pairs ? acc_pair_offset(view, d, *value, first + j) : std::nullopt;
       Value* at;

@@ -339,8 +339,9 @@ void Lowering::async_tasks(const NodeRef& n) {
       Value* replica = b_.CreateUDiv(b_.CreateSub(warp, i32c(first)), i32c(slot.warps));
       Value* fiber_index = b_.CreateAdd(replica, i32c(fiber));
       Value* group_start = b_.CreateMul(b_.CreateAdd(b_.CreateMul(replica, i32c(slot.warps)), i32c(first)), i32c(32));
-      auto saved = std::make_tuple(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_);
+      auto saved = std::make_tuple(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_, task_registers_);
       partials_unsettled_ = false;
+      task_registers_ = slot.regs;
       tid_ = b_.CreateSub(block_tid_, group_start);
       threads_ = slot.warps * 32;
       group_barrier_ = b_.CreateSub(i32c(15), fiber_index);
@@ -362,7 +363,7 @@ void Lowering::async_tasks(const NodeRef& n) {
       ts.bytes = scratch_bytes_;
       task_scratch_.push_back(ts);
       scratch_bytes_ = outer_bytes;
-      std::tie(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_) = saved;
+      std::tie(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_, task_registers_) = saved;
       task_end = b_.GetInsertBlock();
       in_task = var_values(changed);
       set_vars(changed, at_start);

@@ -61,6 +61,7 @@ constexpr int64_t kScratchAlign = 16;
 constexpr int64_t kMaxVector = 8;                // consecutive elements per thread in the blocked layout
 constexpr int64_t kMaxAccessBytes = 16;          // the widest global load/store of one thread
 constexpr int64_t kNamedBarrierIds = 16;          // bar.sync ids 0-15
+constexpr int kStmatrixMinRegisters = 128;        // store_acc_matrices: tasks held to fewer store per pair
 
 // Which element each register of a value holds.
 enum class Layout : uint8_t {
@@ -258,7 +259,10 @@ class Lowering {
     Value* tx = nullptr;
     bool disjoint = false;            // kx has no bit of tx: an or
   };
-  std::optional<AccPairOffset> acc_pair_offset(const NodeRef& view, DType d, const Regs& value, int64_t r);
+  enum class AccStore : uint8_t { Pairs, Matrices2, Matrices4 };  // st.shared per column pair, stmatrix .x2 / .x4
+  std::optional<AccPairOffset> acc_pair_offset(const NodeRef& view, DType d, const Regs& value, int64_t r,
+                                               AccStore how = AccStore::Pairs);
+  bool store_acc_matrices(const NodeRef& view, DType d, const Regs& value);
   void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value,
                    Value* remote_rank = nullptr);
   void async_load(const NodeRef& n);
@@ -351,6 +355,7 @@ class Lowering {
   std::vector<TaskScratch> task_scratch_;
   Value* scratch_turn_ = nullptr;    // i32 slot: the buffer (0, 1) the next whole-group reduction writes
   bool partials_unsettled_ = false;  // threads may still read the last partials (no barrier since)
+  int task_registers_ = 0;           // the setmaxnreg budget of the task being lowered (0: none set)
   std::unordered_map<const ir::Node*, Regs> regs_;
   std::unordered_map<const ir::Node*, Regs> converted_;  // this node's operands, converted to blocked
   std::unordered_map<const ir::Node*, Layout> var_layouts_;  // Vars not in the blocked layout

@@ -1,5 +1,6 @@
 #include "codegen/nvptx/ptx_instructions.h"
 
+#include <fmt/format.h>
 #include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
@@ -218,6 +219,19 @@ void PtxInstructions::bulk_load(llvm::Value* smem, llvm::Value* global, llvm::Va
 void PtxInstructions::bulk_store(llvm::Value* global, llvm::Value* smem, llvm::Value* bytes) {
   asm_call(b_, b_.getVoidTy(), "cp.async.bulk.global.shared::cta.bulk_group [$0], [$1], $2;", "l,r,r,~{memory}",
            {b_.CreatePtrToInt(global, b_.getInt64Ty()), smem, bytes});
+}
+
+void PtxInstructions::store_matrices(llvm::Value* smem, int64_t offset, const std::vector<llvm::Value*>& words) {
+  std::string text = fmt::format("stmatrix.sync.aligned.m8n8.x{}.shared.b16 [$0{}], {{", words.size(),
+                                 offset ? fmt::format("+{}", offset) : "");
+  std::string constraints = "r";
+  std::vector<llvm::Value*> args{smem};
+  for (size_t i = 0; i < words.size(); ++i) {
+    text += fmt::format("{}${}", i ? ", " : "", i + 1);
+    constraints += ",r";
+    args.push_back(words[i]);
+  }
+  asm_call(b_, b_.getVoidTy(), text + "};", constraints + ",~{memory}", args);
 }
 
 void PtxInstructions::mbarrier_complete_tx(llvm::Value* bar, llvm::Value* bytes) {

@@ -129,6 +129,12 @@ class PtxInstructions {
   // expects, done (what a copy this thread made itself reports in place of the copy engine).
   void mbarrier_complete_tx(llvm::Value* bar, llvm::Value* bytes);
 
+  // stmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16 [smem + offset], {words}: one to four 8 x 8 matrices of
+  // 16-bit elements from the warp's registers into shared memory. Word i of lane l holds row l / 4, columns
+  // 2 (l % 4) and + 1 of matrix i (the mma/wgmma accumulator fragment); lanes 8 i .. 8 i + 7 give the 16-byte
+  // aligned rows of matrix i (`smem`, a 32-bit shared address; `offset`, a constant added in the instruction).
+  void store_matrices(llvm::Value* smem, int64_t offset, const std::vector<llvm::Value*>& words);
+
   // Non-bulk asynchronous copies (sm_80+). `smem`: a 32-bit shared address; `global`: an i64 address;
   // `src_bytes` (i32): how many of the `bytes` (4, 8 or 16) to read, the rest zero-filled.
   // cp.async.cg.shared.global [smem], [global], 16, src_bytes (16 bytes; .cg: cached in L2 only)
