@@ -119,7 +119,9 @@ template <class T> SharedView<T> SharedBuffer<T>::operator[](Operand<int32_t> st
 template <class T> Tile<T> local_load(const SharedView<T>& view, SourceLoc loc = SourceLoc::current()) {
   return Tile<T>(detail::emit(detail::Op::LocalLoad, {view.node()}, {}, loc));
 }
-// Writes a tile of the view's shape into it (st.shared).
+// Writes a tile of the view's shape into it (st.shared). On sm_90a a 16-bit tile in the accumulator layout
+// (an async_dot result, cast to bf16 / f16) is written with stmatrix, 16 bytes per lane per instruction,
+// except in a task given fewer than 128 registers (stmatrix takes its sources as register quads).
 template <class T> void local_store(const SharedView<T>& view, const Tile<T>& value, SourceLoc loc = SourceLoc::current()) {
   detail::emit(detail::Op::LocalStore, {view.node(), detail::node_of(value, loc)}, {}, loc);
 }
