@@ -20,6 +20,16 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// A's and B's first tiles into stage 0 of a_s and b_s by TMA, waited for on `ready`.
+template <class T>
+void load_both(const TensorDesc<T, 2>& A, const SharedBuffer<T>& a_s, const TensorDesc<T, 2>& B, const SharedBuffer<T>& b_s,
+               const Barrier& ready) {
+  barrier_expect_bytes(ready, a_s.stage_bytes() + b_s.stage_bytes());
+  async_descriptor_load(A, a_s[0], {0, 0}, ready);
+  async_descriptor_load(B, b_s[0], {0, 0}, ready);
+  barrier_wait(ready, 0);
+}
+
 // Q [64, 64] @ K^T with K [64, 64] on one warp group; then an online-softmax step: row max, exp2 of the
 // shifted scores, row sums, and a row-masked, column-masked result, written out as f32.
 void softmax_rows_body(TensorDesc<bf16, 2> A, TensorDesc<bf16, 2> B, Ptr<float> out, Ptr<float> row_out, Int valid_cols) {
@@ -27,10 +37,7 @@ void softmax_rows_body(TensorDesc<bf16, 2> A, TensorDesc<bf16, 2> B, Ptr<float> 
   auto b_s = local_alloc<bf16>({64, 64}, 1, "b_s");
   auto ready = alloc_barriers(1, 1, "ready");
   async_tasks(task("mma", {.warps = 4}, [&] {
-    barrier_expect_bytes(ready[0], a_s.stage_bytes() + b_s.stage_bytes());
-    async_descriptor_load(A, a_s[0], {0, 0}, ready[0]);
-    async_descriptor_load(B, b_s[0], {0, 0}, ready[0]);
-    barrier_wait(ready[0], 0);
+    load_both(A, a_s, B, b_s, ready[0]);
     Var<float> s = async_dot_wait(0, async_dot(a_s[0], local_trans(b_s[0]), zeros<float>({64, 64})));
     Int cols = expand_dims(arange(0, 64), 0);                       // [1, 64]
     Int rows = expand_dims(arange(0, 64), 1);                       // [64, 1]
@@ -223,10 +230,7 @@ void acc_store_body(TensorDesc<T, 2> A, TensorDesc<T, 2> B, TensorDesc<T, 2> c_d
   auto p_s = local_alloc<T>({64, N}, 1, "p_s");  // read back, and wgmma's A
   auto ready = alloc_barriers(1, 1, "ready");
   async_tasks(task("mma", {.warps = 4}, [&] {
-    barrier_expect_bytes(ready[0], a_s.stage_bytes() + b_s.stage_bytes());
-    async_descriptor_load(A, a_s[0], {0, 0}, ready[0]);
-    async_descriptor_load(B, b_s[0], {0, 0}, ready[0]);
-    barrier_wait(ready[0], 0);
+    load_both(A, a_s, B, b_s, ready[0]);
     Tile<T> c = cast<T>(async_dot_wait(0, async_dot(a_s[0], local_trans(b_s[0]), zeros<float>({64, N}))));
     if constexpr (by_tma) {
       local_store(c_s[0], c);
