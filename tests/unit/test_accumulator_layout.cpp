@@ -312,14 +312,15 @@ template <class T, int N> std::string acc_store_ptx() {
 
 TEST_CASE("accumulator layout: 16-bit tiles go to shared memory with stmatrix on sm_90a", "[async][accumulator]") {
   // A thread holds N / 2 elements of a 64 x N tile: N / 16 .x4 (one .x2 for N = 8) per store of C (TMA-stored
-  // and read back), and no 16- or 32-bit st.shared (a store per column pair); D's conversion to the blocked
-  // layout for its global store is the only other writer of shared memory (st.shared.v2.b32).
+  // and read back). Other shared-memory stores: only D's conversion to the blocked layout for its global store
+  // (N = 64, 128: 32 f32 a thread, at most one st.shared each, fewer where an emitter vectorizes them); the
+  // per-pair stores of C would add N / 4 or more per store of C.
   std::string ptx64 = acc_store_ptx<bf16, 64>(), ptx8 = acc_store_ptx<f16, 8>(), ptx128 = acc_store_ptx<bf16, 128>();
   CHECK(count(ptx64, "stmatrix.sync.aligned.m8n8.x4.shared.b16") == 2 * 4);
   CHECK(count(ptx8, "stmatrix.sync.aligned.m8n8.x2.shared.b16") == 2 * 1);
   CHECK(count(ptx128, "stmatrix.sync.aligned.m8n8.x4.shared.b16") == 8);
-  for (const std::string* ptx : {&ptx64, &ptx8, &ptx128}) {
-    CHECK(count(*ptx, "st.shared.b32") + count(*ptx, "st.shared.b16") == 0);
-    check_ptxas_assembles(*ptx);
-  }
+  CHECK(count(ptx8, "st.shared") == 0);
+  CHECK(count(ptx64, "st.shared") <= 32);
+  CHECK(count(ptx128, "st.shared") <= 32);
+  for (const std::string* ptx : {&ptx64, &ptx8, &ptx128}) check_ptxas_assembles(*ptx);
 }
