@@ -6,6 +6,7 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/Transforms/Utils/Local.h>
 #include <llvm/Support/raw_ostream.h>
 
 #include "codegen/llvm_builders.h"
@@ -90,6 +91,14 @@ LoweredKernel Lowering::run() {
                             "smaller tiles",
                             f_.name, total, kMaxSharedBytes, allocations_.bytes, exchanges, allocations_.table()),
                 f_.loc);
+  // What the lowering made and nothing uses — most of it the f32 -> bf16 -> f32 rounding of values whose
+  // packed conversion takes the unrounded f32 (pack_pair), a sixth of attention's instructions — goes before
+  // any pass walks it (each block from its end, so that a chain dies whole).
+  for (llvm::BasicBlock& bb : *fn_)
+    for (auto it = bb.rbegin(); it != bb.rend();) {
+      llvm::Instruction& inst = *it++;
+      if (llvm::isInstructionTriviallyDead(&inst)) inst.eraseFromParent();
+    }
   std::string problems;
   llvm::raw_string_ostream os(problems);
   if (llvm::verifyModule(*mod_, &os))
