@@ -131,7 +131,7 @@ void PtxEmitter::emit_binary(const llvm::BinaryOperator& op) {
         x = w;
       };
       if (extend) widen(a, sign);
-      widen(b, false);
+      widen(b, sign && !op.isShift());  // a divisor as the dividend; a shift amount unsigned
     }
   }
   std::string type;
