@@ -272,8 +272,13 @@ void PtxEmitter::emit_select(const llvm::SelectInst& sel) {
       line(fmt::format("or.pred {}, {}, {}", d[i], x, y));
       continue;
     }
-    line(fmt::format("selp.b{} {}, {}, {}, {}", mov_bits(classes[i]), d[i], defined_part(a[i], classes[i]),
-                     defined_part(b[i], classes[i]), c));
+    // Floats select as floats, as LLVM's code generator writes them: ptxas makes selp.f32 an FSEL and selp.b32
+    // an integer SEL, and attention's masks ran 0.5-1% slower as SELs (H100, benchmarks/NOTES.md session 17).
+    llvm::Type* lane = t->getScalarType();
+    std::string type = lane->isFloatTy() || lane->isDoubleTy() ? fmt::format("f{}", bits_of(lane))
+                                                               : fmt::format("b{}", mov_bits(classes[i]));
+    line(fmt::format("selp.{} {}, {}, {}, {}", type, d[i], defined_part(a[i], classes[i]), defined_part(b[i], classes[i]),
+                     c));
   }
 }
 
@@ -581,11 +586,17 @@ void PtxEmitter::emit_insert_element(const llvm::InsertElementInst& ins) {
     }
     old = part;
   } else {
-    // Lanes of a vector are registers defined once, so the new vector shares the old one's other lanes; the
-    // inserted lane gets its own copy (x may be a phi's register, which changes at its block's start).
-    std::string r = fresh(class_of(t->getScalarType()));
+    // Lanes of a vector are registers defined once, so the new vector shares the old one's other lanes, and the
+    // inserted lane shares the register of an instruction's value (also defined once: a use in a later loop
+    // iteration goes through a phi). A phi's register changes at its block's start and a constant is no
+    // register: those get a copy.
     Reg cls = class_of(t->getScalarType());
-    line(mov(cls, r, x));
+    const llvm::Value* inserted = ins.getOperand(1);
+    std::string r = x;
+    if (!llvm::isa<llvm::Instruction>(inserted) || llvm::isa<llvm::PHINode>(inserted)) {
+      r = fresh(cls);
+      line(mov(cls, r, x));
+    }
     // A phi's own lanes are copied too: they change at their block's start.
     if (!base_poison && llvm::isa<llvm::PHINode>(base)) {
       for (size_t i = 0; i < out.size(); ++i) {
