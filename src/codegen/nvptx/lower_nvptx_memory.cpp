@@ -454,10 +454,11 @@ Value* Lowering::view_element(const NodeRef& view, DType d, Value* flat, Value* 
 // swizzle, tb = row_base * row_bytes + col_base * elem_bytes per thread, kb a constant. Swizzled, that is
 // ((tb | x) ^ kx) + ka (tb ^ x for stmatrix, whose 16-byte column offsets share bits with x),
 // x = ((tb >> 7) & mask) << 4 per thread, kb split into the swizzle's bits (kx) and the rest (ka, a constant
-// offset of the store's address), or failing that into the bits tb may have (ka) and those it never has (kx) — checked here against passes::paneled_index and passes::swizzled for every
-// (row_base, col_base) a thread can have. So a column group costs one xor and one 64-bit add, its pairs a
-// store each ([%rd + ka]); the flat-index route left ~15 instructions per register for instcombine to
-// untangle, the largest part of its work on the GEMM and attention epilogues.
+// offset of the store's address), or failing that into the bits tb may have (ka) and those it never has (kx) —
+// checked here against passes::paneled_index and passes::swizzled for every (row_base, col_base) a thread can
+// have. So a column group costs one xor and one 64-bit add, its pairs a store each ([%rd + ka]); the
+// flat-index route left ~15 instructions per register for instcombine to untangle, the largest part of its
+// work on the GEMM and attention epilogues.
 // `how` = Matrices2 / Matrices4: the addresses stmatrix takes instead, for the n8 column group of register r
 // (r its first) and, for Matrices4, the next: lane l gives row l % 8 of matrix l / 8, matrices in the order
 // (rows 0-7, group i), (rows 8-15, i), (rows 0-7, i + 1), (rows 8-15, i + 1) of the warp's 16 rows, so its
@@ -488,12 +489,14 @@ std::optional<Lowering::AccPairOffset> Lowering::acc_pair_offset(const NodeRef& 
   std::vector<int64_t> col_bases = how == AccStore::Pairs ? std::vector<int64_t>{0, 2, 4, 6}
                                    : how == AccStore::Matrices4 ? std::vector<int64_t>{0, 8}
                                                                 : std::vector<int64_t>{0};
-  int64_t may = 0;  // the bits tb may have
-  for (int64_t rb = 0; rb < 64; ++rb)
-    for (int64_t cb : col_bases) may |= tb_of(rb, cb);
+  int64_t may = 0;       // the bits tb may have
   bool overlap = false;  // some tb has bits of its x (a 16-byte column offset, stmatrix): xor them, else or
   for (int64_t rb = 0; rb < 64; ++rb)
-    for (int64_t cb : col_bases) overlap |= (tb_of(rb, cb) & x_of(tb_of(rb, cb))) != 0;
+    for (int64_t cb : col_bases) {
+      int64_t tb = tb_of(rb, cb);
+      may |= tb;
+      overlap |= (tb & x_of(tb)) != 0;
+    }
   if (overlap && !matrices) return std::nullopt;  // (pairs of 4-byte elements: kept on view_element's route)
   auto exact = [&](int64_t ka, int64_t kx) {
     for (int64_t rb = 0; rb < 64; ++rb)
@@ -534,6 +537,12 @@ std::optional<Lowering::AccPairOffset> Lowering::acc_pair_offset(const NodeRef& 
   return out;
 }
 
+// An AccPairOffset's byte in its stage before ka: tx ^ kx (an or where they share no bit).
+Value* Lowering::acc_in_stage(const AccPairOffset& at) {
+  if (at.kx == 0) return at.tx;
+  return at.disjoint ? b_.CreateOr(at.tx, i32c(at.kx), "", /*IsDisjoint=*/true) : b_.CreateXor(at.tx, i32c(at.kx));
+}
+
 // An Acc tile of 16-bit elements into `view` with stmatrix: per 64-row block, one .x4 per two n8 column groups
 // (.x2 for a last odd one), 16 bytes per lane each where st.shared would take four 4-byte stores, the
 // elements converted two at a time (pack_pair). False, with nothing emitted, where some address is not
@@ -563,10 +572,7 @@ bool Lowering::store_acc_matrices(const NodeRef& view, DType d, const Regs& valu
     std::vector<Value*> words;  // (rows 0-7, group g), (rows 8-15, g), then the same of g + 1
     for (int64_t k = 0; k < 2 * m.groups; ++k)
       words.push_back(pack_pair(d, value.v[static_cast<size_t>(m.first + 2 * k)], value.v[static_cast<size_t>(m.first + 2 * k + 1)]));
-    Value* in_stage = m.at.kx == 0 ? m.at.tx
-                      : m.at.disjoint ? b_.CreateOr(m.at.tx, i32c(m.at.kx), "", /*IsDisjoint=*/true)
-                                      : b_.CreateXor(m.at.tx, i32c(m.at.kx));
-    ptx_.store_matrices(b_.CreateAdd(stage, in_stage), m.at.ka, words);
+    ptx_.store_matrices(b_.CreateAdd(stage, acc_in_stage(m.at)), m.at.ka, words);
   }
   return true;
 }
@@ -599,9 +605,7 @@ void Lowering::shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64
       Value* at;
       if (pair) {
         if (!stage) stage = b_.CreateInBoundsGEP(b_.getInt8Ty(), base, b_.CreateZExt(regs(view).v[0], b_.getInt64Ty()));
-        Value* in_stage = pair->kx == 0 ? pair->tx
-                          : pair->disjoint ? b_.CreateOr(pair->tx, i32c(pair->kx), "", /*IsDisjoint=*/true)
-                                           : b_.CreateXor(pair->tx, i32c(pair->kx));
+        Value* in_stage = acc_in_stage(*pair);
         // ka last: a constant offset of the address (st.shared [%rd + ka]), shared by the pairs of one in_stage.
         at = b_.CreateConstInBoundsGEP1_64(
             b_.getInt8Ty(), b_.CreateInBoundsGEP(b_.getInt8Ty(), stage, b_.CreateZExt(in_stage, b_.getInt64Ty())), pair->ka);

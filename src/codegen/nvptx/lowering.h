@@ -262,6 +262,7 @@ class Lowering {
   enum class AccStore : uint8_t { Pairs, Matrices2, Matrices4 };  // st.shared per column pair, stmatrix .x2 / .x4
   std::optional<AccPairOffset> acc_pair_offset(const NodeRef& view, DType d, const Regs& value, int64_t r,
                                                AccStore how = AccStore::Pairs);
+  Value* acc_in_stage(const AccPairOffset& at);
   bool store_acc_matrices(const NodeRef& view, DType d, const Regs& value);
   void shared_tile(const NodeRef& view, const NodeRef& n, DType d, int64_t numel, const Regs* value,
                    Value* remote_rank = nullptr);

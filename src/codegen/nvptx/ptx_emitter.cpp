@@ -102,6 +102,12 @@ std::string PtxEmitter::fresh(Reg cls) {
   return fmt::format("{}{}", kRegPrefix[i], next_[i]++);
 }
 
+std::string PtxEmitter::extend_byte(const std::string& x, bool is_signed) {
+  std::string w = fresh(Reg::b16);
+  line(fmt::format("cvt.{0}16.{0}8 {1}, {2}", is_signed ? 's' : 'u', w, x));
+  return w;
+}
+
 int PtxEmitter::bits_of(llvm::Type* t) const {
   if (t->isIntegerTy(1)) return 1;
   if (t->isIntegerTy(8)) return 8;

@@ -199,10 +199,7 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
     // Bytes: in 16-bit registers whose upper bits are not defined, extended by the operation's signedness.
     auto int_arg = [&](unsigned i, bool is_signed) {
       std::string x = arg(i);
-      if (bits != 8 || llvm::isa<llvm::Constant>(call.getArgOperand(i))) return x;
-      std::string w = fresh(Reg::b16);
-      line(fmt::format("cvt.{0}16.{0}8 {1}, {2}", is_signed ? 's' : 'u', w, x));
-      return w;
+      return bits != 8 || llvm::isa<llvm::Constant>(call.getArgOperand(i)) ? x : extend_byte(x, is_signed);
     };
     int width = bits == 8 ? 16 : bits;
     for (const Unary& u : kInt)

@@ -75,6 +75,9 @@ class PtxEmitter {
 
   // Registers and operands (ptx_emitter.cpp).
   std::string fresh(Reg cls);
+  // A byte's 16-bit register (whose upper bits are not defined) extended by the byte's sign or with zeros:
+  // cvt.{s,u}16.{s,u}8 into a fresh register.
+  std::string extend_byte(const std::string& x, bool is_signed);
   Reg class_of(llvm::Type* scalar) const;          // Unsupported for types without a register class
   int bits_of(llvm::Type* scalar) const;           // 1, 16, 32 or 64
   std::vector<Reg> part_classes(llvm::Type* t) const;

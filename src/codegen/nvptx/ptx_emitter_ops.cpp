@@ -5,6 +5,8 @@
 #include <llvm/IR/GetElementPtrTypeIterator.h>
 
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 
 #include "codegen/nvptx/ptx_emitter_impl.h"
 
@@ -125,10 +127,7 @@ void PtxEmitter::emit_binary(const llvm::BinaryOperator& op) {
     bits = 16;
     if (extend || op.isShift()) {
       auto widen = [&](std::string& x, bool is_signed) {
-        if (llvm::isa<llvm::Constant>(op.getOperand(&x == &a ? 0 : 1))) return;
-        std::string w = fresh(Reg::b16);
-        line(fmt::format("cvt.{}16.{}8 {}, {}", is_signed ? 's' : 'u', is_signed ? 's' : 'u', w, x));
-        x = w;
+        if (!llvm::isa<llvm::Constant>(op.getOperand(&x == &a ? 0 : 1))) x = extend_byte(x, is_signed);
       };
       if (extend) widen(a, sign);
       widen(b, sign && !op.isShift());  // a divisor as the dividend; a shift amount unsigned
@@ -275,8 +274,7 @@ void PtxEmitter::emit_select(const llvm::SelectInst& sel) {
     // Floats select as floats, as LLVM's code generator writes them: ptxas makes selp.f32 an FSEL and selp.b32
     // an integer SEL, and attention's masks ran 0.5-1% slower as SELs (H100, benchmarks/NOTES.md session 17).
     llvm::Type* lane = t->getScalarType();
-    std::string type = lane->isFloatTy() || lane->isDoubleTy() ? fmt::format("f{}", bits_of(lane))
-                                                               : fmt::format("b{}", mov_bits(classes[i]));
+    std::string type = lane->isFloatTy() || lane->isDoubleTy() ? float_type(lane) : fmt::format("b{}", mov_bits(classes[i]));
     line(fmt::format("selp.{} {}, {}, {}, {}", type, d[i], defined_part(a[i], classes[i]), defined_part(b[i], classes[i]),
                      c));
   }
@@ -404,9 +402,7 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
         line(fmt::format("selp.b32 {}, {}, 0, {}", i, sign ? "-1" : "1", a));
         a = i, from = 32;
       } else if (from == 8) {  // a byte: its 16-bit register's upper bits are not defined
-        std::string i = fresh(Reg::b16);
-        line(fmt::format("cvt.{0}16.{0}8 {1}, {2}", sign ? 's' : 'u', i, a));
-        a = i, from = 16;
+        a = extend_byte(a, sign), from = 16;
       }
       line(fmt::format("cvt.rn.{}.{} {}, {}", float_type(to_t), int_type(sign ? 's' : 'u', from), d, a));
       return;
@@ -621,17 +617,21 @@ void PtxEmitter::emit_shuffle(const llvm::ShuffleVectorInst& shuffle) {
   if (packed != packed16(out_t)) throw Unsupported("a shuffle between packed and unpacked lanes");
   const llvm::Value* inputs[2] = {shuffle.getOperand(0), shuffle.getOperand(1)};
   Reg lane_class = packed ? Reg::b16 : class_of(in_t->getElementType());
-  // Lane m of the two inputs side by side ("" where undefined).
+  // Lane m of the two inputs side by side ("" where undefined); a packed pair is unpacked once.
+  std::unordered_map<int, std::pair<std::string, std::string>> unpacked;  // by the pair's first lane m
   auto lane = [&](int m) -> std::string {
     const llvm::Value* v = inputs[m / n];
     if (llvm::isa<llvm::UndefValue>(v)) return "";
     Parts p = parts(v);
     int i = m % n;
-    if (!packed) return p[i].empty() ? "" : defined_part(p[i], lane_class);
+    if (!packed) return p[i];
     if (p[i / 2].empty()) return "";
-    std::string lo = fresh(Reg::b16), hi = fresh(Reg::b16);
-    line(fmt::format("mov.b32 {{{}, {}}}, {}", lo, hi, p[i / 2]));
-    return i % 2 ? hi : lo;
+    auto [at, fresh_pair] = unpacked.try_emplace(m - i % 2);
+    if (fresh_pair) {
+      at->second = {fresh(Reg::b16), fresh(Reg::b16)};
+      line(fmt::format("mov.b32 {{{}, {}}}, {}", at->second.first, at->second.second, p[i / 2]));
+    }
+    return i % 2 ? at->second.second : at->second.first;
   };
   llvm::ArrayRef<int> mask = shuffle.getShuffleMask();
   std::vector<std::string> lanes;
