@@ -166,6 +166,30 @@ TEST_CASE("integer arithmetic wraps and division by zero gives zero", "[ops][ele
   for_each_type<IntTypes>([&](auto t) { check_int_arithmetic<typename decltype(t)::type>(rng); });
 }
 
+// A constant divisor is lowered differently from a variable one (a multiply by a magic number and shifts on
+// NVPTX): quotients round toward zero and remainders take the dividend's sign for each sign of divisor, odd,
+// even and near the type's limits.
+TEST_CASE("integer division and remainder by constants round toward zero", "[ops][elementwise]") {
+  WEFT_SEEDED_RNG(rng);
+  for_each_type<IntTypes>([&](auto t) {
+    using T = typename decltype(t)::type;
+    // (Constants are traced as doubles: an i64 one is exact up to 2^53.)
+    const int64_t top = std::min<int64_t>(std::numeric_limits<T>::max(), (int64_t(1) << 53) - 1);
+    for (int64_t wanted : {int64_t(3), int64_t(7), int64_t(192), int64_t(1000003), int64_t(-5), int64_t(-192), top,
+                           top - 1, -top}) {
+      const T c = T(wanted);  // wraps in narrow types; the reference divides by the same value
+      const int64_t divisor = c;
+      if (divisor == 0 || divisor == 1 || divisor == -1) continue;
+      check_elementwise<T, T>(
+          rng, "/ " + std::to_string(divisor), [c](Tile<T> a) { return a / c; },
+          [divisor](int64_t a) { return a / divisor; }, {}, ints_with_edges<T>());
+      check_elementwise<T, T>(
+          rng, "% " + std::to_string(divisor), [c](Tile<T> a) { return a % c; },
+          [divisor](int64_t a) { return a % divisor; }, {}, ints_with_edges<T>());
+    }
+  });
+}
+
 // ---- bitwise ops and shifts ------------------------------------------------------------------------------
 
 TEST_CASE("bitwise and or xor not on integers and bools", "[ops][elementwise]") {

@@ -5,12 +5,14 @@
 #include <fmt/format.h>
 #include <llvm/ADT/PostOrderIterator.h>
 #include <llvm/ADT/SmallPtrSet.h>
+#include <llvm/Analysis/LoopInfo.h>
 #include <llvm/IR/CFG.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/Dominators.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Operator.h>
 
+#include <functional>
 #include <queue>
 #include <unordered_map>
 
@@ -28,6 +30,79 @@ bool valid_name(llvm::StringRef name) {
   for (char c : name)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$')) return false;
   return true;
+}
+
+// The order blocks are written in: every loop's blocks together, and otherwise the function's own order as far
+// as the forward edges allow (a topological order of the control flow without its back edges, so each block
+// comes after its immediate dominator and every value is defined before the emitter meets a use). The
+// lowering's block order can put blocks that run once (a loop's first step, a branch taken at its end) between
+// the blocks of a loop; ptxas schedules the loop as LLVM's block placement hands it over, contiguous. An
+// irreducible flow (not produced by weft's lowering) gets reverse post-order.
+std::vector<const llvm::BasicBlock*> block_layout(const llvm::Function& fn, llvm::DominatorTree& dom) {
+  llvm::LoopInfo loops(dom);
+  llvm::DenseMap<const llvm::BasicBlock*, int> position;
+  for (const llvm::BasicBlock& bb : fn) position[&bb] = static_cast<int>(position.size());
+  std::vector<const llvm::BasicBlock*> out;
+  bool reducible = true;
+  // Places the blocks of `region` (a loop, or the whole function for null); a loop nested in it is one node,
+  // named by its header, placed whole where its header goes.
+  std::function<void(const llvm::Loop*)> place = [&](const llvm::Loop* region) {
+    const llvm::BasicBlock* entry = region ? region->getHeader() : &fn.getEntryBlock();
+    auto node_of = [&](const llvm::BasicBlock* b) -> const llvm::BasicBlock* {
+      if (region && !region->contains(b)) return nullptr;
+      const llvm::Loop* l = loops.getLoopFor(b);
+      if (l == region) return b;
+      while (l->getParentLoop() != region) l = l->getParentLoop();
+      return l->getHeader();
+    };
+    auto inner_loop = [&](const llvm::BasicBlock* node) -> const llvm::Loop* {
+      const llvm::Loop* l = loops.getLoopFor(node);
+      return l == region ? nullptr : l;
+    };
+    std::vector<const llvm::BasicBlock*> nodes;
+    for (const llvm::BasicBlock& bb : fn)
+      if (node_of(&bb) == &bb) nodes.push_back(&bb);
+    llvm::DenseMap<const llvm::BasicBlock*, std::vector<const llvm::BasicBlock*>> next;
+    llvm::DenseMap<const llvm::BasicBlock*, int> waiting;  // forward edges into a node not yet placed
+    for (const llvm::BasicBlock* n : nodes) {
+      llvm::SmallPtrSet<const llvm::BasicBlock*, 8> seen;
+      auto edge = [&](const llvm::BasicBlock* to) {
+        const llvm::BasicBlock* m = node_of(to);
+        if (m && m != n && m != entry && seen.insert(m).second) {
+          next[n].push_back(m);
+          ++waiting[m];
+        }
+      };
+      if (const llvm::Loop* l = inner_loop(n)) {
+        for (const llvm::BasicBlock* b : l->blocks())
+          for (const llvm::BasicBlock* s : llvm::successors(b))
+            if (!l->contains(s)) edge(s);
+      } else {
+        for (const llvm::BasicBlock* s : llvm::successors(n)) edge(s);
+      }
+    }
+    auto later = [&](const llvm::BasicBlock* a, const llvm::BasicBlock* b) { return position[a] > position[b]; };
+    std::priority_queue<const llvm::BasicBlock*, std::vector<const llvm::BasicBlock*>, decltype(later)> ready(later);
+    ready.push(entry);
+    size_t placed = 0;
+    while (!ready.empty()) {
+      const llvm::BasicBlock* n = ready.top();
+      ready.pop();
+      ++placed;
+      if (const llvm::Loop* l = inner_loop(n))
+        place(l);
+      else
+        out.push_back(n);
+      for (const llvm::BasicBlock* m : next[n])
+        if (--waiting[m] == 0) ready.push(m);
+    }
+    if (placed != nodes.size()) reducible = false;
+  };
+  place(nullptr);
+  if (reducible && out.size() == fn.size()) return out;
+  out.clear();
+  for (const llvm::BasicBlock* bb : llvm::ReversePostOrderTraversal<const llvm::Function*>(&fn)) out.push_back(bb);
+  return out;
 }
 
 }  // namespace
@@ -162,20 +237,30 @@ Parts PtxEmitter::define(const llvm::Value* v) {
 
 // A value carried into a phi is computed straight into the phi's register when the phi's current value is not
 // needed after this point and the value is not needed past the phi's block entry (each instruction's
-// expansion writes its result last, so reading the old value in the same instruction is fine).
+// expansion writes its result last, so reading the old value in the same instruction is fine). The value may
+// reach the phi through bitcasts that keep its register (a packed pair of 16-bit floats taken as an i32).
 std::string PtxEmitter::phi_register_for_value(const llvm::Instruction& inst, Reg cls) {
-  for (const llvm::User* u : inst.users()) {
-    auto* phi = llvm::dyn_cast<llvm::PHINode>(u);
-    if (!phi) continue;
-    auto it = values_.find(phi);
-    if (it == values_.end() || it->second.size() != 1 || class_of_register(it->second[0]) != cls) continue;
-    const std::string& r = it->second[0];
-    if (live_into(&inst, phi->getParent())) continue;
-    bool free = true;
-    for (const llvm::Value* holder : register_values_[r])
-      if (free && holder != &inst && live_after(holder, &inst)) free = false;
-    if (free) return r;
-  }
+  llvm::SmallVector<const llvm::Value*, 4> same;  // inst and the bitcasts that will share its register
+  same.push_back(&inst);
+  for (size_t i = 0; i < same.size(); ++i)
+    for (const llvm::User* u : same[i]->users())
+      if (auto* cast = llvm::dyn_cast<llvm::BitCastInst>(u);
+          cast && part_classes(cast->getDestTy()) == std::vector<Reg>{cls} && cls != Reg::pred)
+        same.push_back(cast);
+  for (const llvm::Value* v : same)
+    for (const llvm::User* u : v->users()) {
+      auto* phi = llvm::dyn_cast<llvm::PHINode>(u);
+      if (!phi) continue;
+      auto it = values_.find(phi);
+      if (it == values_.end() || it->second.size() != 1 || class_of_register(it->second[0]) != cls) continue;
+      const std::string& r = it->second[0];
+      bool free = true;
+      for (const llvm::Value* x : same)
+        if (free && live_into(x, phi->getParent())) free = false;
+      for (const llvm::Value* holder : register_values_[r])
+        if (free && holder != &inst && live_after(holder, &inst)) free = false;
+      if (free) return r;
+    }
   return "";
 }
 
@@ -253,9 +338,16 @@ std::string PtxEmitter::constant_address(const llvm::Constant* c) {
   llvm::Type* t = c->getType();
   if (auto* g = llvm::dyn_cast<llvm::GlobalVariable>(c)) {
     if (!valid_name(g->getName())) throw Unsupported("a global whose name PTX cannot spell");
-    std::string r = fresh(class_of(t));
-    line(fmt::format("mov.u{} {}, {}", bits_of(t), r, g->getName().str()));
-    return r;
+    // Taken once, at the kernel's start (which dominates every use), as LLVM's code generator hoists it: taken
+    // in each block, ptxas left the shared window's base computation (S2UR, ULEA) inside the loops.
+    auto [at, made] = global_addresses_.try_emplace(g);
+    if (made) {
+      at->second = fresh(class_of(t));
+      std::swap(body_, entry_prologue_);
+      line(fmt::format("mov.u{} {}, {}", bits_of(t), at->second, g->getName().str()));
+      std::swap(body_, entry_prologue_);
+    }
+    return at->second;
   }
   if (llvm::isa<llvm::ConstantPointerNull>(c) || llvm::isa<llvm::ConstantInt>(c) || llvm::isa<llvm::UndefValue>(c)) {
     std::string r = fresh(class_of(t));
@@ -494,28 +586,11 @@ std::string PtxEmitter::run() {
   }
   if (major == 0) throw Unsupported("a target without a PTX version (" + target_.features + ")");
 
-  // Blocks in the function's order when every block comes after its immediate dominator (so every value is
-  // defined before the emitter meets its uses), else in reverse post-order.
-  std::vector<const llvm::BasicBlock*> order;
   llvm::DominatorTree dom(const_cast<llvm::Function&>(*fn_));
-  for (const llvm::BasicBlock& bb : *fn_) {
-    labels_[&bb] = static_cast<int>(order.size());
-    order.push_back(&bb);
-  }
-  bool dominance_order = true;
-  for (const llvm::BasicBlock* bb : order) {
-    llvm::DomTreeNode* node = dom.getNode(bb);
-    if (!node) throw Unsupported("an unreachable block");
-    if (node->getIDom() && labels_.at(node->getIDom()->getBlock()) > labels_.at(bb)) dominance_order = false;
-  }
-  if (!dominance_order) {
-    order.clear();
-    labels_.clear();
-    for (const llvm::BasicBlock* bb : llvm::ReversePostOrderTraversal<const llvm::Function*>(fn_)) {
-      labels_[bb] = static_cast<int>(order.size());
-      order.push_back(bb);
-    }
-  }
+  for (const llvm::BasicBlock& bb : *fn_)
+    if (!dom.getNode(&bb)) throw Unsupported("an unreachable block");
+  std::vector<const llvm::BasicBlock*> order = block_layout(*fn_, dom);
+  for (const llvm::BasicBlock* bb : order) labels_[bb] = static_cast<int>(labels_.size());
   // Sized once for every value of the kernel: growing them was a tenth of the emitter's time on attention.
   size_t values = fn_->arg_size() + fn_->getInstructionCount();
   values_.reserve(values);
@@ -537,7 +612,7 @@ std::string PtxEmitter::run() {
   out += "\n" + signature + "{\n";
   for (int c = 0; c < kRegClasses; ++c)
     if (next_[c] > 1) out += fmt::format("\t.reg {} \t{}<{}>;\n", kRegDecl[c], kRegPrefix[c], next_[c]);
-  out += "\n" + body_ + "}\n";
+  out += "\n" + entry_prologue_ + body_ + "}\n";
   return out;
 }
 
@@ -600,12 +675,53 @@ void PtxEmitter::emit_phi_copies(const llvm::BasicBlock& from, const llvm::Basic
   block_constants_.clear();  // each edge's copies run on that edge alone
   std::vector<std::pair<std::string, std::string>> copies;
   for (const llvm::PHINode& phi : to.phis()) {
+    if (copied_early_.contains({&from, &phi})) continue;
     const llvm::Value* v = phi.getIncomingValueForBlock(&from);
     const Parts& dst = values_.at(&phi);
     std::vector<Reg> classes = part_classes(phi.getType());
     bool scalar = classes.size() == 1 && classes[0] != Reg::pred && !phi.getType()->isVectorTy();
     Parts src = scalar ? Parts{operand(v)} : parts(v);
     for (size_t i = 0; i < dst.size(); ++i) copies.emplace_back(dst[i], defined_part(src[i], classes[i]));
+  }
+  emit_parallel_copy(std::move(copies));
+}
+
+bool PtxEmitter::takes_copies(const llvm::BasicBlock& from, const llvm::BasicBlock& to) const {
+  for (const llvm::PHINode& phi : to.phis())
+    if (!copied_early_.contains({&from, &phi})) return true;
+  return false;
+}
+
+// A branch around a side block that rejoins (from -> side -> join, and from -> join; e.g. the elected thread's
+// TMA issue in `if (elected) { ... }`): a phi of the join that takes the same value over both edges is copied
+// once, before the branch, and not on either edge. The join then has one definition of it, made before the
+// branch, as LLVM's phi elimination places it; with a copy on each edge, ptxas took the value as per-thread
+// when the branch diverges (a producer's ring index in vector registers, its TMA address made uniform again
+// in a loop per issue).
+void PtxEmitter::hoist_shared_copies(const llvm::BasicBlock& from, const llvm::BasicBlock& side,
+                                     const llvm::BasicBlock& join, const llvm::Instruction& branch) {
+  if (side.getSinglePredecessor() != &from || side.getSingleSuccessor() != &join || !side.phis().empty()) return;
+  std::vector<std::pair<std::string, std::string>> copies;
+  std::unordered_set<std::string> read_by_branch;
+  for (const llvm::Value* op : branch.operands())
+    if (auto it = values_.find(op); it != values_.end())
+      for (const std::string& r : it->second) read_by_branch.insert(r);
+  for (const llvm::PHINode& phi : join.phis()) {
+    const llvm::Value* v = phi.getIncomingValueForBlock(&from);
+    if (phi.getIncomingValueForBlock(&side) != v) continue;
+    const Parts& dst = values_.at(&phi);
+    std::vector<Reg> classes = part_classes(phi.getType());
+    if (dst.size() != 1 || classes[0] == Reg::pred || phi.getType()->isVectorTy()) continue;
+    const std::string& r = dst[0];
+    if (read_by_branch.count(r)) continue;
+    // Nothing else held in the phi's register may be needed past the branch (on either path).
+    bool free = true;
+    for (const llvm::Value* holder : register_values_[r])
+      if (free && holder != v && liveness(holder).out.count(&from)) free = false;
+    if (!free) continue;
+    copies.emplace_back(r, defined_part(operand(v), classes[0]));
+    copied_early_.insert({&from, &phi});
+    copied_early_.insert({&side, &phi});
   }
   emit_parallel_copy(std::move(copies));
 }
@@ -688,7 +804,11 @@ void PtxEmitter::emit_terminator(const llvm::Instruction& inst) {
   if (br->isUnconditional() || br->getSuccessor(0) == br->getSuccessor(1)) return go(br->getSuccessor(0));
   std::string cond = reg(br->getCondition());
   const llvm::BasicBlock *yes = br->getSuccessor(0), *no = br->getSuccessor(1);
-  bool yes_phis = !yes->phis().empty(), no_phis = !no->phis().empty();
+  if (yes->getSingleSuccessor() == no)
+    hoist_shared_copies(from, *yes, *no, inst);
+  else if (no->getSingleSuccessor() == yes)
+    hoist_shared_copies(from, *no, *yes, inst);
+  bool yes_phis = takes_copies(from, *yes), no_phis = takes_copies(from, *no);
   if (!yes_phis && (no_phis || yes != next_block_)) {
     line(fmt::format("@{} bra {}", cond, label(yes)));
     return go(no);

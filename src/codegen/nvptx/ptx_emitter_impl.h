@@ -46,6 +46,11 @@ class PtxEmitter {
   void coalesce_phis(const std::vector<const llvm::BasicBlock*>& order);
   void emit_block(const llvm::BasicBlock& bb);
   void emit_phi_copies(const llvm::BasicBlock& from, const llvm::BasicBlock& to);
+  bool division_by_constant(const llvm::BinaryOperator& op, const llvm::ConstantInt* c, const std::string& a,
+                            const std::string& d);
+  void hoist_shared_copies(const llvm::BasicBlock& from, const llvm::BasicBlock& side, const llvm::BasicBlock& join,
+                           const llvm::Instruction& branch);
+  bool takes_copies(const llvm::BasicBlock& from, const llvm::BasicBlock& to) const;
   void emit_parallel_copy(std::vector<std::pair<std::string, std::string>> copies);  // (to, from)
   std::string fresh_label();
   void emit_terminator(const llvm::Instruction& inst);
@@ -116,6 +121,10 @@ class PtxEmitter {
   const llvm::Function* fn_ = nullptr;
   const llvm::BasicBlock* next_block_ = nullptr;  // the block emitted after the current one
   std::string body_;
+  std::string entry_prologue_;  // written before the entry block: the addresses of globals (constant_address)
+  llvm::DenseMap<const llvm::GlobalVariable*, std::string> global_addresses_;
+  // Phi copies already made on an edge into the phi's block, by its predecessor (hoist_shared_copies).
+  llvm::DenseSet<std::pair<const llvm::BasicBlock*, const llvm::PHINode*>> copied_early_;
   int next_[kRegClasses] = {1, 1, 1, 1};
   llvm::DenseMap<const llvm::Value*, Parts> values_;
   llvm::DenseMap<const llvm::BasicBlock*, int> labels_;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <llvm/IR/Constants.h>
 #include <llvm/IR/GetElementPtrTypeIterator.h>
+#include <llvm/Support/DivisionByConstantInfo.h>
 
 #include <string_view>
 #include <unordered_map>
@@ -169,6 +170,11 @@ void PtxEmitter::emit_binary(const llvm::BinaryOperator& op) {
     line(fmt::format("and.b{} {}, {}, {}", bits, rounded, biased, -(int64_t(1) << k)));
     return line(fmt::format("sub.s{} {}, {}, {}", bits, d, a, rounded));
   }
+  // Division of 32-bit values by another constant: a high multiply by a magic number and shifts, as LLVM's code
+  // generator does (ptxas keeps div.s32 by an immediate a full division: a reciprocal and a correction, ~20
+  // instructions); a remainder takes the quotient's product off the dividend.
+  if (auto* c = llvm::dyn_cast<llvm::ConstantInt>(op.getOperand(1)); c && bits == 32 && division_by_constant(op, c, a, d))
+    return;
   if (op.isShift() && bits != 32 && !llvm::isa<llvm::Constant>(op.getOperand(1))) {
     // PTX shifts take a 32-bit amount.
     std::string amount = fresh(Reg::b32);
@@ -176,6 +182,66 @@ void PtxEmitter::emit_binary(const llvm::BinaryOperator& op) {
     b = amount;
   }
   line(fmt::format("{}.{} {}, {}, {}", name, type, d, a, b));
+}
+
+bool PtxEmitter::division_by_constant(const llvm::BinaryOperator& op, const llvm::ConstantInt* c, const std::string& a,
+                                      const std::string& d) {
+  using llvm::Instruction;
+  auto opc = op.getOpcode();
+  bool is_signed = opc == Instruction::SDiv || opc == Instruction::SRem;
+  if (!is_signed && opc != Instruction::UDiv && opc != Instruction::URem) return false;
+  const llvm::APInt& divisor = c->getValue();
+  // Zero, one, powers of two (shifts, above) and the most negative divisor stay as they are.
+  if (divisor.isZero() || divisor.isOne() || divisor.isAllOnes() || divisor.isMinSignedValue()) return false;
+  if (is_signed ? divisor.abs().isPowerOf2() : divisor.isPowerOf2()) return false;
+  std::string q = opc == Instruction::SDiv || opc == Instruction::UDiv ? d : fresh(Reg::b32);
+  if (is_signed) {
+    auto magic = llvm::SignedDivisionByConstantInfo::get(divisor);
+    int32_t m = static_cast<int32_t>(magic.Magic.getSExtValue());
+    std::string high = fresh(Reg::b32);
+    line(fmt::format("mul.hi.s32 {}, {}, {}", high, a, m));
+    if (divisor.isStrictlyPositive() && m < 0) {
+      std::string sum = fresh(Reg::b32);
+      line(fmt::format("add.s32 {}, {}, {}", sum, high, a));
+      high = sum;
+    } else if (divisor.isNegative() && m > 0) {
+      std::string difference = fresh(Reg::b32);
+      line(fmt::format("sub.s32 {}, {}, {}", difference, high, a));
+      high = difference;
+    }
+    std::string shifted = high, sign = fresh(Reg::b32);
+    if (magic.ShiftAmount) {
+      shifted = fresh(Reg::b32);
+      line(fmt::format("shr.s32 {}, {}, {}", shifted, high, magic.ShiftAmount));
+    }
+    line(fmt::format("shr.u32 {}, {}, 31", sign, shifted));  // round toward zero: +1 for a negative quotient
+    line(fmt::format("add.s32 {}, {}, {}", q, shifted, sign));
+  } else {
+    auto magic = llvm::UnsignedDivisionByConstantInfo::get(divisor);
+    std::string x = a;
+    if (magic.PreShift) {
+      x = fresh(Reg::b32);
+      line(fmt::format("shr.u32 {}, {}, {}", x, a, magic.PreShift));
+    }
+    std::string high = fresh(Reg::b32);
+    line(fmt::format("mul.hi.u32 {}, {}, {}", high, x, static_cast<uint32_t>(magic.Magic.getZExtValue())));
+    if (magic.IsAdd) {  // the magic number needs 33 bits: q = (((a - high) >> 1) + high) >> (post - 1)
+      std::string rest = fresh(Reg::b32), half = fresh(Reg::b32), sum = fresh(Reg::b32);
+      line(fmt::format("sub.s32 {}, {}, {}", rest, a, high));
+      line(fmt::format("shr.u32 {}, {}, 1", half, rest));
+      line(fmt::format("add.s32 {}, {}, {}", sum, half, high));
+      high = sum;
+    }
+    if (magic.PostShift)
+      line(fmt::format("shr.u32 {}, {}, {}", q, high, magic.PostShift));
+    else
+      line(fmt::format("mov.b32 {}, {}", q, high));
+  }
+  if (q == d) return true;
+  std::string product = fresh(Reg::b32);  // remainder: a - q * divisor
+  line(fmt::format("mul.lo.s32 {}, {}, {}", product, q, static_cast<int32_t>(divisor.getSExtValue())));
+  line(fmt::format("sub.s32 {}, {}, {}", d, a, product));
+  return true;
 }
 
 void PtxEmitter::emit_compare(const llvm::CmpInst& cmp) {
@@ -290,8 +356,8 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
     if (from_c == to_c && from_c[0] != Reg::pred && shareable(src)) return bind(&cast, src);  // same registers
     Parts d = define(&cast);
     if (from_c.size() == to_c.size() && from_c[0] == to_c[0] && from_c[0] != Reg::pred) {
-      for (size_t i = 0; i < d.size(); ++i)
-        line(fmt::format("mov.b{} {}, {}", mov_bits(to_c[i]), d[i], defined_part(src[i], from_c[i])));
+      for (size_t i = 0; i < d.size(); ++i)  // (a source computed into the phi register d took: no copy)
+        if (d[i] != src[i]) line(fmt::format("mov.b{} {}, {}", mov_bits(to_c[i]), d[i], defined_part(src[i], from_c[i])));
     } else if (to_c.size() == 1 && from_c.size() == 2 && mov_bits(to_c[0]) == 2 * mov_bits(from_c[0])) {
       line(fmt::format("mov.b{} {}, {{{}, {}}}", mov_bits(to_c[0]), d[0], defined_part(src[0], from_c[0]),
                        defined_part(src[1], from_c[1])));
