@@ -92,7 +92,7 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
   if (std::string v = get("WEFT_PTX_EMITTER"); !v.empty()) {
     if (v != "llvm" && v != "weft")
       throw Error("WEFT_PTX_EMITTER=" + v + " is not an emitter; use WEFT_PTX_EMITTER=weft for weft's own PTX "
-                  "emitter or llvm (the default) for LLVM's NVPTX code generator");
+                  "emitter (the default) or llvm for LLVM's NVPTX code generator");
     k.weft_ptx_emitter = v == "weft";
   }
   return k;

@@ -55,7 +55,7 @@ struct Knobs {
   bool time_passes = false;
   std::string nvptx_passes;  // an LLVM pass pipeline; empty: weft's (codegen/nvptx/nvptx_pipeline.h)
   std::optional<std::string> nvptx_skip;  // code generator passes to skip; unset: weft's list (same header)
-  bool weft_ptx_emitter = false;           // WEFT_PTX_EMITTER=weft
+  bool weft_ptx_emitter = true;            // WEFT_PTX_EMITTER=weft (the default) or llvm
 
   bool dumps(std::string_view stage) const;
 };

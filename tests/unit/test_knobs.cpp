@@ -65,6 +65,7 @@ TEST_CASE("knobs: numbers that are not numbers, or out of range, and unknown wor
   CHECK(parse({{"WEFT_NVPTX_SKIP", "none"}}).nvptx_skip == "");
   CHECK_THROWS_WITH(parse({{"WEFT_BACKEND", "gpu"}}), Catch::Contains("WEFT_BACKEND=gpu is not a backend; use cpu, cuda or hip"));
   CHECK(parse({{"WEFT_BACKEND", "cuda"}}).backend == "cuda");
+  CHECK(parse({}).weft_ptx_emitter);  // weft's emitter unless WEFT_PTX_EMITTER=llvm
   CHECK(parse({{"WEFT_PTX_EMITTER", "weft"}}).weft_ptx_emitter);
   CHECK_FALSE(parse({{"WEFT_PTX_EMITTER", "llvm"}}).weft_ptx_emitter);
   CHECK_THROWS_WITH(parse({{"WEFT_PTX_EMITTER", "nvcc"}}),
