@@ -27,10 +27,10 @@
 //                                     (LLVM's textual syntax; "default<O3>": LLVM's O3), to compare
 //   WEFT_NVPTX_SKIP=name,...          the code generator's optional passes to skip instead of weft's list
 //                                     (legacy pass names, e.g. slsr; "none": run them all), to compare
-//   WEFT_PTX_EMITTER=llvm|weft        who writes a kernel's PTX from its optimized LLVM module: LLVM's NVPTX
-//                                     code generator (default) or weft's own emitter, which is ~10x faster
-//                                     and falls back to LLVM's for IR it does not handle
-//                                     (codegen/nvptx/ptx_emitter.h)
+//   WEFT_PTX_EMITTER=llvm|weft        who writes a kernel's PTX from its optimized LLVM module: weft's own
+//                                     emitter (default; ~7x faster than LLVM's; codegen/nvptx/ptx_emitter.h),
+//                                     which falls back to LLVM's for IR it does not handle, or LLVM's NVPTX
+//                                     code generator
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
 // weft's own PTX emitter (codegen/nvptx/ptx_emitter.h, WEFT_PTX_EMITTER=weft) against LLVM's NVPTX code
 // generator on the example kernels: the same barrier, async-copy and tensor-core instructions, and ptxas
 // assembles the result without spills or serialized wgmma where LLVM's PTX has none. What neither CPU nor
-// ptxas can show — that the GPU computes the same — is the GPU suite's part: it runs every [gpu] test with
-// WEFT_PTX_EMITTER=weft too (scripts/gpu-suite).
+// ptxas can show — that the GPU computes the same — is the GPU suite's part: its [gpu] tests run on weft's
+// emitter's PTX (the default), and on LLVM's with WEFT_PTX_EMITTER=llvm.
 #include <catch2/catch.hpp>
 #include <weft/weft.h>
 

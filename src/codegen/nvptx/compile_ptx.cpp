@@ -85,7 +85,7 @@ bool weft_emitter_chosen() { return chosen_emitter < 0 ? support::knobs().weft_p
 
 std::string code_generator_version() {
   std::string version = "LLVM " LLVM_VERSION_STRING "; passes " + nvptx_pipeline();
-  if (weft_emitter_chosen()) return version + "; weft's PTX emitter 1";
+  if (weft_emitter_chosen()) return version + "; weft's PTX emitter 2";
   return version + "; skipped " + skipped_codegen_passes();
 }
 

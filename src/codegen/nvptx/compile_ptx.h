@@ -27,7 +27,7 @@ struct PtxKernel {
   std::string emitter = "llvm";
 };
 
-// Which emitter compile_to_ptx asks first: weft's with WEFT_PTX_EMITTER=weft, else LLVM's. A PtxEmitterChoice
+// Which emitter compile_to_ptx asks first: weft's, unless WEFT_PTX_EMITTER=llvm. A PtxEmitterChoice
 // alive on a thread overrides that for the compiles on that thread (tests compare the two in one process).
 class PtxEmitterChoice {
  public:

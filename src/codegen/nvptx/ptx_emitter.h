@@ -9,7 +9,7 @@
 // space, the NVVM intrinsics weft calls, inline asm); for anything else it says what it met and the
 // caller uses LLVM's code generator instead, so a kernel always gets PTX.
 //
-// Chosen with WEFT_PTX_EMITTER=weft (default: llvm, until the GPU suite has run on this emitter's PTX).
+// The default since session 18 (its PTX passed the GPU suite); WEFT_PTX_EMITTER=llvm chooses LLVM's instead.
 #pragma once
 
 #include <optional>
