@@ -57,6 +57,12 @@ struct AttentionConfig {
   // a tile is the first of the next. The tile loop keeps more values live (the consumers spill a few bytes
   // per tile at D 128 and much at D 256), so it pays only where tiles are short: see attention_config(params).
   bool persistent = false;
+  // A persistent consumer runs from one tile into the next: its last step of a tile issues the next tile's S_0
+  // with this tile's last P V and writes this tile's O after the next tile's first softmax (with two Q stages,
+  // up to D 128). Off, it finishes a tile (O written) before it starts the next; the producer still loads the
+  // next tile's Q and first K ahead. Four D 64 consumers of 112 registers spill fewer bytes without it and ran
+  // 3-10% faster at S 512-1024 (benchmarks/NOTES.md, session 18); at D 128 it is 1-4% faster on.
+  bool across_tiles = true;
 };
 
 // The tiling weft uses for head dimension D at any sequence length (what fits 227 KB of shared memory and
@@ -76,15 +82,19 @@ inline AttentionConfig attention_config(int D) {
 // Not at D 256, whose persistent consumers spill 240 bytes. Longer D 64 problems take three consumers
 // (BM 192): their softmax, not the products, sets the pace, and a third warp group keeps the tensor cores
 // busy while two compute theirs (H200, bf16: +14-15% non-causal, +5-11% causal at S 2k-8k). Short D 64
-// problems take four (BM 256, BN 64) up to 512 keys (1024 causal), three from there on: in one run on the
-// H200 (bf16, B * S = 16k; NOTES, session 13) against the persistent two-consumer kernel, non-causal +3% at
-// S 512 and +5% at 1k, causal +3% at 512 and 1k and +6% at 2k.
+// problems (up to 1024 keys) take four (BM 256, BN 64), persistent, finishing each tile before the next
+// (across_tiles off); three from there on. Against the two-consumer persistent kernel (H200, bf16, B * S = 16k;
+// NOTES, session 13) four consumers of one tile per program were +3% non-causal at S 512 and +5% at 1k, +3% causal
+// at 512 and 1k; made persistent tile by tile, +8% non-causal and +10% causal at S 512, +1.5% and +3% at 1k
+// (H100, session 18).
 inline AttentionConfig attention_config(const AttentionParams& p) {
   AttentionConfig cfg = attention_config(p.D);
   if (p.D <= 64) {
-    if (p.Sk <= (p.causal ? 1024 : 512)) {
+    if (p.Sk <= 1024) {
       cfg.BM = 256;
       cfg.BN = 64;
+      cfg.persistent = true;
+      cfg.across_tiles = false;
     } else {
       cfg.BM = 192;
     }
@@ -100,7 +110,8 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
   std::string name = "attention_fwd_d" + std::to_string(D) + (causal ? "_causal" : "") +
                      (cfg.BM != 128 ? "_bm" + std::to_string(cfg.BM) : "") + "_bn" +
                      std::to_string(cfg.BN) + "_s" + std::to_string(cfg.stages) + (cfg.pingpong ? "_pingpong" : "") +
-                     (cfg.overlap ? "_overlap" : "") + (cfg.persistent ? "_persistent" : "");
+                     (cfg.overlap ? "_overlap" : "") + (cfg.persistent ? "_persistent" : "") +
+                     (cfg.persistent && !cfg.across_tiles ? "_tilewise" : "");
   return Kernel(name, [cfg, D, causal](TensorDesc<T, 3> Q, TensorDesc<T, 3> K, TensorDesc<T, 3> V, TensorDesc<T, 3> O,
                                        Ptr<float> LSE, Int Sq, Int Sk, Int BH, Int group, Float scale_log2,
                                        Int resident) {
@@ -112,7 +123,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
     // A persistent consumer with two Q stages runs across tiles without a pause: the last step of a tile issues
     // the next tile's S_0 with this tile's last P V, runs the next tile's first softmax while that P V is in
     // flight, and writes this tile's O only then.
-    const bool across = QB == 2 && cfg.overlap;
+    const bool across = QB == 2 && cfg.overlap && cfg.across_tiles;
     auto q_s = local_alloc<T>({HALF, D}, QB * CONS, "q_s");  // stage b * CONS + r: consumer r's rows
     auto k_s = local_alloc<T>({BN, D}, S, "k_s");
     auto v_s = local_alloc<T>({BN, D}, S, "v_s");
@@ -513,11 +524,12 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
     fail("config: BM = 256 (four consumers of 112 registers) needs BN <= 64: S and P of BN = " + std::to_string(cfg.BN) +
          " keys do not fit beside O");
   static std::mutex mutex;
-  static std::map<std::tuple<int, bool, int, int, int, bool, bool, bool>, Kernel> kernels;
+  static std::map<std::tuple<int, bool, int, int, int, bool, bool, bool, bool>, Kernel> kernels;
   const Kernel* kernel;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    auto key = std::make_tuple(p.D, p.causal, cfg.BM, cfg.BN, cfg.stages, cfg.pingpong, cfg.overlap, cfg.persistent);
+    auto key = std::make_tuple(p.D, p.causal, cfg.BM, cfg.BN, cfg.stages, cfg.pingpong, cfg.overlap, cfg.persistent,
+                             cfg.across_tiles);
     auto it = kernels.find(key);
     if (it == kernels.end()) it = kernels.emplace(key, make_attention_fwd<T>(cfg, p.D, p.causal)).first;
     kernel = &it->second;

@@ -130,25 +130,30 @@ TEST_CASE("attention_config(params): persistent for short keys at D 128, four th
   CHECK(pick(128, 4096, true).BM == 128);
   CHECK(!pick(256, 512, false).persistent);  // its persistent consumers spill
   CHECK(!pick(256, 512, false).overlap);
-  CHECK(pick(64, 512, false).BM == 256);  // D 64: four consumers (BN 64) for short keys
+  CHECK(pick(64, 512, false).BM == 256);  // D 64: four consumers (BN 64) for short keys, persistent tile by tile
   CHECK(pick(64, 512, false).BN == 64);
-  CHECK(!pick(64, 512, false).persistent);
-  CHECK(pick(64, 513, false).BM == 192);
-  CHECK(pick(64, 1024, true).BM == 256);  // causal: up to 1024 keys
+  CHECK(pick(64, 512, false).persistent);
+  CHECK(!pick(64, 512, false).across_tiles);
+  CHECK(pick(128, 512, false).across_tiles);
+  CHECK(pick(64, 1024, false).BM == 256);
+  CHECK(pick(64, 1024, true).BM == 256);
   CHECK(pick(64, 1025, true).BM == 192);
+  CHECK(pick(64, 1025, false).BM == 192);
   CHECK(pick(64, 2048, false).BM == 192);
   CHECK(!pick(64, 2048, false).persistent);
   CHECK(pick(64, 4096, true).BM == 192);
   CHECK(!pick(64, 4096, true).persistent);
 }
 
-// ptxas -v on kernels attention_config(params) picks at D 64 and D 128: no spills. The persistent ones are
-// the tight ones: LLVM hoisted their epilogue's store addresses out of the tile loop, which cost D 128 a
-// 48-byte stack frame and, with those addresses from per-thread parts (8a12b4f), D 64 a 4-byte spill (5% at
-// S 512 on the H200); the columns and rows of the masks, hoisted out of the masked loops, cost D 128
-// persistent causal 24 bytes. The three consumers of D 64 BM 192 (160 registers each) spilled 8 bytes while
-// the LSE was computed beside P and acc, before the last P V. Not checked: D 64 BM 192 causal, which still
-// spills 4 bytes. Needs no GPU, only the CUDA toolkit's ptxas; skipped without it.
+// ptxas -v on kernels attention_config(params) picks at D 64 and D 128: no spills, but for the four persistent
+// D 64 consumers. The persistent ones are the tight ones: LLVM hoisted their epilogue's store addresses out of
+// the tile loop, which cost D 128 a 48-byte stack frame and, with those addresses from per-thread parts
+// (8a12b4f), D 64 a 4-byte spill (5% at S 512 on the H200); the columns and rows of the masks, hoisted out of the
+// masked loops, cost D 128 persistent causal 24 bytes. The three consumers of D 64 BM 192 (160 registers each)
+// spilled 8 bytes while the LSE was computed beside P and acc, before the last P V. The four persistent D 64
+// consumers (112 registers, tile by tile) spill 92-96 bytes and still ran 3-10% faster than one tile per program
+// without spills (benchmarks/NOTES.md, session 18): there the check is that they spill no more. Not checked:
+// D 64 BM 192 causal, which still spills 4 bytes. Needs no GPU, only the CUDA toolkit's ptxas; skipped without it.
 TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (but D 64 BM 192 causal)",
           "[attention][ptx][cpu-only]") {
   std::string ptxas = weft_test::find_ptxas();
@@ -162,7 +167,7 @@ TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (b
     int D, Sk;
     bool causal;
   };
-  // D 64: four consumers (BM 256, BN 64, 112 registers each) up to 512 / 1024 (causal) keys, three after.
+  // D 64: four consumers (BM 256, BN 64, 112 registers each) up to 1024 keys, three after.
   for (auto [D, Sk, causal] : {Case{64, 512, false}, Case{64, 512, true}, Case{64, 1024, true}, Case{64, 4096, false},
                                Case{128, 512, false}, Case{128, 512, true}, Case{128, 2048, false},
                                Case{128, 2048, true}}) {
@@ -173,7 +178,14 @@ TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (b
     weft_test::PtxasRun run = weft_test::run_ptxas(ptxas, k.ptx(desc(64), desc(cfg.BN), desc(cfg.BN), desc(64)));
     INFO("ptxas said:\n" << run.output);
     CHECK(run.status == 0);
-    CHECK_THAT(run.output, Catch::Contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"));
+    if (cfg.BM == 256 && cfg.persistent) {
+      size_t at = run.output.find(" bytes spill stores");
+      REQUIRE(at != std::string::npos);
+      size_t start = run.output.rfind(' ', at - 1) + 1;
+      CHECK(std::stoi(run.output.substr(start, at - start)) <= 96);
+    } else {
+      CHECK_THAT(run.output, Catch::Contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"));
+    }
   }
 }
 
@@ -201,15 +213,17 @@ TEST_CASE("attention forward: three and four consumers (BM 192, BM 256) at D 64,
 TEST_CASE("attention forward: persistent programs run on across tiles (empty, one-block and long tiles)",
           "[attention][async]") {
   // A persistent program takes several tiles (the CPU backend runs as many programs as it has cores, the GPU one
-  // per multiprocessor): the last step of a tile issues the next tile's first product, and Q alternates between
-  // two stages. Tiles without keys (causal, Sq > Sk), with one block of keys, and with many follow each other.
+  // per multiprocessor): the last step of a tile issues the next tile's first product (or, tile by tile, the
+  // consumers finish a tile first), and Q alternates between two stages. Tiles without keys (causal, Sq > Sk),
+  // with one block of keys, and with many follow each other.
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
   for (AttentionConfig cfg : {AttentionConfig{128, 128, 3, true, true, true}, AttentionConfig{128, 64, 2, true, true, true},
                               AttentionConfig{128, 128, 2, false, true, true}, AttentionConfig{128, 128, 2, true, false, true},
-                              AttentionConfig{192, 128, 2, true, true, true}}) {
+                              AttentionConfig{192, 128, 2, true, true, true}, AttentionConfig{128, 128, 2, true, true, true, false},
+                              AttentionConfig{256, 64, 3, true, true, true, false}}) {
     INFO("BM " << cfg.BM << " BN " << cfg.BN << " stages " << cfg.stages << " pingpong " << cfg.pingpong
-               << " overlap " << cfg.overlap);
+               << " overlap " << cfg.overlap << " across_tiles " << cfg.across_tiles);
     check_attention<bf16>(dev, {1, 3, 1, 300, 77, 64, true}, rng, 0, &cfg);    // 0, 1 and 1 key blocks
     check_attention<f16>(dev, {2, 2, 1, 260, 300, 64, true}, rng, 0, &cfg);
     check_attention<bf16>(dev, {1, 4, 2, 70, 500, 64, false}, rng, 0, &cfg);  // one query block per head

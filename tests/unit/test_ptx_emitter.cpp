@@ -68,7 +68,16 @@ void check_same_program(const std::string& name, const BothPtx& ptx, bool no_spi
   INFO("ptxas on weft's PTX:\n" << ours.output << "\nptxas on LLVM's PTX:\n" << theirs.output);
   REQUIRE(ours.status == 0);
   CHECK(count(ours.output, "Performance Loss") == count(theirs.output, "Performance Loss"));
-  if (no_spills) CHECK_THAT(ours.output, Catch::Contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"));
+  if (no_spills) {
+    CHECK_THAT(ours.output, Catch::Contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"));
+  } else {  // no more than from LLVM's PTX
+    auto spilled = [](const std::string& said) {
+      size_t at = said.find(" bytes spill stores");
+      return at == std::string::npos ? -1 : std::stoi(said.substr(said.rfind(' ', at - 1) + 1));
+    };
+    CHECK(spilled(ours.output) >= 0);
+    CHECK(spilled(ours.output) <= spilled(theirs.output));
+  }
 }
 
 }  // namespace
@@ -105,8 +114,9 @@ TEST_CASE("weft's PTX emitter: attention at D 64 and D 128, causal or not, as LL
     Kernel k = make_attention_fwd<bf16>(cfg, D, causal);
     auto desc = [&](int rows) { return tma(buf, {1, 1024, D}, {1, rows, 64}); };
     auto ptx = both_emitters([&] { return k.ptx(desc(64), desc(cfg.BN), desc(cfg.BN), desc(64)); });
+    // (The four persistent D 64 consumers spill: test_attention.cpp's ptxas case says why they are the default.)
     check_same_program("attention D " + std::to_string(D) + (causal ? " causal" : "") + " BM " + std::to_string(cfg.BM),
-                       ptx, true);
+                       ptx, !(cfg.BM == 256 && cfg.persistent));
   }
 }
 
