@@ -18,6 +18,10 @@
 
 #include "codegen/nvptx/compile_ptx.h"
 
+namespace llvm {
+class DominatorTree;
+}
+
 namespace weft::codegen::nvptx::emitter {
 
 // What the emitter does not handle: emit_ptx returns nothing and the caller runs LLVM's code generator.
@@ -162,5 +166,8 @@ int mov_bits(Reg cls);
 
 // "mov.b32 %r1, %r2" or "mov.pred %p1, %p2".
 std::string mov(Reg cls, const std::string& to, const std::string& from);
+
+// The order the blocks of `fn` are written in (ptx_emitter_control.cpp).
+std::vector<const llvm::BasicBlock*> block_layout(const llvm::Function& fn, llvm::DominatorTree& dom);
 
 }  // namespace weft::codegen::nvptx::emitter
