@@ -41,11 +41,22 @@ inline Int arange(int64_t start, int64_t end, SourceLoc loc = SourceLoc::current
 template <class E> Tile<E> full(Shape shape, double value, SourceLoc loc = SourceLoc::current()) {
   return Tile<E>(detail::constant(dtype_of<E>, value, shape, loc));
 }
+// An integer value exactly (an i64 past 2^53 has no double of its value).
+template <class E, class V>
+  requires std::is_integral_v<V>
+Tile<E> full(Shape shape, V value, SourceLoc loc = SourceLoc::current()) {
+  return Tile<E>(detail::literal_constant(dtype_of<E>, value, shape, loc));
+}
 template <class E> Tile<E> zeros(Shape shape, SourceLoc loc = SourceLoc::current()) {
   return full<E>(std::move(shape), 0.0, loc);
 }
 // A rank-0 constant of type E.
 template <class E> Tile<E> scalar(double value, SourceLoc loc = SourceLoc::current()) {
+  return full<E>({}, value, loc);
+}
+template <class E, class V>
+  requires std::is_integral_v<V>
+Tile<E> scalar(V value, SourceLoc loc = SourceLoc::current()) {
   return full<E>({}, value, loc);
 }
 

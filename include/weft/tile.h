@@ -64,7 +64,7 @@ template <class E, class X> NodeRef value_of(const X& x, SourceLoc loc) {
     return node_of(x, loc);
   } else {
     static_assert(Literal<X>, "expected a tile, a Var or a C++ number");
-    return constant(dtype_of<E>, static_cast<double>(x), {}, loc);
+    return literal_constant(dtype_of<E>, x, {}, loc);
   }
 }
 
@@ -80,7 +80,7 @@ template <class E> struct Operand {
   template <class L>
     requires detail::Literal<L> && (!is_pointer_elem<E>)
   Operand(L literal, SourceLoc l = SourceLoc::current())
-      : node(detail::constant(dtype_of<E>, static_cast<double>(literal), {}, l)), loc(l) {}
+      : node(detail::literal_constant(dtype_of<E>, literal, {}, l)), loc(l) {}
   template <class L>
     requires(!is_pointer_elem<E>)
   Operand(Const<L> c, SourceLoc l = SourceLoc::current()) : Operand(c.value, l) {}
@@ -97,7 +97,7 @@ struct Offset {
   template <class L>
     requires std::is_integral_v<L>
   Offset(L literal, SourceLoc l = SourceLoc::current())
-      : node(detail::constant(dtype_of<int64_t>, static_cast<double>(literal), {}, l)), loc(l) {}
+      : node(detail::literal_constant(dtype_of<int64_t>, literal, {}, l)), loc(l) {}
   template <class L>
     requires std::is_integral_v<L>
   Offset(Const<L> c, SourceLoc l = SourceLoc::current()) : Offset(c.value, l) {}
@@ -243,7 +243,7 @@ template <class E> class Var : public detail::Ops<E> {
   template <class L>
     requires detail::Literal<L> && (!is_pointer_elem<E>)
   Var(L init, SourceLoc loc = SourceLoc::current())
-      : slot_(detail::emit(detail::Op::VarDecl, {detail::constant(dtype_of<E>, double(init), {}, loc)}, {}, loc)) {}
+      : slot_(detail::emit(detail::Op::VarDecl, {detail::literal_constant(dtype_of<E>, init, {}, loc)}, {}, loc)) {}
   Var(const Var&) = delete;
 
   // The variable's value at this point of the kernel.

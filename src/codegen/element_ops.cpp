@@ -147,6 +147,11 @@ Value* ElementOps::constant(DType d, double v) {
   return llvm::ConstantInt::get(t, static_cast<uint64_t>(static_cast<int64_t>(v)), true);
 }
 
+Value* ElementOps::constant(DType d, const ir::Attrs& a) {
+  if (d.is_float()) return constant(d, a.number);
+  return llvm::ConstantInt::get(compute_type(d), static_cast<uint64_t>(a.integer_value()), true);
+}
+
 Value* ElementOps::from_slot(DType d, Value* slot) {
   if (d.pointer) return b_.CreateIntToPtr(slot, compute_type(d));
   switch (d.scalar) {

@@ -39,6 +39,8 @@ class ElementOps {
   llvm::Value* to_compute_half_of(DType d, llvm::Value* word, bool high);
   llvm::Value* round(DType d, llvm::Value* computed);  // f16/bf16 keep only their precision
   llvm::Value* constant(DType d, double value);
+  // A Constant node's value: exact for an integer dtype (Attrs::integer_value), else `number`.
+  llvm::Value* constant(DType d, const ir::Attrs& a);
   // A kernel argument from its 64-bit slot (pointers as addresses, numbers in their low bits).
   llvm::Value* from_slot(DType d, llvm::Value* slot64);
 

@@ -166,6 +166,16 @@ NodeRef constant(DType dtype, double value, const Shape& shape, SourceLoc loc) {
   return emit(Op::Constant, {}, a, loc);
 }
 
+NodeRef constant_int(DType dtype, int64_t value, const Shape& shape, SourceLoc loc) {
+  Attrs a;
+  a.dtype = dtype;
+  a.has_dtype = true;
+  a.number = static_cast<double>(value);
+  if (!dtype.is_float()) a.integer = value;
+  a.shape = shape;
+  return emit(Op::Constant, {}, a, loc);
+}
+
 DType node_dtype(const NodeRef& n) { return n->type.dtype; }
 const Shape& node_shape(const NodeRef& n) { return n->type.shape; }
 

@@ -45,7 +45,7 @@ class Printer {
       case Op::Param:
         return fmt::format(" {}", a.ints.at(0));
       case Op::Constant:
-        return fmt::format(" {}", a.number);
+        return a.integer ? fmt::format(" {}", *a.integer) : fmt::format(" {}", a.number);
       case Op::Broadcast:
       case Op::Reshape:
         return " " + shape_str(a.shape);

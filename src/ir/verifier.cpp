@@ -90,21 +90,27 @@ int64_t axis_attr(Op op, Attrs& attrs, int rank, SourceLoc loc) {
   return axis;
 }
 
-void check_constant_value(DType d, double v, SourceLoc loc) {
+void check_constant_value(DType d, const Attrs& a, SourceLoc loc) {
   if (d.pointer) fail(loc, "a constant cannot be a pointer; pass pointers as kernel parameters");
   if (d.is_float()) return;
+  const bool is_bool = d.scalar == ScalarType::i1;
+  int64_t lo = is_bool ? 0 : std::numeric_limits<int64_t>::min() >> (64 - d.bits());
+  int64_t hi = is_bool ? 1 : std::numeric_limits<int64_t>::max() >> (64 - d.bits());
+  auto out_of_range = [&](const std::string& value) {
+    fail(loc, fmt::format("the constant {} does not fit in {} (range {} to {})", value, d.str(), lo, hi));
+  };
+  if (a.integer) {  // given as an integer: exact
+    if (*a.integer < lo || *a.integer > hi) out_of_range(std::to_string(*a.integer));
+    return;
+  }
+  double v = a.number;
   if (!std::isfinite(v) || v != std::trunc(v))
     fail(loc, fmt::format("the constant {} is not a whole number but its type is {}; use a floating-point tile or "
                           "round the value",
                           v, d.str()));
   // Compared as doubles: converting an out-of-range double to int64_t is undefined.
-  const bool is_bool = d.scalar == ScalarType::i1;
   const double limit = is_bool ? 2.0 : std::ldexp(1.0, d.bits() - 1);  // the first value past the top
-  if (v < (is_bool ? 0.0 : -limit) || v >= limit) {
-    int64_t lo = is_bool ? 0 : std::numeric_limits<int64_t>::min() >> (64 - d.bits());
-    int64_t hi = is_bool ? 1 : std::numeric_limits<int64_t>::max() >> (64 - d.bits());
-    fail(loc, fmt::format("the constant {} does not fit in {} (range {} to {})", v, d.str(), lo, hi));
-  }
+  if (v < (is_bool ? 0.0 : -limit) || v >= limit) out_of_range(fmt::format("{}", v));
 }
 
 Type infer_reduce(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, SourceLoc loc) {
@@ -305,7 +311,7 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
       return Type::value(i32, {});
     case Op::Constant:
       check_tile_shape(attrs.shape, "constant", loc);
-      check_constant_value(attrs.dtype, attrs.number, loc);
+      check_constant_value(attrs.dtype, attrs, loc);
       return Type::value(attrs.dtype, attrs.shape);
     case Op::Arange: {
       int64_t start = attrs.ints.at(0), end = attrs.ints.at(1);

@@ -72,7 +72,7 @@ AccessPattern AccessPatterns::compute(const ir::Node& n) const {
       return {1, 1, n.attrs.ints.size() > 1 ? n.attrs.ints[1] : 1};
     case Op::Constant:
       if (!n.type.dtype.is_int()) return unknown;
-      return clamp(n, {1, numel(n), power_of_two_dividing(static_cast<int64_t>(n.attrs.number))});
+      return clamp(n, {1, numel(n), power_of_two_dividing(n.attrs.integer_value())});
     case Op::Arange:
       return clamp(n, {numel(n), 1, power_of_two_dividing(n.attrs.ints[0])});
     case Op::Add:

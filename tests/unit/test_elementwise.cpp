@@ -173,8 +173,7 @@ TEST_CASE("integer division and remainder by constants round toward zero", "[ops
   WEFT_SEEDED_RNG(rng);
   for_each_type<IntTypes>([&](auto t) {
     using T = typename decltype(t)::type;
-    // (Constants are traced as doubles: an i64 one is exact up to 2^53.)
-    const int64_t top = std::min<int64_t>(std::numeric_limits<T>::max(), (int64_t(1) << 53) - 1);
+    const int64_t top = std::numeric_limits<T>::max();
     for (int64_t wanted : {int64_t(3), int64_t(7), int64_t(192), int64_t(1000003), int64_t(-5), int64_t(-192), top,
                            top - 1, -top}) {
       const T c = T(wanted);  // wraps in narrow types; the reference divides by the same value
@@ -188,6 +187,23 @@ TEST_CASE("integer division and remainder by constants round toward zero", "[ops
           [divisor](int64_t a) { return a % divisor; }, {}, ints_with_edges<T>());
     }
   });
+}
+
+// Integer literals are exact in every width: an i64 constant past 2^53 (where doubles have gaps) keeps its low
+// bits, and two literals one apart are two different constants (and two kernels).
+TEST_CASE("integer literals past 2^53 are exact", "[ops][elementwise]") {
+  WEFT_SEEDED_RNG(rng);
+  const int64_t big = (int64_t(1) << 60) + 1, odd = std::numeric_limits<int64_t>::max() - 2;
+  check_elementwise<int64_t, int64_t>(
+      rng, "+ 2^60 + 1", [=](Tile<int64_t> a) { return a + big; },
+      [=](int64_t a) { return int64_t(uint64_t(a) + uint64_t(big)); }, {}, ints_with_edges<int64_t>());
+  check_elementwise<int64_t, int64_t>(
+      rng, "^ (2^63 - 3)", [=](Tile<int64_t> a) { return a ^ odd; }, [=](int64_t a) { return a ^ odd; }, {},
+      ints_with_edges<int64_t>());
+  check_elementwise<int64_t, int64_t>(
+      rng, "where(a < 0, 2^60 + 1, full(2^63 - 3))",
+      [=](Tile<int64_t> a) { return where(a < 0, Tile<int64_t>(full<int64_t>({}, big)), scalar<int64_t>(odd)); },
+      [=](int64_t a) { return a < 0 ? big : odd; }, {}, ints_with_edges<int64_t>());
 }
 
 // ---- bitwise ops and shifts ------------------------------------------------------------------------------

@@ -279,6 +279,14 @@ TEST_CASE("constants that do not fit their type", "[errors]") {
     Kernel k = body_kernel([&](Ptr<float>) { line = __LINE__; Bool c = full<bool>({2}, 2); });
     REQUIRE_WEFT_ERROR(k.ir(), line, "does not fit in i1");
   }
+  SECTION("an unsigned literal past INT64_MAX") {
+    Kernel k = body_kernel([&](Ptr<float>) { line = __LINE__; Long c = full<int64_t>({2}, uint64_t(1) << 63); });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "does not fit in i64");
+  }
+  SECTION("int32 one past its top, given exactly") {
+    Kernel k = body_kernel([&](Ptr<float>) { line = __LINE__; Int c = scalar<int32_t>(int64_t(INT32_MAX) + 1); });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "the constant 2147483648 does not fit in i32 (range -2147483648 to 2147483647)");
+  }
 }
 
 // ---- control flow and variables ------------------------------------------------------------------------

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "weft/dtype.h"
@@ -35,9 +37,13 @@ struct Attrs {
   std::vector<int64_t> ints;  // axis, argument index, permutation, arange bounds …
   Shape shape;                // result shape of constant / broadcast / reshape
   DType dtype{};              // constant / param / cast
-  double number = 0;          // constant value
+  double number = 0;          // constant value (given as an integer: the nearest double)
+  std::optional<int64_t> integer;  // constant value given as an integer, exact (past 2^53 too)
   bool has_dtype = false;
   std::vector<std::string> names;  // the user's names of allocations and tasks
+
+  // An integer constant's value (the verifier has checked that `number` is whole where `integer` is not set).
+  int64_t integer_value() const { return integer ? *integer : static_cast<int64_t>(number); }
 };
 
 // Append a node of kind `op` to the region being traced and return it; throws weft::Error (naming `loc`)
@@ -48,6 +54,18 @@ NodeRef emit(Op op, std::vector<NodeRef> operands, Attrs attrs, SourceLoc loc);
 NodeRef emit_elementwise(Op op, std::vector<NodeRef> operands, SourceLoc loc);
 
 NodeRef constant(DType dtype, double value, const Shape& shape, SourceLoc loc);
+// An integer constant given exactly (an i64 literal past 2^53 has no double of its value).
+NodeRef constant_int(DType dtype, int64_t value, const Shape& shape, SourceLoc loc);
+
+// A C++ number as a constant of type `dtype`: integers exactly (unsigned ones past INT64_MAX as doubles, which the
+// verifier then refuses as out of range), floating-point values as doubles.
+template <class L> NodeRef literal_constant(DType dtype, L literal, const Shape& shape, SourceLoc loc) {
+  if constexpr (std::is_integral_v<L>) {
+    if (!(std::is_unsigned_v<L> && static_cast<unsigned long long>(literal) > 0x7fffffffffffffffULL))
+      return constant_int(dtype, static_cast<int64_t>(literal), shape, loc);
+  }
+  return constant(dtype, static_cast<double>(literal), shape, loc);
+}
 
 DType node_dtype(const NodeRef&);
 const Shape& node_shape(const NodeRef&);

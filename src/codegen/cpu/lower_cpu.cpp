@@ -152,7 +152,7 @@ void Lowering::node(const NodeRef& n) {
       return;
     }
     case Op::Constant:
-      vals_[n.get()] = {n->type.shape.empty() ? Val::Kind::Scalar : Val::Kind::Splat, ops_.constant(d, n->attrs.number)};
+      vals_[n.get()] = {n->type.shape.empty() ? Val::Kind::Scalar : Val::Kind::Splat, ops_.constant(d, n->attrs)};
       return;
     case Op::Arange: {
       int64_t start = n->attrs.ints[0];

@@ -178,7 +178,7 @@ void Lowering::node(const NodeRef& n) {
   switch (n->op) {
     case Op::ProgramId: regs_[n.get()] = {{ptx_.block_index(n->axis())}}; return;
     case Op::NumPrograms: regs_[n.get()] = {{ptx_.grid_size(n->axis())}}; return;
-    case Op::Constant: regs_[n.get()] = splat(ops_.constant(d, n->attrs.number), n->type.numel()); return;
+    case Op::Constant: regs_[n.get()] = splat(ops_.constant(d, n->attrs), n->type.numel()); return;
     case Op::Arange: {
       int64_t start = n->attrs.ints[0];
       return elementwise(n, [&](size_t r) { return add_const(flat_index(n->type.numel(), r), start); });

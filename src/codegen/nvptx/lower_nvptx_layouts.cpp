@@ -416,7 +416,7 @@ Value* Lowering::compute_element(const ir::Node& n, const std::vector<Value*>& c
     default: break;
   }
   switch (n.op) {
-    case Op::Constant: return ops_.constant(d, n.attrs.number);
+    case Op::Constant: return ops_.constant(d, n.attrs);
     case Op::Arange: return add_const(coords[0], n.attrs.ints[0]);
     case Op::Fma: return ops_.round(d, ops_.fma(args[0], args[1], args[2]));
     case Op::Select: return ops_.round(d, b_.CreateSelect(args[0], args[1], args[2]));
