@@ -20,7 +20,7 @@ namespace weft::codegen::nvptx::emitter {
 // as the forward edges allow (a topological order of the control flow without its back edges, so each block
 // comes after its immediate dominator and every value is defined before the emitter meets a use). The
 // lowering's block order can put blocks that run once (a loop's first step, a branch taken at its end) between
-// the blocks of a loop; ptxas schedules the loop as LLVM's block placement hands it over, contiguous. An
+// the blocks of a loop; LLVM's block placement hands ptxas every loop contiguous, and so does this. An
 // irreducible flow (not produced by weft's lowering) gets reverse post-order.
 std::vector<const llvm::BasicBlock*> block_layout(const llvm::Function& fn, llvm::DominatorTree& dom) {
   llvm::LoopInfo loops(dom);

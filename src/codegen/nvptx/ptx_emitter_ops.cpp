@@ -225,7 +225,7 @@ bool PtxEmitter::division_by_constant(const llvm::BinaryOperator& op, const llvm
     }
     std::string high = fresh(Reg::b32);
     line(fmt::format("mul.hi.u32 {}, {}, {}", high, x, static_cast<uint32_t>(magic.Magic.getZExtValue())));
-    if (magic.IsAdd) {  // the magic number needs 33 bits: q = (((a - high) >> 1) + high) >> (post - 1)
+    if (magic.IsAdd) {  // the magic number needs 33 bits: q = (((a - high) >> 1) + high) >> PostShift
       std::string rest = fresh(Reg::b32), half = fresh(Reg::b32), sum = fresh(Reg::b32);
       line(fmt::format("sub.s32 {}, {}, {}", rest, a, high));
       line(fmt::format("shr.u32 {}, {}, 1", half, rest));
