@@ -61,7 +61,7 @@ struct AttentionConfig {
   // with this tile's last P V and writes this tile's O after the next tile's first softmax (with two Q stages,
   // up to D 128). Off, it finishes a tile (O written) before it starts the next; the producer still loads the
   // next tile's Q and first K ahead. Four D 64 consumers of 112 registers spill fewer bytes without it and ran
-  // 3-10% faster at S 512-1024 (benchmarks/NOTES.md, session 18); at D 128 it is 1-4% faster on.
+  // 3-6% faster at S 512-1024 than with it (benchmarks/NOTES.md, session 18); at D 128 it is up to 3% faster on.
   bool across_tiles = true;
 };
 
