@@ -23,6 +23,14 @@ inline std::string find_ptxas() {
 struct PtxasRun {
   int status = -1;     // ptxas's exit status (0: assembled)
   std::string output;  // what it printed (with -v: registers, stack frame, spill bytes per kernel)
+
+  // The "N bytes spill stores" of -v's report (its first kernel), or -1 where it says none.
+  int spill_store_bytes() const {
+    size_t at = output.find(" bytes spill stores");
+    if (at == std::string::npos) return -1;
+    size_t start = output.rfind(' ', at - 1) + 1;
+    return std::stoi(output.substr(start, at - start));
+  }
 };
 
 // `ptxas -arch=sm_90a <flags> <ptx> -o /dev/null`, the PTX written to a temporary file of this process.
