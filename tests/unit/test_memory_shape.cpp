@@ -102,6 +102,64 @@ template <class T> void check_scalar_access(Rng& rng) {
   }
 }
 
+// Rows of 16-bit elements at every 2-byte offset from a 16-byte boundary (row strides of odd length,
+// starting columns 0 to 7): a thread's 8 consecutive elements are one 16-byte chunk the compiler knows is
+// consecutive but not aligned. On NVIDIA such a chunk is read as the two aligned 16-byte blocks around it,
+// shifted; a chunk that a mask cuts is read element by element. The last row ends at the end of the input.
+template <class T> void check_misaligned_rows(Rng& rng) {
+  constexpr int R = 16, C = 64;
+  Kernel k("misaligned_rows", [](Ptr<T> x, Ptr<T> whole, Ptr<T> masked, Int K, Int k0, Int limit) {
+    Int r = expand_dims(arange(0, R), 1), c = expand_dims(arange(0, C), 0);
+    Ptr<T> at = x + (r * K + k0 + c);
+    store(whole + (r * C + c), load(at));
+    store(masked + (r * C + c), load(at, broadcast_to(c < limit, {R, C}), -3));
+  });
+  for (int K : {64, 65, 67, 72, 129}) {
+    for (int k0 = 0; k0 < 8; ++k0) {
+      const int limit = 13 + 5 * k0;  // cuts one chunk of each row, leaves the others whole
+      INFO(type_name<T>() << " row stride " << K << ", first column " << k0 << ", mask c < " << limit);
+      const int64_t n = int64_t(R - 1) * K + k0 + C;  // the last element read is the input's last
+      std::vector<host_t<T>> x = generate<T>(rng, n, typical_values<T>());
+      Output<T> whole(R * C), masked(R * C);
+      launch(k, Grid(1), Input<T>(x), whole, masked, K, k0, limit);
+      std::vector<host_t<T>> want(R * C), want_masked(R * C);
+      for (int i = 0; i < R; ++i)
+        for (int j = 0; j < C; ++j) {
+          want[i * C + j] = x[size_t(i) * K + k0 + j];
+          want_masked[i * C + j] = j < limit ? want[i * C + j] : from_ref<T>(-3);
+        }
+      check_near<T>(whole, want, {}, "unmasked load");
+      check_near<T>(masked, want_masked, {}, "masked load");
+    }
+  }
+}
+
+TEST_CASE("loads of 16-bit rows at every 2-byte alignment, unmasked and masked", "[ops][memory]") {
+  WEFT_SEEDED_RNG(rng);
+  check_misaligned_rows<bf16>(rng);
+  check_misaligned_rows<f16>(rng);
+  check_misaligned_rows<int16_t>(rng);
+}
+
+TEST_CASE("an unaligned chunk of consecutive 16-bit elements is read as two aligned 16-byte blocks", "[memory][ptx]") {
+  Kernel k("misaligned_rows_ptx", [](Ptr<bf16> x, Ptr<bf16> out, Int K) {
+    Int r = expand_dims(arange(0, 16), 1), c = expand_dims(arange(0, 64), 0);
+    store(out + (r * 64 + c), load(x + (r * K + c)));
+  });
+  const std::string ptx = k.ptx();
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = ptx.find(what); at != std::string::npos; at = ptx.find(what, at + 1)) ++n;
+    return n;
+  };
+  // 8 elements a thread: one chunk, read aligned (one 16-byte load) or as two blocks; no 2-byte loads.
+  CHECK(count("ld.global.v4.b32") == 3);
+  CHECK(count("ld.global.b16") == 0);
+  CHECK(count("ld.global.u16") == 0);
+  // The half-word shift: a funnel shift (either code generator).
+  CHECK(count("shf.l.wrap.b32") + count("shf.r.wrap.b32") >= 4);
+}
+
 TEST_CASE("rank-0 loads and stores through Ptr", "[ops][memory]") {
   WEFT_SEEDED_RNG(rng);
   for_each_type<AllTypes>([&](auto t) { check_scalar_access<typename decltype(t)::type>(rng); });

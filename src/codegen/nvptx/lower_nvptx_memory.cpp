@@ -154,6 +154,35 @@ Lowering::Chunk Lowering::chunk_of(const std::vector<NodeRef>& o, size_t mask_op
   return c;
 }
 
+// The 16-bit elements of a chunk of 16 consecutive bytes at a 2-byte aligned address a: the aligned 16-byte
+// blocks at a & ~15 and 16 bytes on, read whole, and the chunk's four words taken from their eight. Both
+// blocks hold bytes of the chunk (a is not 16-byte aligned here), so they lie in memory the kernel may read
+// (no page ends inside an aligned 16-byte block). With a & 15 = 4 q + 2 h, word i of the chunk is block word
+// i + q, or (h) the high half of that and the low half of the next.
+void Lowering::shifted_chunk(const Chunk& c, DType d, std::vector<Value*>& out) {
+  llvm::Type* i32 = b_.getInt32Ty();
+  Value* offset = b_.CreateAnd(b_.CreateTrunc(b_.CreatePtrToInt(c.ptrs[0], b_.getInt64Ty()), i32), i32c(15));
+  Value* first = b_.CreateGEP(b_.getInt8Ty(), c.ptrs[0], b_.CreateNeg(b_.CreateZExt(offset, b_.getInt64Ty())));
+  auto* block = llvm::FixedVectorType::get(i32, 4);
+  std::vector<Value*> w;
+  for (int64_t at : {0, 16}) {
+    Value* v = b_.CreateAlignedLoad(block, b_.CreateConstGEP1_64(b_.getInt8Ty(), first, at), llvm::Align(16));
+    for (unsigned e = 0; e < 4; ++e) w.push_back(b_.CreateExtractElement(v, e));
+  }
+  Value* odd_word = b_.CreateICmpNE(b_.CreateAnd(offset, i32c(4)), i32c(0));  // q & 1
+  Value* two_words = b_.CreateICmpNE(b_.CreateAnd(offset, i32c(8)), i32c(0));  // q & 2
+  Value* half = b_.CreateICmpNE(b_.CreateAnd(offset, i32c(2)), i32c(0));       // h
+  std::vector<Value*> by_one, by_q;  // block words moved down by q & 1, then by q
+  for (int j = 0; j < 7; ++j) by_one.push_back(b_.CreateSelect(odd_word, w[j + 1], w[j]));
+  for (int i = 0; i < 5; ++i) by_q.push_back(b_.CreateSelect(two_words, by_one[i + 2], by_one[i]));
+  for (int i = 0; i < 4; ++i) {
+    Value* joined = b_.CreateOr(b_.CreateLShr(by_q[i], 16), b_.CreateShl(by_q[i + 1], 16));
+    Value* word = b_.CreateSelect(half, joined, by_q[i]);
+    out.push_back(ops_.to_compute_half_of(d, word, false));
+    out.push_back(ops_.to_compute_half_of(d, word, true));
+  }
+}
+
 void Lowering::load(const NodeRef& n) {
   DType d = n->type.dtype;
   const auto& o = n->operands;
@@ -189,6 +218,16 @@ void Lowering::load(const NodeRef& n) {
     };
     std::vector<Value*> vals;
     bool proven = width > 1 && chunks_proven(o[0], d, width);
+    // Consecutive 16-bit elements of one 16-byte chunk at an address that is not 16-byte aligned (a row
+    // of odd length): the two aligned blocks around it, shifted (element by element, a warp's lanes would
+    // read 2-byte pieces 16 bytes apart, eight times the L1 requests).
+    auto misaligned = [&](std::vector<Value*>& slow) {
+      if (!c.consecutive || d.bytes() != 2 || width * d.bytes() != kMaxAccessBytes) return element_wise(slow);
+      if (c.masks.empty()) return shifted_chunk(c, d, slow);
+      Value* all = b_.getTrue();
+      for (Value* m : c.masks) all = b_.CreateAnd(all, m);
+      slow = branch_values(all, width, [&](std::vector<Value*>& v) { shifted_chunk(c, d, v); }, element_wise);
+    };
     if (width == 1)
       element_wise(vals);
     else if (proven && c.masks.empty())
@@ -198,7 +237,7 @@ void Lowering::load(const NodeRef& n) {
         for (int64_t j = 0; j < width; ++j) none.push_back(otherwise(j));
       });
     else
-      vals = branch_values(whole_chunk_ok(c, d, proven), width, whole, element_wise);
+      vals = branch_values(whole_chunk_ok(c, d, proven), width, whole, misaligned);
     for (Value* v : vals) out.v.push_back(v);
   }
   regs_[n.get()] = std::move(out);

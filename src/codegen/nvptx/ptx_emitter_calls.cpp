@@ -222,6 +222,12 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
       if (bits == 64) line(fmt::format("cvt.u64.u32 {}, {}", d, count));
       return;
     }
+    // fshl(hi, lo, s): the high word of hi:lo shifted left by s % 32; fshr: the low word shifted right.
+    if ((base_is("llvm.fshl") || base_is("llvm.fshr")) && bits == 32) {
+      line(fmt::format("shf.{}.wrap.b32 {}, {}, {}, {}", base_is("llvm.fshl") ? "l" : "r", result(), arg(1), arg(0),
+                       arg(2)));
+      return;
+    }
     if (base_is("llvm.bitreverse") && bits >= 32) {
       line(fmt::format("brev.b{} {}, {}", bits, result(), reg(call.getArgOperand(0))));
       return;
