@@ -2,7 +2,7 @@
 // configuration weft::Autotuner picks per shape; operands copied to padded buffers where TMA cannot describe
 // them) against cuBLASLt in the same run.
 //
-//   bench_gemm [--json] [--runs N] [--sizes 4096,8192] [--sweep] [--m 1,16,...] [--tune]
+//   bench_gemm [--json] [--runs N] [--sizes 4096,8192|none] [--sweep] [--m 1,16,...] [--nk 4095x4095,...] [--tune]
 //   bench_gemm --compare-epilogue [--runs N] [--sizes 4096,8192]
 //   bench_gemm --compare-candidates [--runs N] [--sizes 4096,8192]
 //   bench_gemm --configs NAME,NAME,... [--runs N] [--sizes 4096,8192]
@@ -76,6 +76,7 @@ struct Options {
   bool sweep = false, tune = false, compare_epilogue = false, compare_candidates = false;
   std::vector<GemmConfig> configs;  // --configs
   std::vector<int> sweep_m = {1, 16, 64, 256, 1024, 4096, 16384};
+  std::vector<std::pair<int, int>> sweep_nk;  // --nk: these (N, K) pairs instead of kSweepNK
 };
 
 // The (N, K) pairs of the sweep: LLM layers (Llama-3 8B/70B-like projections and the vocabulary), then
@@ -100,7 +101,7 @@ Options parse(int argc, char** argv) {
   auto usage = [&](const std::string& why) {
     std::fprintf(stderr,
                  "bench_gemm: %s\nusage: bench_gemm [--json] [--runs N>=20] [--sizes 4096,8192] [--sweep] "
-                 "[--m 1,16,64,256,1024,4096,16384] [--tune]\n       bench_gemm --compare-epilogue|--compare-candidates|"
+                 "[--m 1,16,64,256,1024,4096,16384] [--nk 4095x4095,...] [--tune] (--sizes none: no squares)\n       bench_gemm --compare-epilogue|--compare-candidates|"
                  "--configs NAME,... [--runs N>=20] [--sizes 4096,8192]\n",
                  why.c_str());
     std::exit(2);
@@ -112,6 +113,16 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--runs" && i + 1 < argc) {
       o.runs = std::atoi(argv[++i]);
       if (o.runs < 20) usage("--runs must be at least 20");
+    } else if (arg == "--sizes" && i + 1 < argc && std::string(argv[i + 1]) == "none") {
+      o.sizes.clear();
+      ++i;
+    } else if (arg == "--nk" && i + 1 < argc) {
+      for (char* p = std::strtok(argv[++i], ","); p; p = std::strtok(nullptr, ",")) {
+        int n = 0, k = 0;
+        if (std::sscanf(p, "%dx%d", &n, &k) != 2 || n <= 0 || k <= 0) usage(std::string("bad --nk pair '") + p + "' (e.g. 4095x4095)");
+        o.sweep_nk.emplace_back(n, k);
+      }
+      if (o.sweep_nk.empty()) usage("--nk needs at least one NxK pair");
     } else if (arg == "--sizes" && i + 1 < argc) {
       o.sizes = int_list(argv[++i], [](int n) { return n > 0; },
                          [&](const std::string& p) { usage("bad size '" + p + "' (a positive number)"); });
@@ -237,7 +248,9 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
   GemmChoice choice = gemm(in.a[0], in.b[0], c_weft, M, N, K, b_is_nk);
   dev.synchronize();
   row.weft_first_call_ms = seconds_since(t0) * 1e3;
-  row.config = choice.small_m ? "small_m" : choice.config.name() + (choice.padded ? "+pad" : "");
+  row.config = choice.small_m       ? std::string("small_m")
+               : choice.rows_mma_bn ? "rows_mma_bn" + std::to_string(choice.rows_mma_bn)
+                                    : choice.config.name() + (choice.padded ? "+pad" : "");
   row.problem = choice.problem;
   row.tuned_now = !choice.report.from_cache && choice.report.tried > 0;
   row.tune_ms = choice.report.tune_ms;
@@ -435,7 +448,7 @@ int main(int argc, char** argv) try {
   };
   if (opt.sweep)
     for (int M : opt.sweep_m)
-      for (auto [N, K] : kSweepNK) run_shape(M, N, K, "sweep");
+      for (auto [N, K] : opt.sweep_nk.empty() ? kSweepNK : opt.sweep_nk) run_shape(M, N, K, "sweep");
   for (int n : opt.sizes) run_shape(n, n, n, "square");
 
   bool all_pass = true;

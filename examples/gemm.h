@@ -10,10 +10,13 @@
 //   a candidate too (last: never the untuned choice); it wins some single-row products. Tuning compiles the candidates on host threads at once, times
 //   them on the caller's buffers (C is overwritten, then written again by the winner) and remembers the
 //   winner in the process and on disk (weft's compile cache), so a later process does not tune again.
-// - M <= 8 (B N x K) or 4 (B K x N) and rows TMA cannot stride or address (N or K not a multiple of 8, a
-//   buffer not 16-byte aligned): a plain-load kernel reads A and B where they are (no copies: a product this thin is
-//   bound by reading B once), with FMA in f32 instead of tensor cores, B's columns over the grid and K split
-//   over it too when there are few column blocks (f32 partial sums, then the split-K reduction).
+// - M <= 64 and rows TMA cannot stride or address (N or K not a multiple of 8, a buffer not 16-byte
+//   aligned): tuned the same way among kernels that read A and B where they are (no copies: a product this
+//   thin is bound by reading B once) — at M <= 8 (B N x K) or 4 (B K x N) the plain-load FMA kernel (the
+//   untuned choice there), the plain-load tensor-core kernel (make_gemm_rows_mma, 64 or 128 columns a
+//   program; the untuned choice up to M 16) — and the padded copies below (the untuned choice above). B's columns go over the grid
+//   and K is split over it too when there are few column blocks (f32 partial sums, then the split-K
+//   reduction).
 // - Larger M with such rows: the operands that need it are copied into scratch buffers with K and N
 //   rounded up to a multiple of 8 (zeros in the new columns, which add nothing to the sums), the product
 //   runs as above on those, and C's first N columns are copied out. The copies are bandwidth-bound: a few
@@ -44,6 +47,8 @@ struct GemmChoice {
   bool padded = false;    // the operands were copied to buffers with N and K rounded up to multiples of 8
   bool small_m = false;   // the plain-load FMA kernel ran (config unused): M <= small_m_limit with rows TMA cannot
                           // stride, or where the tuner found it faster than every configuration
+  int rows_mma_bn = 0;    // > 0: the plain-load tensor-core kernel ran with this many columns a program (config
+                          // unused): M <= 64 with rows TMA cannot stride, where the tuner found it fastest
   GemmConfig config;
   std::string problem;    // the shape bucket it was tuned for
   weft::AutotuneReport report;  // of the tuning (or the cache hit) that chose `config`, on the bucket's first call
@@ -446,13 +451,145 @@ inline void gemm_small_m(const weft::Buffer<weft::bf16>& a, const weft::Buffer<w
     splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(p.slices));
 }
 
-// What gemm()'s tuner chooses among for a shape TMA can describe: a configuration of the warp-specialized
+// M <= 64 rows of C with the rows of A and B wherever they are (any N, K, alignment), on the tensor cores:
+// the swapped product C^T = B^T A^T, so that B's columns fill wgmma's 64-row blocks and A's padded rows its
+// N (MP: 8, 16, 32 or 64). B and A are read with plain loads (coalesced along their contiguous dimension,
+// 2-byte ones where rows are not 16-byte aligned), written into a two-stage shared ring (16-byte swizzled
+// stores) and multiplied there by async_dot, one wgmma group in flight; the next step's loads are issued
+// before the current step is stored, so that each thread has a step of B in flight while the tensor cores
+// run. No copies of the operands: what the padded route costs a thin product (B read, written and read
+// again) is what this kernel saves. Rows of A past M are clamped to the last real one (computed, never
+// stored); the last partial step of K is masked. Program (j, s): columns [BN j, BN j + BN) of C (the last
+// block moved back to end at N; N >= BN) and K slice s, C or f32 partial sums (sliced) as make_gemm_small_m.
+inline weft::Kernel make_gemm_rows_mma(bool b_is_nk, bool sliced) {
+  using namespace weft;
+  std::string name = std::string("gemm_rows_mma_") + (b_is_nk ? "nk" : "kn") + (sliced ? "_sliced" : "");
+  KernelOptions options;
+  options.num_warps = 4;
+  return Kernel(name, [b_is_nk, sliced](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> c, Ptr<float> w, Int M, Int N, Int K,
+                                        Int k_slice, Const<int> MP, Const<int> BN) {
+    const int BK = 64;
+    Int k_begin = program_id(1) * k_slice;
+    Int k_end = minimum(K, k_begin + k_slice);
+    Int k_main = k_begin + (k_end - k_begin) / BK * BK;
+    Long Kl = cast<int64_t>(K), Nl = cast<int64_t>(N);
+    // The last block of columns ends at N (N >= BN): it shares columns with the one before, which both
+    // compute alike and store alike, and no column index needs a clamp (which would hide from the
+    // compiler that a row's elements are consecutive, and so its 16-byte loads).
+    Int n0 = minimum(program_id(0) * BN, N - BN);
+    Int ks = arange(0, BK);
+    Long a_rows = expand_dims(cast<int64_t>(minimum(M - 1, arange(0, MP))) * Kl, 1);  // [MP, 1]
+    Long b_cols = cast<int64_t>(n0 + arange(0, BN));                                  // [BN]
+    // A [MP, BK] and B's block, [BN, BK] (N x K) or [BK, BN] (K x N), from k; masked: zeros from k_end on.
+    auto a_tile = [&](Int k, bool masked) {
+      Int kk = expand_dims(k + ks, 0);
+      Ptr<bf16> at = a + (a_rows + cast<int64_t>(kk));
+      return masked ? load(at, broadcast_to(kk < k_end, {MP, BK}), 0) : load(at);
+    };
+    auto b_tile = [&](Int k, bool masked) {
+      if (b_is_nk) {
+        Int kk = expand_dims(k + ks, 0);
+        Ptr<bf16> at = b + (expand_dims(b_cols * Kl, 1) + cast<int64_t>(kk));
+        return masked ? load(at, broadcast_to(kk < k_end, {BN, BK}), 0) : load(at);
+      }
+      Int kk = expand_dims(k + ks, 1);
+      Ptr<bf16> at = b + (cast<int64_t>(kk) * Nl + expand_dims(b_cols, 0));
+      return masked ? load(at, broadcast_to(kk < k_end, {BK, BN}), 0) : load(at);
+    };
+    auto a_s = local_alloc<bf16>({MP, BK}, 2, "a_s");
+    auto b_s = b_is_nk ? local_alloc<bf16>({BN, BK}, 2, "b_s") : local_alloc<bf16>({BK, BN}, 2, "b_s");
+    Var acc = zeros<float>({BN, MP});
+    // One step: the tiles into stage `s`, then C^T += B^T A^T there (waiting for the step before).
+    auto multiply = [&](Int s, const Tile<bf16>& at, const Tile<bf16>& bt) {
+      local_store(a_s[s], at);
+      local_store(b_s[s], bt);
+      SharedView<bf16> x = b_is_nk ? b_s[s] : local_trans(b_s[s]);
+      acc = async_dot_wait(1, async_dot(x, local_trans(a_s[s]), acc));
+    };
+    const Shape a_shape{MP, BK}, b_shape = b_is_nk ? Shape{BN, BK} : Shape{BK, BN};
+    Var<bf16> a_next = zeros<bf16>(a_shape), b_next = zeros<bf16>(b_shape);
+    if_(k_main > k_begin, [&] {
+      a_next = a_tile(k_begin, false);
+      b_next = b_tile(k_begin, false);
+    });
+    for_range(k_begin, k_main, BK, [&](Int k) {
+      Tile<bf16> at = a_next.read(), bt = b_next.read();
+      Int k_next = minimum(k + BK, k_main - BK);  // the last step loads its own tiles again
+      a_next = a_tile(k_next, false);
+      b_next = b_tile(k_next, false);
+      multiply(((k - k_begin) / BK) % 2, at, bt);
+    });
+    if_(k_main < k_end, [&] { multiply(((k_main - k_begin) / BK) % 2, a_tile(k_main, true), b_tile(k_main, true)); });
+    Tile<float> result = async_dot_wait(0, acc);  // [BN, MP]: C^T
+    Int n = n0 + expand_dims(arange(0, BN), 1), m = expand_dims(arange(0, MP), 0);
+    Bool keep = broadcast_to(m < M, {BN, MP});
+    Long at = cast<int64_t>(m) * Nl + cast<int64_t>(n);
+    if (sliced) store(w + cast<int64_t>(program_id(1)) * cast<int64_t>(M) * Nl + at, result, keep);
+    else store(c + at, cast<bf16>(result), keep);
+  }, options);
+}
+
+inline const weft::Kernel& rows_mma_kernel(bool b_is_nk, bool sliced) {
+  static const weft::Kernel kernels[2][2] = {{make_gemm_rows_mma(false, false), make_gemm_rows_mma(false, true)},
+                                             {make_gemm_rows_mma(true, false), make_gemm_rows_mma(true, true)}};
+  return kernels[b_is_nk][sliced];
+}
+
+inline constexpr int kRowsMmaMaxM = 64;  // the most rows of C the kernel takes
+
+// How the kernel runs an M x N x K product with BN columns a program on `sms` multiprocessors: K cut into
+// slices (whole steps of 64) until there are about four programs per multiprocessor, no slice shorter than 4
+// steps, the partial sums' traffic at most about a quarter of B's bytes.
+struct RowsMmaPlan {
+  int mp, bn;
+  int64_t col_blocks, slices, k_slice;
+};
+inline RowsMmaPlan plan_rows_mma(int M, int N, int K, int bn, int sms) {
+  RowsMmaPlan p;
+  p.mp = 8;
+  while (p.mp < M) p.mp *= 2;
+  p.bn = bn;
+  p.col_blocks = cdiv64(N, bn);
+  const int64_t k_steps = cdiv64(K, 64);
+  const int64_t wanted = cdiv64(4 * int64_t(sms), p.col_blocks);
+  const int64_t slices_max = std::max<int64_t>(1, std::min<int64_t>(k_steps / 4, K / (16 * int64_t(M))));
+  p.k_slice = cdiv64(k_steps, std::clamp<int64_t>(wanted, 1, slices_max)) * 64;
+  p.slices = cdiv64(K, p.k_slice);
+  return p;
+}
+
+inline void gemm_rows_mma(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
+                          const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk, int bn,
+                          const weft::Device& dev, weft::SourceLoc loc) {
+  if (N < bn)
+    throw weft::Error("gemm_rows_mma: N = " + std::to_string(N) + " is less than the " + std::to_string(bn) +
+                          " columns a program takes; use the small-M kernel or the padded copies",
+                      loc);
+  const RowsMmaPlan p = plan_rows_mma(M, N, K, bn, dev.multiprocessors());
+  const weft::Stream stream = dev.stream();
+  weft::Buffer<float> w = workspace(dev, p.slices == 1 ? 1 : size_t(p.slices) * M * N, loc);
+  rows_mma_kernel(b_is_nk, p.slices > 1)
+      .launch(stream, weft::Grid(int(p.col_blocks), int(p.slices), 1, loc), a, b, c, w, M, N, K, int(p.k_slice), p.mp,
+              p.bn);
+  if (p.slices > 1)
+    splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(p.slices));
+}
+
+// What gemm()'s tuner chooses among. For a shape TMA can describe: a configuration of the warp-specialized
 // kernel, or (M <= small_m_limit) the plain-load FMA kernel, which reads B once at full bandwidth and wins
-// some single-row products (decoding's GEMV) against the tensor-core kernel's few tiles.
+// some single-row products (decoding's GEMV) against the tensor-core kernel's few tiles. For M <= 64 with
+// rows TMA cannot stride or address: the plain-load kernels (FMA at M <= small_m_limit, tensor cores with
+// 64 or 128 columns a program) and the padded copies (gemm() again on them).
 struct GemmCandidate {
   GemmConfig config;
   bool small_m = false;
-  std::string name() const { return small_m ? "small_m" : config.name(); }
+  int rows_mma_bn = 0;  // make_gemm_rows_mma with this many columns a program
+  bool padded = false;
+  std::string name() const {
+    if (small_m) return "small_m";
+    if (rows_mma_bn) return "rows_mma_bn" + std::to_string(rows_mma_bn);
+    return padded ? "padded" : config.name();
+  }
 };
 
 // M rounded up to a power of two: the rows a tuned winner is reused for.
@@ -476,45 +613,57 @@ inline std::string problem_of(int M, int N, int K, bool b_is_nk, int sms) {
 // Any M, N, K >= 1. Returns what ran (see the top of this file).
 inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
                        const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk,
-                       weft::SourceLoc loc = weft::SourceLoc::current()) {
+                       weft::SourceLoc loc = weft::SourceLoc::current());
+
+namespace gemm_detail {
+
+// gemm() on copies with rows TMA can stride and address: K and N rounded up to multiples of 8, zeros in the
+// new rows and columns (which add nothing to the sums). A buffer already fine (right shape, aligned) is used
+// as it is.
+inline GemmChoice gemm_padded(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
+                              const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk,
+                              const weft::Device& dev, weft::SourceLoc loc) {
+  using namespace weft;
+  const int Kp = (K + 7) / 8 * 8, Np = (N + 7) / 8 * 8;
+  const bool reshaped = Kp != K || Np != N;
+  auto aligned = [](const Buffer<bf16>& x) { return reinterpret_cast<uintptr_t>(x.data()) % 16 == 0; };
+  // A view of the first n elements of a scratch buffer (kept alive by pad_scratch's table).
+  auto first = [&](const Buffer<bf16>& x, size_t n) { return dev.wrap(static_cast<bf16*>(x.data()), n, loc); };
+  const Stream stream = dev.stream();
+  Buffer<bf16> pa = a, pb = b, pc = c;
+  if (Kp != K || !aligned(a)) {
+    pa = first(pad_scratch(dev, 0, size_t(M) * Kp, loc), size_t(M) * Kp);
+    pad_copy(a, pa, M, K, K, M, Kp, stream, loc);
+  }
+  if (reshaped || !aligned(b)) {
+    pb = first(pad_scratch(dev, 1, size_t(Kp) * Np, loc), size_t(Kp) * Np);
+    if (b_is_nk) pad_copy(b, pb, N, K, K, Np, Kp, stream, loc);  // [Np, Kp]
+    else pad_copy(b, pb, K, N, N, Kp, Np, stream, loc);          // [Kp, Np]
+  }
+  if (Np != N || !aligned(c)) pc = first(pad_scratch(dev, 2, size_t(M) * Np, loc), size_t(M) * Np);
+  GemmChoice choice = gemm(pa, pb, pc, M, Np, Kp, b_is_nk, loc);
+  if (pc.data() != c.data()) pad_copy(pc, c, M, N, Np, M, N, stream, loc);
+  choice.padded = true;
+  return choice;
+}
+
+}  // namespace gemm_detail
+
+inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
+                       const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk, weft::SourceLoc loc) {
   using namespace weft;
   gemm_detail::check_sizes("gemm", a, b, c, M, N, K, loc);
   Device dev = Device::from_backend(*a.backend());
   auto hold = gemm_detail::lock_scratch(dev);  // scratch and workspace are this call's until its last launch
   GemmChoice choice;
   const bool tma_fits = gemm_detail::tma_can_describe(a, b, c, N, K);
-  if (M <= gemm_detail::small_m_limit(b_is_nk) && !tma_fits) {
-    gemm_detail::gemm_small_m(a, b, c, M, N, K, b_is_nk, dev, loc);
-    choice.small_m = true;
-    return choice;
-  }
-  if (!tma_fits) {
-    // Copies with rows TMA can stride and address: K and N up to multiples of 8, zeros in the new rows and
-    // columns. A buffer already fine (right shape, aligned) is used as it is.
-    const int Kp = (K + 7) / 8 * 8, Np = (N + 7) / 8 * 8;
-    const bool reshaped = Kp != K || Np != N;
-    auto aligned = [](const Buffer<bf16>& x) { return reinterpret_cast<uintptr_t>(x.data()) % 16 == 0; };
-    // A view of the first n elements of a scratch buffer (kept alive by pad_scratch's table).
-    auto first = [&](const Buffer<bf16>& x, size_t n) { return dev.wrap(static_cast<bf16*>(x.data()), n, loc); };
-    const Stream stream = dev.stream();
-    Buffer<bf16> pa = a, pb = b, pc = c;
-    if (Kp != K || !aligned(a)) {
-      pa = first(gemm_detail::pad_scratch(dev, 0, size_t(M) * Kp, loc), size_t(M) * Kp);
-      gemm_detail::pad_copy(a, pa, M, K, K, M, Kp, stream, loc);
-    }
-    if (reshaped || !aligned(b)) {
-      pb = first(gemm_detail::pad_scratch(dev, 1, size_t(Kp) * Np, loc), size_t(Kp) * Np);
-      if (b_is_nk) gemm_detail::pad_copy(b, pb, N, K, K, Np, Kp, stream, loc);  // [Np, Kp]
-      else gemm_detail::pad_copy(b, pb, K, N, N, Kp, Np, stream, loc);          // [Kp, Np]
-    }
-    if (Np != N || !aligned(c)) pc = first(gemm_detail::pad_scratch(dev, 2, size_t(M) * Np, loc), size_t(M) * Np);
-    choice = gemm(pa, pb, pc, M, Np, Kp, b_is_nk, loc);
-    if (pc.data() != c.data()) gemm_detail::pad_copy(pc, c, M, N, Np, M, N, stream, loc);
-    choice.padded = true;
-    return choice;
-  }
+  // Rows TMA cannot stride: read in place (the small-M kernel, the tensor-core plain-load one where every
+  // N of the bucket has 64 columns), or copied.
+  const bool in_place = M <= gemm_detail::small_m_limit(b_is_nk) ||
+                        (M <= gemm_detail::kRowsMmaMaxM && gemm_detail::bucket_nk(N) - 127 >= 64);
+  if (!tma_fits && !in_place) return gemm_detail::gemm_padded(a, b, c, M, N, K, b_is_nk, dev, loc);
   const int sms = dev.multiprocessors();
-  const std::string problem = gemm_detail::problem_of(M, N, K, b_is_nk, sms);
+  const std::string problem = gemm_detail::problem_of(M, N, K, b_is_nk, sms) + (tma_fits ? "" : " rows-unaligned");
   const char* mode_env = std::getenv("WEFT_AUTOTUNE");
   const std::string mode = mode_env ? mode_env : "";
 
@@ -526,6 +675,8 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   // Runs what `choice` names (the small-M kernel, or a configuration of the warp-specialized one).
   auto run_choice = [&](const GemmChoice& ch) {
     if (ch.small_m) gemm_detail::gemm_small_m(a, b, c, M, N, K, b_is_nk, dev, loc);
+    else if (ch.rows_mma_bn) gemm_detail::gemm_rows_mma(a, b, c, M, N, K, b_is_nk, ch.rows_mma_bn, dev, loc);
+    else if (ch.padded) gemm_detail::gemm_padded(a, b, c, M, N, K, b_is_nk, dev, loc);
     else gemm_detail::plan_gemm(ch.config, a, b, c, M, N, K, b_is_nk, loc).run(dev.stream(), loc);
   };
   {
@@ -546,10 +697,21 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
       // model's configurations, then the small-M kernel where the bucket's rows allow it.
       const int bm = gemm_detail::bucket_m(M);
       std::vector<gemm_detail::GemmCandidate> candidates;
-      for (const GemmConfig& g :
-           gemm_candidates(bm, gemm_detail::bucket_nk(N), gemm_detail::bucket_nk(K), b_is_nk, sms))
-        candidates.push_back({g, false});
-      if (bm <= gemm_detail::small_m_limit(b_is_nk)) candidates.push_back({GemmConfig{}, true});
+      if (tma_fits) {
+        for (const GemmConfig& g :
+             gemm_candidates(bm, gemm_detail::bucket_nk(N), gemm_detail::bucket_nk(K), b_is_nk, sms))
+          candidates.push_back({.config = g, .small_m = false});
+        if (bm <= gemm_detail::small_m_limit(b_is_nk)) candidates.push_back({.config = {}, .small_m = true});
+      } else {
+        // The untuned choice: the small-M kernel where it takes M, else the tensor-core plain-load kernel
+        // with 64 columns up to 16 rows, the copies above (what won most such shapes on the H100,
+        // benchmarks/NOTES.md session 19).
+        if (bm <= gemm_detail::small_m_limit(b_is_nk)) candidates.push_back({.config = {}, .small_m = true});
+        if (bm > 16) candidates.push_back({.config = {}, .padded = true});
+        for (int bn : {64, 128})  // where every N of the bucket has that many columns
+          if (gemm_detail::bucket_nk(N) - 127 >= bn) candidates.push_back({.config = {}, .rows_mma_bn = bn});
+        if (bm <= 16) candidates.push_back({.config = {}, .padded = true});
+      }
       // On a GPU, ten launches per timed round hide the synchronization's latency, and near-ties get ten
       // more rounds (AutotuneOptions::finalists); the CPU backend (a reference, not a target to tune for)
       // times one launch, once.
@@ -569,14 +731,18 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   std::mutex plans_mutex;
   std::map<std::string, gemm_detail::GemmLaunch> plans;
   auto compile = [&](const gemm_detail::GemmCandidate& g) {
-    if (g.small_m) return;
+    if (g.small_m || g.rows_mma_bn || g.padded) return;
     gemm_detail::GemmLaunch l = gemm_detail::plan_gemm(g.config, a, b, c, M, N, K, b_is_nk, loc);
     l.compile(dev);
     std::lock_guard<std::mutex> lock(plans_mutex);
     plans.emplace(g.name(), std::move(l));
   };
   auto run = [&](const gemm_detail::GemmCandidate& g) {
-    if (g.small_m) gemm_detail::gemm_small_m(a, b, c, M, N, K, b_is_nk, dev, loc);
+    if (g.small_m || g.rows_mma_bn || g.padded) {
+      GemmChoice ch;
+      ch.padded = g.padded, ch.small_m = g.small_m, ch.rows_mma_bn = g.rows_mma_bn;
+      run_choice(ch);
+    }
     else plans.at(g.name()).run(dev.stream(), loc);
   };
   choice.problem = problem;
@@ -584,10 +750,13 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   const gemm_detail::GemmCandidate& won = tuner->candidates().at(choice.report.index);
   choice.config = won.config;
   choice.small_m = won.small_m;
+  choice.rows_mma_bn = won.rows_mma_bn;
+  choice.padded = won.padded;
+  if (won.padded) choice.config = gemm_detail::gemm_padded(a, b, c, M, N, K, b_is_nk, dev, loc).config;
   {
     std::lock_guard<std::mutex> lock(mutex);
     chosen[key] = choice;
   }
-  run_choice(choice);
+  if (!choice.padded) run_choice(choice);  // (the padded copies ran above, to learn their configuration)
   return choice;
 }

@@ -334,8 +334,9 @@ TEST_CASE("gemm(): the model's configuration per shape (WEFT_AUTOTUNE=0), and pa
   };
   // Small M (swapped operands, either B layout), a long K (split-K), ragged tiles, and N or K not a multiple of
   // 8 (TMA cannot stride such rows): up to small_m_limit rows read them in place (the plain-load kernel,
-  // with one K slice or several), larger M copies them with K and N rounded up to multiples of 8 (M 7: read
-  // in place with B N x K, copied with B K x N).
+  // with one K slice or several), up to 16 the plain-load tensor-core kernel reads them where N > 128 (M 7
+  // with B K x N; untuned: tuning may pick it up to M 64), larger M or narrower N copies them with K and N
+  // rounded up to multiples of 8 (M 37, 70; M 16 at N 100).
   for (Case s : {Case{1, 200, 136}, Case{16, 64, 1024}, Case{136, 200, 200}, Case{37, 100, 30}, Case{70, 33, 64},
                  Case{16, 100, 30}, Case{1, 33, 1031}, Case{7, 200, 1030}}) {
     Problem p = make_problem(rng, s.M, s.N, s.K);
@@ -343,11 +344,13 @@ TEST_CASE("gemm(): the model's configuration per shape (WEFT_AUTOTUNE=0), and pa
       INFO("M " << s.M << " N " << s.N << " K " << s.K << " B " << (b_is_nk ? "N x K" : "K x N"));
       const bool fits = s.N % 8 == 0 && s.K % 8 == 0;
       const bool small_m = !fits && s.M <= gemm_detail::small_m_limit(b_is_nk);
+      const bool rows_mma = !fits && !small_m && s.M <= 16 && s.N > 128;
       GemmChoice choice;
       check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { choice = gemm(a, b, c, s.M, s.N, s.K, b_is_nk); });
-      CHECK(choice.padded == (!fits && !small_m));
+      CHECK(choice.padded == (!fits && !small_m && !rows_mma));
       CHECK(choice.small_m == small_m);
-      if (!small_m) {
+      CHECK((choice.rows_mma_bn == 64) == rows_mma);
+      if (!small_m && !rows_mma) {
         GemmConfig first = gemm_candidates(gemm_detail::bucket_m(s.M), gemm_detail::bucket_nk((s.N + 7) / 8 * 8),
                                            gemm_detail::bucket_nk((s.K + 7) / 8 * 8), b_is_nk, dev.multiprocessors())[0];
         CHECK(choice.config.name() == first.name());
@@ -362,16 +365,17 @@ TEST_CASE("gemm(): a buffer TMA cannot address (not 16-byte aligned) is copied f
   EnvAutotune off("0");
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::cpu();
-  // M 24: copied with K and N rounded up; M 8: read in place by the small-M kernel.
-  for (int M : {24, 8}) {
-    Problem p = make_problem(rng, M, 64, 64);
+  // M 16: read in place by the tensor-core plain-load kernel; M 8: by the small-M kernel; M 24: copied.
+  for (int M : {16, 8, 24}) {
+    Problem p = make_problem(rng, M, 200, 64);
     std::vector<bf16> storage(p.a.size() + 8);
     std::copy(p.a.begin(), p.a.end(), storage.begin() + 1);  // 2 bytes past an aligned start
     Buffer<bf16> a = dev.wrap(storage.data() + 1, p.a.size()), b = dev.upload(p.b_nk);
     Buffer<bf16> c = dev.upload(std::vector<bf16>(size_t(p.M) * p.N, poison_value<bf16>()));
     GemmChoice choice = gemm(a, b, c, p.M, p.N, p.K, true);
-    CHECK(choice.padded == (M > gemm_detail::small_m_limit(true)));
+    CHECK(choice.rows_mma_bn == (M == 16 ? 64 : 0));
     CHECK(choice.small_m == (M <= gemm_detail::small_m_limit(true)));
+    CHECK(choice.padded == (M == 24));
     check_within<bf16>(c.download(), p.want, p.tol, "C");
   }
 }
@@ -406,6 +410,37 @@ TEST_CASE("gemm(): the small-M kernel across M, both B layouts, odd N and K, one
     CHECK(gemm_detail::plan_small_m(1, 4095, 1031, b_is_nk, 2).slices == 1);
     CHECK(gemm_detail::plan_small_m(1, 4095, 1031, b_is_nk, 132).slices > 1);
   }
+}
+
+TEST_CASE("gemm(): the tensor-core plain-load kernel across M, both B layouts, odd N and K, one K slice or several", "[async][gemm]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  struct Case {
+    int M, N, K, bn;
+  };
+  // M 1 to 64 (A's rows padded to 8, 16, 32, 64), N and K odd, a last block of columns that overlaps the one
+  // before (N not a multiple of BN) and a last partial step of K;
+  // 2 multiprocessors (a 2-core CPU) cut K = 4095 into slices, K = 100 has one slice and a masked step alone.
+  for (Case s : {Case{1, 65, 100, 64}, Case{5, 200, 257, 128}, Case{16, 130, 4095, 64}, Case{37, 131, 129, 128},
+                 Case{64, 99, 1031, 64}}) {
+    Problem p = make_problem(rng, s.M, s.N, s.K);
+    for (bool b_is_nk : {true, false}) {
+      INFO("M " << s.M << " N " << s.N << " K " << s.K << " BN " << s.bn << " B " << (b_is_nk ? "N x K" : "K x N"));
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) {
+        gemm_detail::gemm_rows_mma(a, b, c, s.M, s.N, s.K, b_is_nk, s.bn, dev, SourceLoc::current());
+      });
+    }
+  }
+  CHECK(gemm_detail::plan_rows_mma(16, 130, 4095, 64, 2).slices > 1);
+  CHECK(gemm_detail::plan_rows_mma(1, 33, 100, 64, 2).slices == 1);
+  CHECK(gemm_detail::plan_rows_mma(37, 131, 129, 128, 2).mp == 64);
+  // Fewer columns than a program takes: an Error that names the call.
+  Problem p = make_problem(rng, 4, 100, 64);
+  Buffer<bf16> a = dev.upload(p.a), b = dev.upload(p.b_nk), c = dev.upload(std::vector<bf16>(400));
+  const int line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_detail::gemm_rows_mma(a, b, c, 4, 100, 64, true, 128, dev, SourceLoc::current()),
+                    Catch::Contains("N = 100 is less than the 128 columns") &&
+                        Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
 }
 
 TEST_CASE("gemm(): the small-M kernel reads A, B and C at unaligned addresses", "[async][gemm][cpu-only]") {
@@ -657,7 +692,8 @@ TEST_CASE("gemm() on the GPU: tuned per shape, a second call reuses the winner, 
   struct Shape {
     int M, N, K;
   };
-  for (Shape s : {Shape{1, 14336, 4096}, Shape{64, 8192, 1024}, Shape{4096, 4096, 4096}, Shape{300, 1001, 517}}) {
+  for (Shape s : {Shape{1, 14336, 4096}, Shape{64, 8192, 1024}, Shape{4096, 4096, 4096}, Shape{300, 1001, 517},
+                  Shape{48, 4095, 4095}}) {
     Problem p = make_inputs_only(rng, s.M, s.N, s.K);
     Buffer<bf16> da = dev.upload(p.a), db_nk = dev.upload(p.b_nk), db_kn = dev.upload(p.b_kn);
     for (bool b_is_nk : {true, false}) {
@@ -667,12 +703,18 @@ TEST_CASE("gemm() on the GPU: tuned per shape, a second call reuses the winner, 
       GemmChoice first = gemm(da, b_is_nk ? db_nk : db_kn, dc, s.M, s.N, s.K, b_is_nk);
       dev.synchronize();
       double first_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      INFO("config " << first.config.name() << (first.padded ? " (padded)" : "") << ", first call " << first_s << " s");
-      CHECK(first.padded == (s.N % 8 != 0 || s.K % 8 != 0));
+      INFO("config " << first.config.name() << (first.padded ? " (padded)" : "") << ", rows_mma_bn "
+                     << first.rows_mma_bn << ", first call " << first_s << " s");
+      // Rows TMA cannot stride: copied (M > 64), or the tuner's pick between copies and reading in place.
+      const bool unaligned = s.N % 8 != 0 || s.K % 8 != 0;
+      if (s.M > 64) CHECK(first.padded == unaligned);
+      else CHECK((first.padded || first.rows_mma_bn > 0 || first.small_m) == unaligned);
       // (How long tuning takes is measured by bench_gemm --tune, not asserted here.)
       dc.upload(std::vector<bf16>(size_t(s.M) * s.N, poison_value<bf16>()));
       GemmChoice second = gemm(da, b_is_nk ? db_nk : db_kn, dc, s.M, s.N, s.K, b_is_nk);
       CHECK(second.config.name() == first.config.name());
+      CHECK(second.rows_mma_bn == first.rows_mma_bn);
+      CHECK(second.padded == first.padded);
       check_sampled(p, dc.download(), rng, 256);
     }
   }
