@@ -738,12 +738,10 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
     plans.emplace(g.name(), std::move(l));
   };
   auto run = [&](const gemm_detail::GemmCandidate& g) {
-    if (g.small_m || g.rows_mma_bn || g.padded) {
-      GemmChoice ch;
-      ch.padded = g.padded, ch.small_m = g.small_m, ch.rows_mma_bn = g.rows_mma_bn;
-      run_choice(ch);
-    }
-    else plans.at(g.name()).run(dev.stream(), loc);
+    if (!g.small_m && !g.rows_mma_bn && !g.padded) return plans.at(g.name()).run(dev.stream(), loc);
+    GemmChoice ch;
+    ch.padded = g.padded, ch.small_m = g.small_m, ch.rows_mma_bn = g.rows_mma_bn;
+    run_choice(ch);
   };
   choice.problem = problem;
   choice.report = tuner->best_report(problem, dev.stream(), compile, run, loc);
