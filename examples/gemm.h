@@ -14,9 +14,9 @@
 //   aligned): tuned the same way among kernels that read A and B where they are (no copies: a product this
 //   thin is bound by reading B once) — at M <= 8 (B N x K) or 4 (B K x N) the plain-load FMA kernel (the
 //   untuned choice there), the plain-load tensor-core kernel (make_gemm_rows_mma, 64 or 128 columns a
-//   program; the untuned choice up to M 16) — and the padded copies below (the untuned choice above). B's columns go over the grid
-//   and K is split over it too when there are few column blocks (f32 partial sums, then the split-K
-//   reduction).
+//   program; the untuned choice up to M 16) — and the padded copies below (the untuned choice above). B's
+//   columns go over the grid and K is split over it too when there are few column blocks (f32 partial
+//   sums, then the split-K reduction).
 // - Larger M with such rows: the operands that need it are copied into scratch buffers with K and N
 //   rounded up to a multiple of 8 (zeros in the new columns, which add nothing to the sums), the product
 //   runs as above on those, and C's first N columns are copied out. The copies are bandwidth-bound: a few
@@ -416,9 +416,18 @@ inline const weft::Kernel& small_m_kernel(bool b_is_nk, bool sliced) {
   return kernels[b_is_nk][sliced];
 }
 
-// How the small-M product runs on `sms` multiprocessors: the grid's columns from N, and K cut into slices
-// (whole steps) until there are about 48 warps per multiprocessor, no slice shorter than 4 steps, and the
-// partial sums' traffic (slices x M x N f32, written and read back) at most about a quarter of B's bytes.
+// K of an M-row product cut into slices of whole `step`s for the plain-load kernels, one program per slice
+// and column block: `wanted` slices, but none shorter than 4 steps and the partial sums' traffic (slices x
+// M x N f32, written and read back) at most about a quarter of B's bytes. Returns {k_slice, slices}.
+inline std::pair<int64_t, int64_t> slice_k(int M, int K, int64_t step, int64_t wanted) {
+  const int64_t k_steps = cdiv64(K, step);
+  const int64_t slices_max = std::max<int64_t>(1, std::min<int64_t>(k_steps / 4, K / (16 * int64_t(M))));
+  const int64_t k_slice = cdiv64(k_steps, std::clamp<int64_t>(wanted, 1, slices_max)) * step;
+  return {k_slice, cdiv64(K, k_slice)};
+}
+
+// How the small-M product runs on `sms` multiprocessors: the grid's columns from N, and K sliced (slice_k)
+// for about 48 warps per multiprocessor.
 struct SmallMPlan {
   SmallMShape shape;
   int64_t col_blocks, slices, k_slice;
@@ -427,13 +436,9 @@ inline SmallMPlan plan_small_m(int M, int N, int K, bool b_is_nk, int sms) {
   SmallMPlan p;
   p.shape = small_m_shape(M, b_is_nk);
   p.col_blocks = cdiv64(N, p.shape.columns_per_program(b_is_nk));
-  const int64_t step = p.shape.k_step(b_is_nk);
-  const int64_t k_steps = cdiv64(K, step);
   const int64_t warps = b_is_nk ? 1 : kSmallMWarps;
-  const int64_t wanted = cdiv64(cdiv64(48 * int64_t(sms), warps), p.col_blocks);
-  const int64_t slices_max = std::max<int64_t>(1, std::min<int64_t>(k_steps / 4, K / (16 * int64_t(M))));
-  p.k_slice = cdiv64(k_steps, std::clamp<int64_t>(wanted, 1, slices_max)) * step;
-  p.slices = cdiv64(K, p.k_slice);
+  std::tie(p.k_slice, p.slices) =
+      slice_k(M, K, p.shape.k_step(b_is_nk), cdiv64(cdiv64(48 * int64_t(sms), warps), p.col_blocks));
   return p;
 }
 
@@ -453,9 +458,9 @@ inline void gemm_small_m(const weft::Buffer<weft::bf16>& a, const weft::Buffer<w
 
 // M <= 64 rows of C with the rows of A and B wherever they are (any N, K, alignment), on the tensor cores:
 // the swapped product C^T = B^T A^T, so that B's columns fill wgmma's 64-row blocks and A's padded rows its
-// N (MP: 8, 16, 32 or 64). B and A are read with plain loads (coalesced along their contiguous dimension,
-// 2-byte ones where rows are not 16-byte aligned), written into a two-stage shared ring (16-byte swizzled
-// stores) and multiplied there by async_dot, one wgmma group in flight; the next step's loads are issued
+// N (MP: 8, 16, 32 or 64). B and A are read with plain loads (16 bytes a thread, coalesced along their
+// contiguous dimension; rows not 16-byte aligned as the two aligned blocks around each chunk, shifted),
+// written into a two-stage shared ring (16-byte swizzled stores) and multiplied there by async_dot, one wgmma group in flight; the next step's loads are issued
 // before the current step is stored, so that each thread has a step of B in flight while the tensor cores
 // run. No copies of the operands: what the padded route costs a thin product (B read, written and read
 // again) is what this kernel saves. Rows of A past M are clamped to the last real one (computed, never
@@ -537,9 +542,8 @@ inline const weft::Kernel& rows_mma_kernel(bool b_is_nk, bool sliced) {
 
 inline constexpr int kRowsMmaMaxM = 64;  // the most rows of C the kernel takes
 
-// How the kernel runs an M x N x K product with BN columns a program on `sms` multiprocessors: K cut into
-// slices (whole steps of 64) until there are about four programs per multiprocessor, no slice shorter than 4
-// steps, the partial sums' traffic at most about a quarter of B's bytes.
+// How the kernel runs an M x N x K product with BN columns a program on `sms` multiprocessors: K sliced
+// (slice_k, steps of 64) for about four programs per multiprocessor.
 struct RowsMmaPlan {
   int mp, bn;
   int64_t col_blocks, slices, k_slice;
@@ -550,11 +554,7 @@ inline RowsMmaPlan plan_rows_mma(int M, int N, int K, int bn, int sms) {
   while (p.mp < M) p.mp *= 2;
   p.bn = bn;
   p.col_blocks = cdiv64(N, bn);
-  const int64_t k_steps = cdiv64(K, 64);
-  const int64_t wanted = cdiv64(4 * int64_t(sms), p.col_blocks);
-  const int64_t slices_max = std::max<int64_t>(1, std::min<int64_t>(k_steps / 4, K / (16 * int64_t(M))));
-  p.k_slice = cdiv64(k_steps, std::clamp<int64_t>(wanted, 1, slices_max)) * 64;
-  p.slices = cdiv64(K, p.k_slice);
+  std::tie(p.k_slice, p.slices) = slice_k(M, K, 64, cdiv64(4 * int64_t(sms), p.col_blocks));
   return p;
 }
 
