@@ -38,15 +38,19 @@ constexpr const char* kDefaultPipeline =
     "gvn<no-pre>,instcombine<no-verify-fixpoint>,infer-alignment,adce)";
 
 // For weft's own PTX emitter (ptx_emitter.h), which has no DAG combiner and no machine passes: the pipeline
-// above without adce (ptxas removes dead code itself: the same SASS over the unit suite's kernels; dropping gvn
-// and the second instcombine too made small-M GEMMs 10% longer, benchmarks/NOTES.md), then four passes for
-// what LLVM's code generator would have done: a remainder next to its division becomes a multiply and a
-// subtraction (div-rem-pairs), addresses that differ by a constant share one base
-// (separate-const-offset-from-gep, early-cse), and a value moves into the block that uses it (sink; without
-// it ptxas spills in attention's consumers).
+// above without adce (ptxas removes dead code itself: the same SASS over the unit suite's kernels), with a
+// second early-cse where gvn was, then four passes for what LLVM's code generator would have done: a
+// remainder next to its division becomes a multiply and a subtraction (div-rem-pairs), addresses that differ
+// by a constant share one base (separate-const-offset-from-gep, early-cse), and a value moves into the block
+// that uses it (sink; without it ptxas spills in attention's consumers). The second early-cse and instcombine
+// clean up what the first instcombine and licm exposed: without either, the small-M GEMM's SASS is up to 8%
+// longer and the swapped GEMM's 3% (an address recomputed in each guarded block). early-cse there instead of gvn
+// costs half as much (attention's optimization 11.4 -> 9.9 ms on the build machine) and leaves the SASS of the
+// 1543 kernels the ptxas test compiles byte-identical but for four 32-instruction toy kernels (+8 instructions;
+// benchmarks/NOTES.md, session 20).
 constexpr const char* kWeftEmitterPipeline =
     "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),"
-    "gvn<no-pre>,instcombine<no-verify-fixpoint>,infer-alignment),"
+    "early-cse,instcombine<no-verify-fixpoint>,infer-alignment),"
     "function(div-rem-pairs,separate-const-offset-from-gep,early-cse,sink)";
 
 // The code generator's own optional passes weft skips by default. A name alone skips every run of that
