@@ -450,11 +450,11 @@ inline weft::Kernel make_gemm_small_m(bool b_is_nk, bool sliced) {
     Int done_before = atomic_add(counter, 1);  // acq_rel: publishes this slice, sees the others'
     Int slices = num_programs(1);
     if_(done_before == slices - 1, [&] {
-      for (int m = 0; m < MP; ++m)
-        for (int r = 0; r < R; ++r) {
-          Int n = column(r);
-          sum_slices_into(c, w, MN, Nl * int64_t(m) + cast<int64_t>(n), (n < N) & (M > m), slices);
-        }
+      // (A loop, not MP R copies of the sum: 64 of them at M 16 took minutes to compile for the CPU.)
+      for_range(0, MP * R, [&](Int i) {
+        Int m = i / int(R), n = b_is_nk ? n0 + i % int(R) : n0 + L * (i % int(R)) + arange(0, L);
+        sum_slices_into(c, w, MN, Nl * cast<int64_t>(m) + cast<int64_t>(n), (n < N) & (m < M), slices);
+      });
       store(counter, 0);
     });
   }, options);
