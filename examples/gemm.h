@@ -431,8 +431,9 @@ inline weft::Kernel make_gemm_small_m(bool b_is_nk, bool sliced) {
       multiply(k, 1, true, bv);
     });
 
-    // Output (m, n) of slot r: the sum over the warp (N x K) or over the warps (K x N).
-    auto column = [&](int r) { return b_is_nk ? n0 + r : n0 + L * r + arange(0, L); };
+    // Output (m, n) of slot r (a number, or an Int in the loop below): the sum over the warp (N x K) or over
+    // the warps (K x N).
+    auto column = [&](auto r) -> Int { return b_is_nk ? n0 + r : n0 + L * r + arange(0, L); };
     Long MN = cast<int64_t>(M) * Nl;
     for (int m = 0; m < MP; ++m)
       for (int r = 0; r < R; ++r) {
@@ -452,7 +453,7 @@ inline weft::Kernel make_gemm_small_m(bool b_is_nk, bool sliced) {
     if_(done_before == slices - 1, [&] {
       // (A loop, not MP R copies of the sum: 64 of them at M 16 took minutes to compile for the CPU.)
       for_range(0, MP * R, [&](Int i) {
-        Int m = i / int(R), n = b_is_nk ? n0 + i % int(R) : n0 + L * (i % int(R)) + arange(0, L);
+        Int m = i / int(R), n = column(i % int(R));
         sum_slices_into(c, w, MN, Nl * cast<int64_t>(m) + cast<int64_t>(n), (n < N) & (m < M), slices);
       });
       store(counter, 0);
