@@ -63,12 +63,13 @@ void emit_if(llvm::IRBuilder<>& b, llvm::Value* cond, const std::function<void()
 }
 
 void run_passes(llvm::Module& m, llvm::TargetMachine* target,
-                const std::function<llvm::ModulePassManager(llvm::PassBuilder&)>& build) {
+                const std::function<llvm::ModulePassManager(llvm::PassBuilder&)>& build,
+                const llvm::PipelineTuningOptions& tuning) {
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
   llvm::ModuleAnalysisManager mam;
-  llvm::PassBuilder pb(target);
+  llvm::PassBuilder pb(target, tuning);
   pb.registerModuleAnalyses(mam);
   pb.registerCGSCCAnalyses(cgam);
   pb.registerFunctionAnalyses(fam);
@@ -77,8 +78,9 @@ void run_passes(llvm::Module& m, llvm::TargetMachine* target,
   build(pb).run(m, mam);
 }
 
-void optimize_module(llvm::Module& m, llvm::TargetMachine* target, llvm::OptimizationLevel level) {
-  run_passes(m, target, [&](llvm::PassBuilder& pb) { return pb.buildPerModuleDefaultPipeline(level); });
+void optimize_module(llvm::Module& m, llvm::TargetMachine* target, llvm::OptimizationLevel level,
+                     const llvm::PipelineTuningOptions& tuning) {
+  run_passes(m, target, [&](llvm::PassBuilder& pb) { return pb.buildPerModuleDefaultPipeline(level); }, tuning);
 }
 
 }  // namespace weft::codegen

@@ -32,10 +32,12 @@ void emit_if(llvm::IRBuilder<>& b, llvm::Value* cond, const std::function<void()
              const std::function<void()>& else_body);
 
 // LLVM's default module pipeline at `level`, tuned for `target`.
-void optimize_module(llvm::Module& m, llvm::TargetMachine* target, llvm::OptimizationLevel level);
+void optimize_module(llvm::Module& m, llvm::TargetMachine* target, llvm::OptimizationLevel level,
+                     const llvm::PipelineTuningOptions& tuning = llvm::PipelineTuningOptions());
 
 // Runs on `m` the passes `build` makes with a PassBuilder for `target` whose analyses are all registered.
 void run_passes(llvm::Module& m, llvm::TargetMachine* target,
-                const std::function<llvm::ModulePassManager(llvm::PassBuilder&)>& build);
+                const std::function<llvm::ModulePassManager(llvm::PassBuilder&)>& build,
+                const llvm::PipelineTuningOptions& tuning = llvm::PipelineTuningOptions());
 
 }  // namespace weft::codegen

@@ -103,6 +103,7 @@ Lowering::Lowering(const ir::Function& f, llvm::LLVMContext& c, const std::strin
 
 CpuModule Lowering::run() {
   for (const NodeRef& p : f_.params) node(p);
+  plan_fusion(f_.body);
   region(f_.body);
   b_.CreateRetVoid();
   std::string problems;
@@ -125,14 +126,19 @@ void Lowering::region(const ir::Region& r) {
 void Lowering::node(const NodeRef& n) {
   DType d = n->type.dtype;
   const auto& ops = n->operands;
+  // (The elementwise ops' element functions capture by value: a lazy one runs after this call returns.)
+  const NodeRef& x = ops.empty() ? n : ops[0];
   switch (ir::op_category(n->op)) {
     case ir::OpCategory::Unary:
-      return define_elementwise(n, [&](Value* i) { return ops_.unary(n->op, d, elem(ops[0], i), approximate(*n)); });
+      return define_elementwise(n, [this, n, x, d](Value* i) { return ops_.unary(n->op, d, elem(x, i), approximate(*n)); });
     case ir::OpCategory::Binary:
-      return define_elementwise(n, [&](Value* i) { return ops_.binary(n->op, d, elem(ops[0], i), elem(ops[1], i)); });
+      return define_elementwise(n, [this, n, x, y = ops[1], d](Value* i) {
+        return ops_.binary(n->op, d, elem(x, i), elem(y, i));
+      });
     case ir::OpCategory::Compare:
-      return define_elementwise(
-          n, [&](Value* i) { return ops_.compare(n->op, ops[0]->type.dtype, elem(ops[0], i), elem(ops[1], i)); });
+      return define_elementwise(n, [this, n, x, y = ops[1]](Value* i) {
+        return ops_.compare(n->op, x->type.dtype, elem(x, i), elem(y, i));
+      });
     default: break;
   }
 
@@ -159,17 +165,20 @@ void Lowering::node(const NodeRef& n) {
       return define_tile(n, [&](Value* i) { return b_.CreateTrunc(b_.CreateAdd(i, i64c(start)), i32_); });
     }
     case Op::Fma:
-      return define_elementwise(n, [&](Value* i) { return ops_.fma(elem(ops[0], i), elem(ops[1], i), elem(ops[2], i)); });
+      return define_elementwise(n, [this, x, y = ops[1], z = ops[2]](Value* i) {
+        return ops_.fma(elem(x, i), elem(y, i), elem(z, i));
+      });
     case Op::Select:
-      return define_elementwise(
-          n, [&](Value* i) { return b_.CreateSelect(elem(ops[0], i), elem(ops[1], i), elem(ops[2], i)); });
+      return define_elementwise(n, [this, x, y = ops[1], z = ops[2]](Value* i) {
+        return b_.CreateSelect(elem(x, i), elem(y, i), elem(z, i));
+      });
     case Op::Cast:
-      return define_elementwise(n, [&](Value* i) { return ops_.cast(ops[0]->type.dtype, d, elem(ops[0], i)); });
+      return define_elementwise(n, [this, x, d](Value* i) { return ops_.cast(x->type.dtype, d, elem(x, i)); });
     case Op::PtrAdd: {
       DType pointee{d.scalar, false};
-      return define_elementwise(n, [&](Value* i) {
-        Value* offset = b_.CreateSExt(elem(ops[1], i), i64_);
-        return b_.CreateGEP(ops_.memory_type(pointee), elem(ops[0], i), offset);
+      return define_elementwise(n, [this, x, y = ops[1], pointee](Value* i) {
+        Value* offset = b_.CreateSExt(elem(y, i), i64_);
+        return b_.CreateGEP(ops_.memory_type(pointee), elem(x, i), offset);
       });
     }
     case Op::Broadcast: {
@@ -286,6 +295,8 @@ void Lowering::node(const NodeRef& n) {
         vals_[n.get()] = {Val::Kind::Scalar, b_.CreateLoad(ops_.compute_type(d), slot)};
         return;
       }
+      // Read where its one consumer computes, when no write of the Var comes before (plan_fusion).
+      if (define_lazy(n, [this, slot, d](Value* i) { return load_elem(d, slot, i); }, /*rounded=*/true)) return;
       Value* base = tile_slot(d, n->type.shape);
       loop(numel(n->type.shape), [&](Value* i) {
         llvm::Type* mt = ops_.memory_type(d);

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "codegen/cpu/cpu_abi.h"
@@ -38,7 +39,9 @@ using ir::Op;
 using llvm::Value;
 
 struct Val {
-  enum class Kind { Scalar, Splat, Memory } kind = Kind::Scalar;
+  // Lazy: an elementwise tile not computed yet; its one consumer computes each element where it reads it
+  // (Lowering::plan_fusion), so that a chain of elementwise ops is one loop, not one loop and tile each.
+  enum class Kind { Scalar, Splat, Memory, Lazy } kind = Kind::Scalar;
   Value* v = nullptr;  // Scalar/Splat: the element in its compute type; Memory: address of element 0
 };
 
@@ -84,14 +87,30 @@ class Lowering {
     b_.CreateStore(ops_.to_memory(d, v), b_.CreateGEP(ops_.memory_type(d), base, i));
   }
 
-  const Val& val(const NodeRef& n) { return vals_.at(n.get()); }
-  // Element i (an i64) of a value, in its compute type.
+  // A value as a whole (a lazy one has no whole: only its consumer, through elem(), reads it).
+  const Val& val(const NodeRef& n) {
+    const Val& v = vals_.at(n.get());
+    if (v.kind == Val::Kind::Lazy)
+      throw InternalError("CPU lowering: a fused elementwise value was read whole by " + std::string(ir::op_name(n->op)));
+    return v;
+  }
+  // Element i (an i64) of a value, in its compute type. A lazy value's element is computed here, rounded
+  // as a tile's store and load would round it.
   Value* elem(const NodeRef& n, Value* i) {
-    const Val& v = val(n);
+    const Val& v = vals_.at(n.get());
+    if (v.kind == Val::Kind::Lazy) {
+      const Lazy& lazy = lazy_.at(n.get());
+      DType d = n->type.dtype;
+      Value* x = lazy.element(i);
+      return lazy.rounded ? x : ops_.to_compute(d, ops_.to_memory(d, x));
+    }
     if (v.kind != Val::Kind::Memory) return v.v;
     return load_elem(n->type.dtype, v.v, i);
   }
-  bool uniform(const NodeRef& n) { return val(n).kind != Val::Kind::Memory; }
+  bool uniform(const NodeRef& n) {
+    Val::Kind k = vals_.at(n.get()).kind;
+    return k == Val::Kind::Scalar || k == Val::Kind::Splat;
+  }
 
   // ---- loops -------------------------------------------------------------------------------------------
 
@@ -108,8 +127,9 @@ class Lowering {
       loop(i64c(0), i64c(count), body);
   }
 
-  // Defines n elementwise: a register for rank 0, a splat when every operand is uniform, else a tile.
-  void define_elementwise(const NodeRef& n, const std::function<Value*(Value*)>& element) {
+  // Defines n elementwise: a register for rank 0, a splat when every operand is uniform, lazy where
+  // plan_fusion allows it, else a tile. `element` must own what it captures (a lazy one runs later).
+  void define_elementwise(const NodeRef& n, std::function<Value*(Value*)> element) {
     DType d = n->type.dtype;
     bool all_uniform = true;
     for (const NodeRef& o : n->operands) all_uniform = all_uniform && uniform(o);
@@ -118,6 +138,7 @@ class Lowering {
       vals_[n.get()] = v;
       return;
     }
+    if (define_lazy(n, element)) return;
     Value* base = tile_slot(d, n->type.shape);
     loop(numel(n->type.shape), [&](Value* i) { store_elem(d, base, i, element(i)); });
     vals_[n.get()] = {Val::Kind::Memory, base};
@@ -133,6 +154,20 @@ class Lowering {
     loop(numel(n->type.shape), [&](Value* i) { store_elem(d, base, i, element(i)); });
     vals_[n.get()] = {Val::Kind::Memory, base};
   }
+
+  // ---- fusion of elementwise chains (lower_cpu_fusion.cpp) ---------------------------------------------
+
+  struct Lazy {
+    std::function<Value*(Value*)> element;
+    int depth = 1;         // lazy values in the longest chain it computes, itself included
+    bool rounded = false;  // element() gives values of the element type already (a Var's)
+  };
+  // Marks the elementwise values (and Var reads) that may stay lazy: one use, by a consumer in the same
+  // region that reads each element once at its own index (elementwise ops, load, store, Var writes,
+  // reductions), and (a Var read) no write of its Var before the value is computed.
+  void plan_fusion(const ir::Region& r);
+  // Makes n lazy when plan_fusion allows it and its chain is short enough; returns whether it did.
+  bool define_lazy(const NodeRef& n, std::function<Value*(Value*)> element, bool rounded = false);
 
   // ---- index arithmetic (all shapes are powers of two, so these become shifts and masks) ---------------
 
@@ -237,6 +272,8 @@ class Lowering {
   int64_t frame_bytes_ = 0;
   std::unordered_map<const ir::Node*, Val> vals_;
   std::unordered_map<const ir::Node*, Value*> vars_;
+  std::unordered_map<const ir::Node*, Lazy> lazy_;
+  std::unordered_set<const ir::Node*> fusible_;  // plan_fusion's choice
   std::shared_ptr<BlockPlan> block_;                         // null without block ops
   std::shared_ptr<const passes::KernelPlans> plans_;         // shared memory (with the buffers' column panels), tasks
   std::unordered_map<const ir::Node*, int32_t> alloc_index_;  // LocalAlloc/AllocBarriers -> BlockPlan index
