@@ -280,47 +280,23 @@ inline bool tma_can_describe(const weft::Buffer<weft::bf16>& a, const weft::Buff
   return N % 8 == 0 && K % 8 == 0 && aligned(a.data()) && aligned(b.data()) && aligned(c.data());
 }
 
-// C[at] = bf16(the sum of the `slices` f32 partial sums w[s MN + at], s = 0, 1, ... in order: the bits
-// make_gemm_splitk_reduce gives), where `keep`; the loads of kSumSlicesAtOnce slices are in flight at once.
-inline constexpr int kSumSlicesAtOnce = 8;
-inline void sum_slices_into(weft::Ptr<weft::bf16> c, weft::Ptr<float> w, weft::Long MN, const weft::Long& at,
-                            const weft::Bool& keep, weft::Int slices) {
-  using namespace weft;
-  Var<float> total = zeros<float>(at.shape());
-  for_range(0, cdiv(slices, kSumSlicesAtOnce), [&](Int i) {
-    std::vector<Tile<float>> part;
-    for (int q = 0; q < kSumSlicesAtOnce; ++q) {
-      Int s = i * kSumSlicesAtOnce + q;
-      part.push_back(load(w + (cast<int64_t>(s) * MN + at), keep & broadcast_to(s < slices, at.shape()), 0.f));
-    }
-    Tile<float> t = total.read();
-    for (const Tile<float>& v : part) t = t + v;  // a slice past the last adds a zero
-    total = t;
-  });
-  store(c + at, cast<bf16>(total.read()), keep);
-}
-
 // M <= 16 rows of C with the rows of A and B wherever they are (any N, K, alignment). A product this thin
 // is bound by reading B once, so the kernel is built for bandwidth: no tensor cores and no shared memory in
-// its loop, B streamed with coalesced loads along its contiguous dimension, products summed with FMA in
-// f32. A lane reads V consecutive elements of a row at a time: V = 8 (16 bytes, one load, or the two
-// aligned blocks around them shifted where the row is not 16-byte aligned: NVPTX load lowering) where
-// the shape gives every program whole chunks, else V = 1 (2-byte loads, any N). Each thread keeps R slots
-// of B (separate tiles), U k-steps of them loaded before any is used, and MP x R accumulators; A's
-// elements (tiny, cached) are read where they are needed and each one serves the R slots. Rows of A past
-// M and rows of B past N are clamped to the last real ones, so that the main loop needs no masks: their
-// sums are computed and never stored.
-// - B K x N (rows N-contiguous): a program owns 32 V R columns (slot r: columns 32 V r .. 32 V (r + 1) - 1)
-//   and its K slice; its kSmallMWarps warps take turns over the rows of B (warp w: rows k + w, k + w + W,
-//   ...), and the warps' sums are added once at the end. With V = 1 a column past N is clamped; with V = 8
-//   (N >= 256 R) the last block of columns is moved back to end at N instead (clamping each column would
-//   hide that a lane's 8 are consecutive), sharing columns with the block before, which both write alike.
+// its loop, B streamed with coalesced 2-byte loads (rows that need not be 4-byte aligned), products summed
+// with FMA in f32. Each thread keeps R slots of B (separate one-register tiles, so that a warp's lanes read
+// consecutive elements and no load sits behind an alignment check), U k-steps of them loaded before any is
+// used, and MP x R accumulators; A's elements (tiny, cached) are read where they are needed and each one
+// serves the R slots. Rows of A past M and columns of B past N are clamped to the last real ones, so that
+// the main loop needs no masks: their sums are computed and never stored.
+// - B K x N (rows N-contiguous): a program owns 32 R columns (slot r: columns 32 r .. 32 r + 31) and its
+//   K slice; its kSmallMWarps warps take turns over the rows of B (warp w: rows k + w, k + w + W, ...), and
+//   the warps' sums are added once at the end.
 // - B N x K (columns of C are rows of B): a program of one warp owns R rows of B (slot r: row n0 + r) and
-//   its K slice, 32 V U elements of each row per step (lane l: k + 32 V u + V l ...); a sum over the warp
-//   (shuffles) gives each output at the end.
+//   its K slice, 32 U elements of each row per step (lane l: k + 32 u + l); a sum over the warp (shuffles)
+//   gives each output at the end.
 // Program (j, s) covers K slice s ([s k_slice, s k_slice + k_slice)); k_slice is a multiple of the step.
 // With one slice it writes C; with several, f32 partial sums into the split-K workspace [slices * M, N],
-// and the last slice of a block of columns to finish (a counter per block) sums them into C.
+// which make_gemm_splitk_reduce sums in order.
 inline constexpr int kSmallM = 16;  // the most rows the small-M kernel takes
 
 // The rows of C up to which gemm() reads rows TMA cannot stride in place (the small-M kernel) instead of
@@ -334,24 +310,17 @@ struct SmallMShape {
   int mp;  // M rounded up to 1, 2, 4, 8 or 16
   int r;   // slots of B per thread
   int u;   // k-steps per loop iteration
-  int v;   // consecutive elements a lane reads: 1 or 8
-  int columns_per_program(bool b_is_nk) const { return b_is_nk ? r : 32 * v * r; }
-  int k_step(bool b_is_nk) const { return b_is_nk ? 32 * v * u : kSmallMWarps * u; }
+  int columns_per_program(bool b_is_nk) const { return b_is_nk ? r : 32 * r; }
+  int k_step(bool b_is_nk) const { return b_is_nk ? 32 * u : kSmallMWarps * u; }
 };
 
-// Slots and steps per padded M: enough bytes in flight per thread (R U loads), A's reads shared by R
-// slots, and MP R V accumulators (plus R U V loaded elements, f32 in registers) that leave room for the
-// rest (ptxas -v of each specialization: README). V = 8 where the shape allows it: K x N with at least one
-// block of 256 columns, N x K up to 4 rows with K long enough for whole steps to be most of the work.
-inline SmallMShape small_m_shape(int M, int N, int K, bool b_is_nk) {
+// Slots and steps per padded M: enough loads in flight per thread (R U of them), A's reads shared by R
+// slots, and MP R accumulators that leave room for the rest (ptxas -v of each specialization: README).
+inline SmallMShape small_m_shape(int M, bool b_is_nk) {
   int mp = 1;
   while (mp < M) mp *= 2;
-  if (b_is_nk) {
-    if (mp <= 4 && K >= 1024) return mp <= 2 ? SmallMShape{mp, 4, 1, 8} : SmallMShape{mp, 2, 1, 8};
-    return mp <= 4 ? SmallMShape{mp, 8, 2, 1} : SmallMShape{mp, 4, 2, 1};
-  }
-  if (mp <= 4 && N >= 256) return SmallMShape{mp, 1, 4, 8};
-  return mp <= 2 ? SmallMShape{mp, 2, 4, 1} : SmallMShape{mp, 4, 2, 1};
+  if (b_is_nk) return mp <= 4 ? SmallMShape{mp, 8, 2} : SmallMShape{mp, 4, 2};
+  return mp <= 2 ? SmallMShape{mp, 2, 4} : SmallMShape{mp, 4, 2};
 }
 
 inline weft::Kernel make_gemm_small_m(bool b_is_nk, bool sliced) {
@@ -359,12 +328,10 @@ inline weft::Kernel make_gemm_small_m(bool b_is_nk, bool sliced) {
   std::string name = std::string("gemm_small_m_") + (b_is_nk ? "nk" : "kn") + (sliced ? "_sliced" : "");
   KernelOptions options;
   options.num_warps = b_is_nk ? 1 : kSmallMWarps;
-  return Kernel(name, [b_is_nk, sliced](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> c, Ptr<float> w, Ptr<int32_t> counters,
-                                        Int M, Int N, Int K, Int k_slice, Const<int> MP, Const<int> R, Const<int> U,
-                                        Const<int> V) {
+  return Kernel(name, [b_is_nk, sliced](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> c, Ptr<float> w, Int M, Int N, Int K,
+                                        Int k_slice, Const<int> MP, Const<int> R, Const<int> U) {
     const int W = b_is_nk ? 1 : kSmallMWarps;
-    const int L = 32 * V;  // elements of a row one warp reads at a time
-    const int step = b_is_nk ? L * U : W * U;
+    const int step = b_is_nk ? 32 * U : W * U;
     Int k_begin = program_id(1) * k_slice;
     Int k_end = minimum(K, k_begin + k_slice);
     Int k_main = k_begin + (k_end - k_begin) / step * step;  // whole steps; the rest, one row at a time
@@ -372,9 +339,9 @@ inline weft::Kernel make_gemm_small_m(bool b_is_nk, bool sliced) {
     // Row m of A (the last real row for padding rows).
     std::vector<Ptr<bf16>> a_row;
     for (int m = 0; m < MP; ++m) a_row.push_back(a + cast<int64_t>(minimum(M - 1, m)) * Kl);
-    // A tile of the program's shape: [W, L], warp by lane (V elements per thread).
-    const Shape tile = b_is_nk ? Shape{L} : Shape{W, L};
-    Int lane = b_is_nk ? arange(0, L) : expand_dims(arange(0, L), 0);
+    // A tile of the program's shape: [W, 32], warp by lane (one element per thread).
+    const Shape tile = b_is_nk ? Shape{32} : Shape{W, 32};
+    Int lane = b_is_nk ? arange(0, 32) : expand_dims(arange(0, 32), 0);
     Int warp = b_is_nk ? Int() : expand_dims(arange(0, W), 1);
     std::deque<Var<float>> acc;  // acc[m * R + r]
     for (int i = 0; i < MP * R; ++i) acc.emplace_back(zeros<float>(tile));
@@ -382,16 +349,14 @@ inline weft::Kernel make_gemm_small_m(bool b_is_nk, bool sliced) {
     // The B elements of slot r at k-step k (K x N: row k of this warp; N x K: element k of row r), and
     // the A element of row m that multiplies them.
     std::vector<Long> slot_base;  // per slot: offset of its first element in B
-    Int n0 = program_id(0) * (b_is_nk ? int(R) : L * R);
-    if (!b_is_nk && V > 1) n0 = minimum(n0, N - L * R);  // the last block ends at N
+    Int n0 = program_id(0) * (b_is_nk ? int(R) : 32 * R);
     for (int r = 0; r < R; ++r) {
       if (b_is_nk) slot_base.push_back(cast<int64_t>(minimum(N - 1, n0 + r)) * Kl);
-      else if (V > 1) slot_base.push_back(cast<int64_t>(n0 + L * r + lane));
-      else slot_base.push_back(cast<int64_t>(minimum(N - 1, n0 + L * r + lane)));
+      else slot_base.push_back(cast<int64_t>(minimum(N - 1, n0 + 32 * r + lane)));
     }
     // (K x N: one 64-bit product per loop iteration, the step's rows at offsets that stay out of the loop.)
     auto b_at = [&](int r, Int k, int u) {
-      return b_is_nk ? b + slot_base[r] + cast<int64_t>(k + u * L + lane)
+      return b_is_nk ? b + slot_base[r] + cast<int64_t>(k + u * 32 + lane)
                      : b + slot_base[r] + cast<int64_t>(k + warp) * Nl + Nl * int64_t(u * W);
     };
     auto a_at = [&](int m, Int k) {  // K x N: one element per warp, in every lane
@@ -401,7 +366,7 @@ inline weft::Kernel make_gemm_small_m(bool b_is_nk, bool sliced) {
     auto in_k = [&](Int kk) { return b_is_nk ? kk + lane < k_end : broadcast_to(kk + warp < k_end, tile); };
     auto multiply = [&](Int k, int rows, bool masked, const std::vector<Tile<bf16>>& bv) {
       for (int u = 0; u < rows; ++u) {
-        Int kk = k + u * (b_is_nk ? L : W);
+        Int kk = k + u * (b_is_nk ? 32 : W);
         for (int m = 0; m < MP; ++m) {
           Float av = cast<float>(masked ? load(a_at(m, kk), in_k(kk), 0) : load(a_at(m, kk)));
           for (int r = 0; r < R; ++r) acc[m * R + r] = fma(av, cast<float>(bv[u * R + r]), acc[m * R + r]);
@@ -424,40 +389,24 @@ inline weft::Kernel make_gemm_small_m(bool b_is_nk, bool sliced) {
       load_step(minimum(k + step, k_main - step));
       multiply(k, U, false, bv);
     });
-    // The rest of the slice (fewer than a step): one masked step of L (N x K) or W rows (K x N) at a time.
-    for_range(k_main, k_end, b_is_nk ? L : W, [&](Int k) {
+    // The rest of the slice (fewer than a step): one masked step of 32 (N x K) or W rows (K x N) at a time.
+    for_range(k_main, k_end, b_is_nk ? 32 : W, [&](Int k) {
       std::vector<Tile<bf16>> bv;
       for (int r = 0; r < R; ++r) bv.push_back(load(b_at(r, k, 0), in_k(k), 0));
       multiply(k, 1, true, bv);
     });
 
-    // Output (m, n) of slot r (a number, or an Int in the loop below): the sum over the warp (N x K) or over
-    // the warps (K x N).
-    auto column = [&](auto r) -> Int { return b_is_nk ? n0 + r : n0 + L * r + arange(0, L); };
-    Long MN = cast<int64_t>(M) * Nl;
+    Long s = cast<int64_t>(program_id(1));
     for (int m = 0; m < MP; ++m)
       for (int r = 0; r < R; ++r) {
-        Int n = column(r);
+        // Output (m, n): the sum over the warp (N x K) or over the warps (K x N).
+        Int n = b_is_nk ? n0 + r : n0 + 32 * r + arange(0, 32);
         Float sum_mr = sum(acc[m * R + r].read(), 0);
         Bool keep = (n < N) & (M > m);
         Long at = Nl * int64_t(m) + cast<int64_t>(n);
-        if (sliced) store(w + cast<int64_t>(program_id(1)) * MN + at, sum_mr, keep);
+        if (sliced) store(w + s * cast<int64_t>(M) * Nl + at, sum_mr, keep);
         else store(c + at, cast<bf16>(sum_mr), keep);
       }
-    if (!sliced) return;
-    // The slice that finishes this block of columns last sums the slices' partial sums into C and sets the
-    // block's counter back to zero.
-    Ptr<int32_t> counter = counters + program_id(0);
-    Int done_before = atomic_add(counter, 1);  // acq_rel: publishes this slice, sees the others'
-    Int slices = num_programs(1);
-    if_(done_before == slices - 1, [&] {
-      // (A loop, not MP R copies of the sum: 64 of them at M 16 took minutes to compile for the CPU.)
-      for_range(0, MP * R, [&](Int i) {
-        Int m = i / int(R), n = column(i % int(R));
-        sum_slices_into(c, w, MN, Nl * cast<int64_t>(m) + cast<int64_t>(n), (n < N) & (m < M), slices);
-      });
-      store(counter, 0);
-    });
   }, options);
 }
 
@@ -485,7 +434,7 @@ struct SmallMPlan {
 };
 inline SmallMPlan plan_small_m(int M, int N, int K, bool b_is_nk, int sms) {
   SmallMPlan p;
-  p.shape = small_m_shape(M, N, K, b_is_nk);
+  p.shape = small_m_shape(M, b_is_nk);
   p.col_blocks = cdiv64(N, p.shape.columns_per_program(b_is_nk));
   const int64_t warps = b_is_nk ? 1 : kSmallMWarps;
   std::tie(p.k_slice, p.slices) =
@@ -499,13 +448,12 @@ inline void gemm_small_m(const weft::Buffer<weft::bf16>& a, const weft::Buffer<w
   const SmallMPlan p = plan_small_m(M, N, K, b_is_nk, dev.multiprocessors());
   const weft::Stream stream = dev.stream();
   const weft::Grid grid(int(p.col_blocks), int(p.slices), 1, loc);
-  // One slice: the kernel writes C and does not touch the workspace or the counters (passed for the
-  // signature's sake).
+  // One slice: the kernel writes C and does not touch the workspace (passed for the signature's sake).
   weft::Buffer<float> w = workspace(dev, p.slices == 1 ? 1 : size_t(p.slices) * M * N, loc);
-  weft::Buffer<int32_t> counters = split_counters(dev, p.slices == 1 ? 1 : size_t(p.col_blocks), loc);
   small_m_kernel(b_is_nk, p.slices > 1)
-      .launch(stream, grid, a, b, c, w, counters, M, N, K, int(p.k_slice), p.shape.mp, p.shape.r, p.shape.u,
-              p.shape.v);
+      .launch(stream, grid, a, b, c, w, M, N, K, int(p.k_slice), p.shape.mp, p.shape.r, p.shape.u);
+  if (p.slices > 1)
+    splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(p.slices));
 }
 
 // M <= 64 rows of C with the rows of A and B wherever they are (any N, K, alignment), on the tensor cores:

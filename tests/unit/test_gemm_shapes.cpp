@@ -405,33 +405,10 @@ TEST_CASE("gemm(): the small-M kernel across M, both B layouts, odd N and K, one
       }
     }
   }
-  // More K slices than the last slice's sum reads at once, and not a multiple of that (12 against 8), with
-  // 16-byte lanes: launched directly, twice (the block counters must be back at zero after a launch).
-  {
-    const int M = 3, N = 300, K = 2900;
-    Problem p = make_problem(rng, M, N, K);
-    for (bool b_is_nk : {true, false}) {
-      INFO("12 slices, B " << (b_is_nk ? "N x K" : "K x N"));
-      const gemm_detail::SmallMShape shape = gemm_detail::small_m_shape(M, N, K, b_is_nk);
-      CHECK(shape.v == 8);
-      const int k_slice = shape.k_step(b_is_nk) * (b_is_nk ? 1 : 8);
-      const int slices = (K + k_slice - 1) / k_slice;
-      CHECK(slices == 12);
-      const int col_blocks = (N + shape.columns_per_program(b_is_nk) - 1) / shape.columns_per_program(b_is_nk);
-      for (int launch = 0; launch < 2; ++launch)
-        check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) {
-          Buffer<float> w = gemm_detail::workspace(dev, size_t(slices) * M * N, SourceLoc::current());
-          Buffer<int32_t> counters = gemm_detail::split_counters(dev, col_blocks, SourceLoc::current());
-          gemm_detail::small_m_kernel(b_is_nk, true)
-              .launch(dev.stream(), Grid(col_blocks, slices, 1), a, b, c, w, counters, M, N, K, k_slice, shape.mp,
-                      shape.r, shape.u, shape.v);
-        });
-    }
-  }
   for (bool b_is_nk : {true, false}) {
     CHECK(gemm_detail::plan_small_m(16, 200, 4095, b_is_nk, 2).slices > 1);
     CHECK(gemm_detail::plan_small_m(1, 4095, 1031, b_is_nk, 2).slices == 1);
-    CHECK(gemm_detail::plan_small_m(1, 4095, 4095, b_is_nk, 132).slices > 1);
+    CHECK(gemm_detail::plan_small_m(1, 4095, 1031, b_is_nk, 132).slices > 1);
   }
 }
 
