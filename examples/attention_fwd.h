@@ -219,7 +219,10 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
                     async_descriptor_prefetch(Q, {later.bh, later.q0 + r * HALF, p * PANEL});
               });
             }
-            auto [has_next, next] = next_tile();
+            // (Named, not a structured binding: clang before 16 cannot capture one in a lambda.)
+            const auto next_pair = next_tile();
+            const auto& has_next = next_pair.first;
+            const auto& next = next_pair.second;
             auto prefetch_next = [&] {
               if_(has_next, [&] {
                 if (QB == 2) load_q(next);
@@ -452,7 +455,9 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
             if (across) {
               // The last step of this tile and the first of the next as one: the next tile's S_0 is issued with
               // this tile's last P V, and its softmax runs while that P V is in flight. The ring of turns runs on.
-              auto [has_next, next] = next_tile();
+              const auto next_pair = next_tile();
+              const auto& has_next = next_pair.first;
+              const auto& next = next_pair.second;
               Rows next_rows = rows_of(next);
               Bool ready = has_next && n_mine > 0;
               if (may_idle) ready = ready && n_mine == n_blocks;

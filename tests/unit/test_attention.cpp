@@ -168,9 +168,10 @@ TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (b
     bool causal;
   };
   // D 64: four consumers (BM 256, BN 64, 112 registers each) up to 1024 keys, three after.
-  for (auto [D, Sk, causal] : {Case{64, 512, false}, Case{64, 512, true}, Case{64, 1024, true}, Case{64, 4096, false},
-                               Case{128, 512, false}, Case{128, 512, true}, Case{128, 2048, false},
-                               Case{128, 2048, true}}) {
+  for (const Case& c : {Case{64, 512, false}, Case{64, 512, true}, Case{64, 1024, true}, Case{64, 4096, false},
+                        Case{128, 512, false}, Case{128, 512, true}, Case{128, 2048, false}, Case{128, 2048, true}}) {
+    const int D = c.D, Sk = c.Sk;  // (not a structured binding: clang before 16 cannot capture one)
+    const bool causal = c.causal;
     AttentionConfig cfg = attention_config(AttentionParams{1, 1, 1, 1024, Sk, D, causal});
     Kernel k = make_attention_fwd<bf16>(cfg, D, causal);
     INFO("D " << D << (causal ? " causal" : "") << " BM " << cfg.BM << (cfg.persistent ? " persistent" : ""));

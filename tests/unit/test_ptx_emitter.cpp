@@ -104,8 +104,10 @@ TEST_CASE("weft's PTX emitter: attention at D 64 and D 128, causal or not, as LL
     int D, Sk;
     bool causal;
   };
-  for (auto [D, Sk, causal] : {Case{64, 512, false}, Case{64, 1024, true}, Case{64, 4096, false},
-                               Case{128, 512, true}, Case{128, 2048, false}, Case{128, 2048, true}}) {
+  for (const Case& c : {Case{64, 512, false}, Case{64, 1024, true}, Case{64, 4096, false}, Case{128, 512, true},
+                        Case{128, 2048, false}, Case{128, 2048, true}}) {
+    const int D = c.D, Sk = c.Sk;  // (not a structured binding: clang before 16 cannot capture one)
+    const bool causal = c.causal;
     AttentionConfig cfg = attention_config(AttentionParams{1, 1, 1, 1024, Sk, D, causal});
     Kernel k = make_attention_fwd<bf16>(cfg, D, causal);
     auto desc = [&](int rows) { return tma(buf, {1, 1024, D}, {1, rows, 64}); };
