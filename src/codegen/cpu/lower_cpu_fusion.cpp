@@ -117,8 +117,7 @@ bool Lowering::define_lazy(const NodeRef& n, std::function<Value*(Value*)> eleme
   if (!fusible_.count(n.get())) return false;
   int depth = 1;
   for (const NodeRef& o : n->operands)
-    if (auto it = lazy_.find(o.get()); it != lazy_.end() && vals_.at(o.get()).kind == Val::Kind::Lazy)
-      depth = std::max(depth, it->second.depth + 1);
+    if (auto it = lazy_.find(o.get()); it != lazy_.end()) depth = std::max(depth, it->second.depth + 1);
   if (depth > kMaxLazyDepth) return false;
   lazy_[n.get()] = Lazy{std::move(element), depth, rounded};
   vals_[n.get()] = {Val::Kind::Lazy, nullptr};
