@@ -103,7 +103,7 @@ int Device::index() const { return backend_->ordinal(); }
 int Device::multiprocessors() const { return backend_->multiprocessors(); }
 
 int detail::Backend::multiprocessors() const {
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return support::host_cores();
 }
 Stream Device::stream() const { return Stream(backend_, backend_->default_stream()); }
 Stream Device::wrap_stream(void* native) const { return Stream(backend_, native); }

@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/env.h"
+
 namespace weft::dsl {
 namespace {
 
@@ -16,7 +18,7 @@ class CompilePool {
     std::lock_guard<std::mutex> lock(mutex_);
     jobs_.push_back(std::move(job));
     // More jobs queued than threads idle: another thread, up to one per core. Idle threads wait, never spin.
-    if (jobs_.size() > static_cast<size_t>(idle_) && threads_.size() < std::max(1u, std::thread::hardware_concurrency()))
+    if (jobs_.size() > static_cast<size_t>(idle_) && threads_.size() < static_cast<size_t>(support::host_cores()))
       threads_.emplace_back([this] { work(); });
     ready_.notify_one();
   }

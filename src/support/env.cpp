@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "weft/error.h"
 
@@ -96,6 +98,11 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
     k.weft_ptx_emitter = v == "weft";
   }
   return k;
+}
+
+int host_cores() {
+  static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return cores;
 }
 
 const Knobs& knobs() {

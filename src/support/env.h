@@ -67,6 +67,10 @@ struct Knobs {
 // kernel is traced.
 const Knobs& knobs();
 
+// The host's cores (std::thread::hardware_concurrency(), at least 1), asked once: glibc reads /sys at each
+// call, which cost a CPU-backend launch plan microseconds.
+int host_cores();
+
 // The same from `lookup` (a getenv: null for an unset variable); for tests.
 Knobs parse_knobs(const std::function<const char*(const char*)>& lookup);
 

@@ -110,7 +110,7 @@ class CpuBackend final : public Backend {
     const codegen::cpu::LaunchChecks* checks = bounds ? bounds->checks() : nullptr;
     int64_t total = grid.x * grid.y * grid.z;
     int64_t threads = support::knobs().cpu_threads > 0 ? support::knobs().cpu_threads
-                                                       : std::max<int64_t>(1, std::thread::hardware_concurrency());
+                                                       : support::host_cores();
     threads = std::min(threads, total);
     const int32_t num_programs[3] = {int32_t(grid.x), int32_t(grid.y), int32_t(grid.z)};
     auto program_id = [&](int64_t p, int32_t* id) {
