@@ -2,7 +2,10 @@
 // element strides 1), checked on the host for every backend, and the descriptor each backend passes.
 #include <fmt/format.h>
 
+#include <list>
+#include <mutex>
 #include <string_view>
+#include <unordered_map>
 
 #include "driver/backend.h"
 #include "driver/tma_descriptor.h"
@@ -192,9 +195,90 @@ std::string TmaDescriptor::describe() const {
                              buffer_bytes, backend);
 }
 
+namespace {
+
+// Everything a descriptor is made of, the call's place included (its later errors name it).
+struct DescriptorKey {
+  Backend* backend;
+  void* address;
+  size_t bytes;
+  DType dtype;
+  Shape shape, box;
+  TmaOptions options;
+  SourceLoc loc;
+
+  bool operator==(const DescriptorKey& o) const {
+    return backend == o.backend && address == o.address && bytes == o.bytes && dtype == o.dtype && shape == o.shape &&
+           box == o.box && options.strides == o.options.strides && options.swizzle == o.options.swizzle &&
+           options.offset == o.options.offset && loc.line == o.loc.line && loc.column == o.loc.column &&
+           std::string_view(loc.file) == o.loc.file;
+  }
+};
+
+struct DescriptorKeyHash {
+  size_t operator()(const DescriptorKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(reinterpret_cast<uintptr_t>(k.backend));
+    mix(reinterpret_cast<uintptr_t>(k.address));
+    mix(k.bytes);
+    mix(static_cast<uint64_t>(k.dtype.scalar) << 1 | k.dtype.pointer);
+    for (int64_t v : k.shape) mix(uint64_t(v));
+    for (int64_t v : k.box) mix(uint64_t(v) << 8);
+    for (int64_t v : k.options.strides) mix(uint64_t(v) << 16);
+    mix(uint64_t(int64_t(k.options.swizzle)));
+    mix(uint64_t(k.options.offset));
+    mix(k.loc.line);
+    mix(k.loc.column);
+    return size_t(h);
+  }
+};
+
+// The last kRecentDescriptors distinct descriptors made, most recent first: a caller that makes its
+// descriptors at every launch (gemm() and attention_fwd() do) gets the same object back, so the rules are
+// checked and the CUDA map encoded once, not at every call. A descriptor holds its tensor's address, not
+// its buffer: keeping one keeps no device memory, and a buffer allocated later at the same address with the
+// same size is described by the same bytes.
+class RecentDescriptors {
+ public:
+  std::shared_ptr<const TmaDescriptor> find(const DescriptorKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    order_.splice(order_.begin(), order_, it->second);
+    return it->second->second;
+  }
+  void add(DescriptorKey key, std::shared_ptr<const TmaDescriptor> d) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (index_.count(key)) return;  // another thread made the same one meanwhile
+    order_.emplace_front(std::move(key), std::move(d));
+    index_.emplace(order_.front().first, order_.begin());
+    if (order_.size() > kRecentDescriptors) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+    }
+  }
+
+ private:
+  static constexpr size_t kRecentDescriptors = 256;
+  using Entry = std::pair<DescriptorKey, std::shared_ptr<const TmaDescriptor>>;
+  std::mutex mutex_;
+  std::list<Entry> order_;
+  std::unordered_map<DescriptorKey, std::list<Entry>::iterator, DescriptorKeyHash> index_;
+};
+
+RecentDescriptors& recent_descriptors() {
+  static RecentDescriptors* recent = new RecentDescriptors;  // never destroyed: launches may run at exit
+  return *recent;
+}
+
+}  // namespace
+
 std::shared_ptr<const TmaDescriptor> make_tma_descriptor(Backend* backend, void* buffer_address, size_t buffer_bytes,
                                                          DType dtype, Shape shape, Shape box, const TmaOptions& options,
                                                          SourceLoc loc) {
+  DescriptorKey key{backend, buffer_address, buffer_bytes, dtype, shape, box, options, loc};
+  if (auto d = recent_descriptors().find(key)) return d;
   auto d = std::make_shared<TmaDescriptor>();
   TmaFields& f = d->fields;
   f.dtype = dtype;
@@ -221,6 +305,7 @@ std::shared_ptr<const TmaDescriptor> make_tma_descriptor(Backend* backend, void*
     c.strides[i] = f.strides[i];
     c.box[i] = static_cast<int32_t>(f.box[i]);
   }
+  recent_descriptors().add(std::move(key), d);
   return d;
 }
 

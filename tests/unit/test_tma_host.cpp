@@ -146,6 +146,33 @@ TEST_CASE("tma: fields, row-major strides and the CPU backend's TensorDescData",
   CHECK(&copy.descriptor() == &t.descriptor());
 }
 
+TEST_CASE("tma: the same arguments at the same line give the same descriptor back; anything else a new one",
+          "[tma][cpu-only]") {
+  Buffer<bf16> a = cpu().alloc<bf16>(1 << 17), b = cpu().alloc<bf16>(1 << 17);
+  auto make = [](const Buffer<bf16>& x, Shape shape, Shape box, TmaOptions options = {}) {
+    return tma(x, shape, box, options);  // one line for every call: only the arguments differ
+  };
+  // A caller that makes its descriptors at every launch (gemm(), attention_fwd()) gets the checked and encoded
+  // one of its previous call.
+  const detail::TmaDescriptor* first = &make(a, {64, 1024}, {64, 64}).descriptor();
+  for (int i = 0; i < 3; ++i) CHECK(&make(a, {64, 1024}, {64, 64}).descriptor() == first);
+  CHECK(&make(b, {64, 1024}, {64, 64}).descriptor() != first);                       // another buffer
+  CHECK(&make(a, {128, 512}, {64, 64}).descriptor() != first);                       // another shape
+  CHECK(&make(a, {64, 1024}, {32, 64}).descriptor() != first);                       // another box
+  CHECK(&make(a, {64, 1024}, {64, 64}, {.swizzle = 0}).descriptor() != first);       // another swizzle
+  CHECK(&make(a, {64, 1024}, {64, 64}, {.offset = 64}).descriptor() != first);       // another offset
+  CHECK(make(a, {64, 1024}, {64, 64}, {.offset = 64}).descriptor().cpu.base == static_cast<char*>(a.data()) + 128);
+  CHECK(&tma(a, {64, 1024}, {64, 64}).descriptor() != first);  // another line: its errors name that line
+  // Kept descriptors are a bounded few: after many others, the first is made anew (and equal in every field).
+  for (int rows = 1; rows <= 300; ++rows) make(a, {rows, 64}, {1, 64});
+  const Tma<bf16> again = make(a, {64, 1024}, {64, 64});
+  CHECK(&again.descriptor() != first);
+  CHECK(again.descriptor().cpu.base == a.data());
+  CHECK(again.shape() == Shape{64, 1024});
+  // Invalid arguments fail at every call, never from a kept descriptor.
+  for (int i = 0; i < 2; ++i) CHECK_THROWS_AS(make(a, {64, 1024}, {64, 300}), Error);
+}
+
 TEST_CASE("tma: the arguments cuTensorMapEncodeTiled gets, innermost dimension first", "[tma][cpu-only]") {
   using namespace driver::cuda;
   Buffer<bf16> a = cpu().alloc<bf16>(1 << 16);
