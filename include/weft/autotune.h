@@ -262,9 +262,15 @@ class Autotuner {
       ++report.tried;
       // After final rounds only a finalist can win: the others' rounds are older (another clock, another
       // temperature), and were more than finalist_margin behind.
-      if (!final_ran || std::find(finalists.begin(), finalists.end(), i) != finalists.end()) consider(i, *ms);
-      say("%s [%s]: candidate %zu of %zu (%s): %.4f ms; best so far %s, %.4f ms\n", family_.c_str(),
-          problem.c_str(), i + 1, n, names_[i].c_str(), *ms, report.winner.c_str(), best_ms);
+      const bool contends = !final_ran || std::find(finalists.begin(), finalists.end(), i) != finalists.end();
+      if (contends) consider(i, *ms);
+      if (report.winner.empty())  // only non-finalists so far
+        say("%s [%s]: candidate %zu of %zu (%s): %.4f ms; not a finalist\n", family_.c_str(), problem.c_str(), i + 1,
+            n, names_[i].c_str(), *ms);
+      else
+        say("%s [%s]: candidate %zu of %zu (%s): %.4f ms%s; best so far %s, %.4f ms\n", family_.c_str(),
+            problem.c_str(), i + 1, n, names_[i].c_str(), *ms, contends ? "" : " (not a finalist)",
+            report.winner.c_str(), best_ms);
     }
     if (report.winner.empty())  // every finalist failed in its final rounds: the best of the others
       for (size_t i = 0; i < n; ++i)

@@ -254,8 +254,8 @@ TEST_CASE("Autotuner: near-ties get final rounds, and only a finalist can win", 
   // Host sleeps stand in for launches. Two candidates of 10 ms (a near-tie within the 50% margin) and one of
   // 16 ms (outside it). After the 3 ordinary rounds every launch of a 10 ms candidate takes 40 ms: their
   // medians over all 7 rounds become 40 ms, behind the 16 ms candidate's older rounds, which must still lose.
-  std::vector<Config> candidates{{10, 1024}, {16, 1024}, {10, 512}};
-  AutotuneOptions options{.warmup = 0, .rounds = 3, .calls_per_round = 1, .verbose = false};
+  std::vector<Config> candidates{{16, 1024}, {10, 1024}, {10, 512}};
+  AutotuneOptions options{.warmup = 0, .rounds = 3, .calls_per_round = 1, .verbose = true};
   options.finalists = 3;
   options.final_rounds = 4;
   options.finalist_margin = 0.5;
@@ -263,12 +263,20 @@ TEST_CASE("Autotuner: near-ties get final rounds, and only a finalist can win", 
   std::map<std::string, int> runs;
   int total = 0;
   const int ordinary = 3 + 3 * 3;  // a first launch each, then 3 rounds of 3
+  weft::test::CaptureStderr progress;
   AutotuneReport r = tuner.best_report(fresh_problem("finalists"), dev.stream(), [](const Config&) {},
                                        [&](const Config& c) {
                                          ++runs[name_of(c)];
                                          sleep_ms(c.rounds == 10 && total++ >= ordinary ? 40 : c.rounds);
                                          if (c.rounds != 10) ++total;
                                        });
+  // The progress lines: the candidate left out of the final rounds says so, and no line names an empty best.
+  const std::string said = progress.text();
+  INFO(said);
+  CHECK_THAT(said, Catch::Contains("within 50% of the best (rounds10_w1024, rounds10_w512): 4 more rounds"));
+  CHECK_THAT(said, Catch::Contains("candidate 1 of 3 (rounds16_w1024): ") && Catch::Contains("ms; not a finalist\n"));
+  CHECK_THAT(said, !Catch::Contains("best so far ,"));
+  CHECK_THAT(said, Catch::Contains(" wins, "));
   CHECK(runs["rounds16_w1024"] == 1 + 3);
   CHECK(runs["rounds10_w1024"] == 1 + 3 + 4);
   CHECK(runs["rounds10_w512"] == 1 + 3 + 4);
@@ -277,6 +285,7 @@ TEST_CASE("Autotuner: near-ties get final rounds, and only a finalist can win", 
 
   // Finalists off: the ordinary rounds decide.
   options.finalists = 0;
+  options.verbose = false;
   Autotuner<Config> plain("autotune_no_finalists", candidates, name_of, options);
   runs.clear();
   AutotuneReport p = plain.best_report(fresh_problem("no_finalists"), dev.stream(), [](const Config&) {},
