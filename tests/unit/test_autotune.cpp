@@ -273,7 +273,7 @@ TEST_CASE("Autotuner: near-ties get final rounds, and only a finalist can win", 
   // The progress lines: the candidate left out of the final rounds says so, and no line names an empty best.
   const std::string said = progress.text();
   INFO(said);
-  CHECK_THAT(said, Catch::Contains("within 50% of the best (rounds10_w1024, rounds10_w512): 4 more rounds"));
+  CHECK_THAT(said, Catch::Contains("2 within 50% of the best (rounds10_w") && Catch::Contains("): 4 more rounds"));
   CHECK_THAT(said, Catch::Contains("candidate 1 of 3 (rounds16_w1024): ") && Catch::Contains("ms; not a finalist\n"));
   CHECK_THAT(said, !Catch::Contains("best so far ,"));
   CHECK_THAT(said, Catch::Contains(" wins, "));
