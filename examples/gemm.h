@@ -663,7 +663,6 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
                         (M <= gemm_detail::kRowsMmaMaxM && gemm_detail::bucket_nk(N) - 127 >= 64);
   if (!tma_fits && !in_place) return gemm_detail::gemm_padded(a, b, c, M, N, K, b_is_nk, dev, loc);
   const int sms = dev.multiprocessors();
-  const std::string problem = gemm_detail::problem_of(M, N, K, b_is_nk, sms) + (tma_fits ? "" : " rows-unaligned");
   const char* mode_env = std::getenv("WEFT_AUTOTUNE");
   const std::string mode = mode_env ? mode_env : "";
 
@@ -688,6 +687,7 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
       return choice;
     }
   }
+  const std::string problem = gemm_detail::problem_of(M, N, K, b_is_nk, sms) + (tma_fits ? "" : " rows-unaligned");
   Autotuner<gemm_detail::GemmCandidate>* tuner;
   {
     std::lock_guard<std::mutex> lock(mutex);
