@@ -249,6 +249,7 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
   dev.synchronize();
   row.weft_first_call_ms = seconds_since(t0) * 1e3;
   row.config = choice.small_m       ? std::string("small_m")
+               : choice.rows_bulk   ? std::string("rows_bulk")
                : choice.rows_mma_bn ? "rows_mma_bn" + std::to_string(choice.rows_mma_bn)
                                     : choice.config.name() + (choice.padded ? "+pad" : "");
   row.problem = choice.problem;

@@ -14,7 +14,8 @@
 //   aligned): tuned the same way among kernels that read A and B where they are (no copies: a product this
 //   thin is bound by reading B once) — at M <= 8 (B N x K) or 4 (B K x N) the plain-load FMA kernel (the
 //   untuned choice there), the plain-load tensor-core kernel (make_gemm_rows_mma, 64 or 128 columns a
-//   program; the untuned choice up to M 16) — and the padded copies below (the untuned choice above). B's
+//   program; the untuned choice up to M 16), at M <= 4 with B K x N the bulk-copy kernel (make_gemm_rows_bulk)
+//   — and the padded copies below (the untuned choice above). B's
 //   columns go over the grid and K is split over it too when there are few column blocks (f32 partial
 //   sums, then the split-K reduction).
 // - Larger M with such rows: the operands that need it are copied into scratch buffers with K and N
@@ -49,6 +50,8 @@ struct GemmChoice {
                           // stride, or where the tuner found it faster than every configuration
   int rows_mma_bn = 0;    // > 0: the plain-load tensor-core kernel ran with this many columns a program (config
                           // unused): M <= 64 with rows TMA cannot stride, where the tuner found it fastest
+  bool rows_bulk = false; // the bulk-copy FMA kernel ran (config unused): M <= 4, B K x N with rows TMA cannot
+                          // stride and N >= 1024, where the tuner found it fastest
   GemmConfig config;
   std::string problem;    // the shape bucket it was tuned for
   weft::AutotuneReport report;  // of the tuning (or the cache hit) that chose `config`, on the bucket's first call
@@ -575,18 +578,146 @@ inline void gemm_rows_mma(const weft::Buffer<weft::bf16>& a, const weft::Buffer<
     splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(p.slices));
 }
 
+// M <= 4 rows of C with B K x N in rows TMA cannot stride (N not a multiple of 8), for bandwidth: a producer
+// warp streams B's rows into a ring of shared stages with bulk copies (cp.async.bulk, kRowsBulkRows rows a
+// stage), so that each multiprocessor keeps tens of KB of B in flight with one thread issuing, where the
+// plain-load kernels need every thread's registers for it. A row's BNC columns [n0, n0 + BNC) start at an
+// element that is rarely 16-byte aligned: the copy takes the aligned window of BNC + 8 elements around them and
+// the consumers read each row at its offset in the window (local_gather; a stage holds R rows 2 BNC apart,
+// since shared buffers have power-of-two shapes, and a window is copied as BNC elements and 8). The last row of B is read with plain
+// loads (its window could pass B's last byte), as are the rows of a slice past its whole stages. Consumers: 8
+// warps, each thread BNC / 256 columns of MP rows of C in f32 (A's elements broadcast from the L1). Program
+// (j, s): columns [BNC j, BNC j + BNC) (the last block moved back to end at N; N >= BNC) and K slice s, writing C
+// or f32 partial sums (sliced) as make_gemm_small_m.
+inline constexpr int kRowsBulkRows = 4;    // rows of B a stage
+inline constexpr int kRowsBulkStages = 4;  // stages of the ring
+inline constexpr int kRowsBulkWarps = 8;   // consumer warps
+
+inline weft::Kernel make_gemm_rows_bulk(bool sliced) {
+  using namespace weft;
+  std::string name = std::string("gemm_rows_bulk_kn") + (sliced ? "_sliced" : "");
+  return Kernel(name, [sliced](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> c, Ptr<float> w, Int M, Int N, Int K, Int k_slice,
+                               Const<int> MP, Const<int> BNC) {
+    const int R = kRowsBulkRows, S = kRowsBulkStages;
+    Int k_begin = program_id(1) * k_slice;
+    Int k_end = minimum(K, k_begin + k_slice);
+    // Whole stages of rows, none of them B's last row.
+    Int stages = maximum(minimum(k_end, K - 1) - k_begin, 0) / R;
+    Int k_rest = k_begin + stages * R;
+    Int n0 = minimum(program_id(0) * BNC, N - BNC);
+    Long Kl = cast<int64_t>(K), Nl = cast<int64_t>(N);
+    auto ring = local_alloc<bf16>({R * 2 * BNC / 8, 8}, S, "b_rows");  // rows of 16 bytes: what bulk copies fill
+    auto full = alloc_barriers(S, 1, "full");
+    auto empty = alloc_barriers(S, 1, "empty");
+    // Row k's first column as an element of B, and where its aligned window starts (8 elements: 16 bytes).
+    auto first = [&](Int k) { return cast<int64_t>(k) * Nl + cast<int64_t>(n0); };
+    auto window = [&](Int k) { return first(k) / 8 * 8; };
+    async_tasks(
+        task("producer", {.warps = 1}, [&] {
+          Pipeline p(S);
+          for_range(0, stages, [&](Int i) {
+            p.acquire(empty);
+            barrier_expect_bytes(full[p.index()], R * (BNC + 8) * int(sizeof(bf16)));
+            for (int r = 0; r < R; ++r) {
+              Ptr<bf16> from = b + window(k_begin + i * R + r);
+              SharedView<bf16> stage = ring[p.index()];
+              async_load_bulk(from, stage.rows(r * 2 * BNC / 8, BNC / 8), full[p.index()]);
+              async_load_bulk(from + int(BNC), stage.rows((r * 2 + 1) * BNC / 8, 1), full[p.index()]);
+            }
+            p.advance();
+          });
+        }),
+        task("consumer", {.warps = kRowsBulkWarps}, [&] {
+          Pipeline p(S);
+          Int cols = arange(0, BNC);
+          std::deque<Var<float>> acc;
+          for (int m = 0; m < MP; ++m) acc.emplace_back(zeros<float>({BNC}));
+          auto add_row = [&](Int k, const Tile<bf16>& row) {
+            Tile<float> bv = cast<float>(row);
+            for (int m = 0; m < MP; ++m) {
+              Float av = cast<float>(load(a + (cast<int64_t>(minimum(M - 1, m)) * Kl + cast<int64_t>(k))));
+              acc[m] = fma(broadcast_to(av, {BNC}), bv, acc[m]);
+            }
+          };
+          for_range(0, stages, [&](Int i) {
+            p.wait(full);
+            for (int r = 0; r < R; ++r) {
+              Int k = k_begin + i * R + r;
+              Int offset = cast<int32_t>(first(k) - window(k));
+              add_row(k, local_gather(local_reshape(ring[p.index()], {R * 2 * BNC}), cols + (offset + r * 2 * BNC)));
+            }
+            p.release(empty);
+            p.advance();
+          });
+          for_range(k_rest, k_end, [&](Int k) { add_row(k, load(b + (first(k) + cast<int64_t>(cols)))); });
+          Long MN = cast<int64_t>(M) * Nl;
+          for (int m = 0; m < MP; ++m) {
+            Long at = Nl * int64_t(m) + cast<int64_t>(n0 + cols);
+            Bool keep = broadcast_to(M > m, {BNC});
+            if (sliced) store(w + cast<int64_t>(program_id(1)) * MN + at, acc[m].read(), keep);
+            else store(c + at, cast<bf16>(acc[m].read()), keep);
+          }
+        }));
+  });
+}
+
+inline const weft::Kernel& rows_bulk_kernel(bool sliced) {
+  static const weft::Kernel kernels[2] = {make_gemm_rows_bulk(false), make_gemm_rows_bulk(true)};
+  return kernels[sliced];
+}
+
+// The shapes the bulk-copy kernel takes: B K x N, M <= 4, N >= 1024 (a program's columns).
+inline bool rows_bulk_takes(int M, int N, bool b_is_nk) { return !b_is_nk && M <= 4 && N >= 1024; }
+
+// How it runs an M x N x K product on `sms` multiprocessors: 1024 columns a program, K sliced in whole stages
+// for about three programs a multiprocessor (64 KB of ring each).
+struct RowsBulkPlan {
+  int mp, bnc;
+  int64_t col_blocks, slices, k_slice;
+};
+inline RowsBulkPlan plan_rows_bulk(int M, int N, int K, int sms) {
+  RowsBulkPlan p;
+  p.mp = 1;
+  while (p.mp < M) p.mp *= 2;
+  p.bnc = 1024;
+  p.col_blocks = cdiv64(N, p.bnc);
+  std::tie(p.k_slice, p.slices) = slice_k(M, K, kRowsBulkRows, cdiv64(3 * int64_t(sms), p.col_blocks));
+  return p;
+}
+
+inline void gemm_rows_bulk(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
+                           const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk,
+                           const weft::Device& dev, weft::SourceLoc loc) {
+  if (!rows_bulk_takes(M, N, b_is_nk))
+    throw weft::Error("gemm_rows_bulk: takes B K x N with M <= 4 and N >= 1024, got M = " + std::to_string(M) +
+                          ", N = " + std::to_string(N) + ", B " + (b_is_nk ? "N x K" : "K x N") +
+                          "; use the small-M kernel",
+                      loc);
+  const RowsBulkPlan p = plan_rows_bulk(M, N, K, dev.multiprocessors());
+  const weft::Stream stream = dev.stream();
+  weft::Buffer<float> w = workspace(dev, p.slices == 1 ? 1 : size_t(p.slices) * M * N, loc);
+  rows_bulk_kernel(p.slices > 1)
+      .launch(stream, weft::Grid(int(p.col_blocks), int(p.slices), 1, loc), a, b, c, w, M, N, K, int(p.k_slice), p.mp,
+              p.bnc);
+  if (p.slices > 1)
+    splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(p.slices));
+}
+
 // What gemm()'s tuner chooses among. For a shape TMA can describe: a configuration of the warp-specialized
 // kernel, or (M <= small_m_limit) the plain-load FMA kernel, which reads B once at full bandwidth and wins
 // some single-row products (decoding's GEMV) against the tensor-core kernel's few tiles. For M <= 64 with
 // rows TMA cannot stride or address: the plain-load kernels (FMA at M <= small_m_limit, tensor cores with
-// 64 or 128 columns a program) and the padded copies (gemm() again on them).
+// 64 or 128 columns a program), the bulk-copy FMA kernel (M <= 4, B K x N, N >= 1024) and the padded copies
+// (gemm() again on them).
 struct GemmCandidate {
   GemmConfig config;
   bool small_m = false;
   int rows_mma_bn = 0;  // make_gemm_rows_mma with this many columns a program
   bool padded = false;
+  bool rows_bulk = false;  // make_gemm_rows_bulk
   std::string name() const {
     if (small_m) return "small_m";
+    if (rows_bulk) return "rows_bulk";
     if (rows_mma_bn) return "rows_mma_bn" + std::to_string(rows_mma_bn);
     return padded ? "padded" : config.name();
   }
@@ -674,6 +805,7 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   // Runs what `choice` names (the small-M kernel, or a configuration of the warp-specialized one).
   auto run_choice = [&](const GemmChoice& ch) {
     if (ch.small_m) gemm_detail::gemm_small_m(a, b, c, M, N, K, b_is_nk, dev, loc);
+    else if (ch.rows_bulk) gemm_detail::gemm_rows_bulk(a, b, c, M, N, K, b_is_nk, dev, loc);
     else if (ch.rows_mma_bn) gemm_detail::gemm_rows_mma(a, b, c, M, N, K, b_is_nk, ch.rows_mma_bn, dev, loc);
     else if (ch.padded) gemm_detail::gemm_padded(a, b, c, M, N, K, b_is_nk, dev, loc);
     else gemm_detail::plan_gemm(ch.config, a, b, c, M, N, K, b_is_nk, loc).run(dev.stream(), loc);
@@ -707,6 +839,8 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
         // with 64 columns up to 16 rows, the copies above (what won most such shapes on the H100,
         // benchmarks/NOTES.md session 19).
         if (bm <= gemm_detail::small_m_limit(b_is_nk)) candidates.push_back({.config = {}, .small_m = true});
+        if (gemm_detail::rows_bulk_takes(bm, gemm_detail::bucket_nk(N) - 127, b_is_nk))  // every N of the bucket
+          candidates.push_back({.config = {}, .rows_bulk = true});
         if (bm > 16) candidates.push_back({.config = {}, .padded = true});
         for (int bn : {64, 128})  // where every N of the bucket has that many columns
           if (gemm_detail::bucket_nk(N) - 127 >= bn) candidates.push_back({.config = {}, .rows_mma_bn = bn});
@@ -731,16 +865,16 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   std::mutex plans_mutex;
   std::map<std::string, gemm_detail::GemmLaunch> plans;
   auto compile = [&](const gemm_detail::GemmCandidate& g) {
-    if (g.small_m || g.rows_mma_bn || g.padded) return;
+    if (g.small_m || g.rows_mma_bn || g.padded || g.rows_bulk) return;
     gemm_detail::GemmLaunch l = gemm_detail::plan_gemm(g.config, a, b, c, M, N, K, b_is_nk, loc);
     l.compile(dev);
     std::lock_guard<std::mutex> lock(plans_mutex);
     plans.emplace(g.name(), std::move(l));
   };
   auto run = [&](const gemm_detail::GemmCandidate& g) {
-    if (!g.small_m && !g.rows_mma_bn && !g.padded) return plans.at(g.name()).run(dev.stream(), loc);
+    if (!g.small_m && !g.rows_mma_bn && !g.padded && !g.rows_bulk) return plans.at(g.name()).run(dev.stream(), loc);
     GemmChoice ch;
-    ch.padded = g.padded, ch.small_m = g.small_m, ch.rows_mma_bn = g.rows_mma_bn;
+    ch.padded = g.padded, ch.small_m = g.small_m, ch.rows_mma_bn = g.rows_mma_bn, ch.rows_bulk = g.rows_bulk;
     run_choice(ch);
   };
   choice.problem = problem;
@@ -748,6 +882,7 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   const gemm_detail::GemmCandidate& won = tuner->candidates().at(choice.report.index);
   choice.config = won.config;
   choice.small_m = won.small_m;
+  choice.rows_bulk = won.rows_bulk;
   choice.rows_mma_bn = won.rows_mma_bn;
   choice.padded = won.padded;
   if (won.padded) choice.config = gemm_detail::gemm_padded(a, b, c, M, N, K, b_is_nk, dev, loc).config;

@@ -443,6 +443,50 @@ TEST_CASE("gemm(): the tensor-core plain-load kernel across M, both B layouts, o
                         Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
 }
 
+TEST_CASE("gemm(): the bulk-copy kernel (B K x N rows streamed by cp.async.bulk) across M, odd N and K, one K slice or several",
+          "[async][gemm]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  struct Case {
+    int M, N, K;
+  };
+  // M 1 to 4; N odd (every row's window of 1024 + 8 elements starts at another offset in its 16 bytes) and one
+  // column block or two that overlap; K short (no whole stage of 4 rows in a slice: plain loads only), odd
+  // (a slice's rows past its stages) and long (the ring wraps). B's last row is read with plain loads: its
+  // window would pass B's end (M 4 x 1027 x 40: one slice of 10 stages but for that row), which the CPU
+  // backend's bounds checks (WEFT_CHECK_BOUNDS=1) catch.
+  for (Case s : {Case{1, 1025, 37}, Case{2, 1500, 9}, Case{3, 4095, 1031}, Case{4, 2051, 130}, Case{1, 1031, 515},
+                 Case{4, 1027, 40}}) {
+    Problem p = make_problem(rng, s.M, s.N, s.K);
+    INFO("M " << s.M << " N " << s.N << " K " << s.K);
+    check_gemm(p, false, [&](auto& a, auto& b, auto& c) {
+      gemm_detail::gemm_rows_bulk(a, b, c, s.M, s.N, s.K, false, dev, SourceLoc::current());
+    });
+  }
+  CHECK(gemm_detail::plan_rows_bulk(3, 4095, 1031, 2).slices > 1);
+  CHECK(gemm_detail::plan_rows_bulk(2, 1500, 9, 2).slices == 1);
+  CHECK(gemm_detail::plan_rows_bulk(3, 4095, 1031, 2).mp == 4);
+  {
+    // Through gemm(), tuned: M <= 4 with B K x N, N odd and >= 1024 tries it beside the small-M kernel, the
+    // tensor-core plain-load kernel (64 and 128 columns) and the copies; the winner's C is right.
+    weft::test::ScratchCache cache;
+    EnvAutotune tune("force");
+    Problem q = make_problem(rng, 2, 1501, 300);
+    GemmChoice choice;
+    check_gemm(q, false, [&](auto& a, auto& b, auto& c) { choice = gemm(a, b, c, 2, 1501, 300, false); });
+    CHECK(choice.report.tried == 5);
+    CHECK(choice.report.dropped == 0);
+    INFO(choice.report.winner);
+    CHECK(choice.rows_bulk == (choice.report.winner == "rows_bulk"));
+  }
+  // A shape it does not take: an Error that names the call.
+  Problem p = make_problem(rng, 2, 1000, 64);
+  Buffer<bf16> a = dev.upload(p.a), b = dev.upload(p.b_kn), c = dev.upload(std::vector<bf16>(2000));
+  const int line = __LINE__ + 1;
+  CHECK_THROWS_WITH(gemm_detail::gemm_rows_bulk(a, b, c, 2, 1000, 64, false, dev, SourceLoc::current()),
+                    Catch::Contains("N = 1000") && Catch::Contains("test_gemm_shapes.cpp:" + std::to_string(line)));
+}
+
 TEST_CASE("gemm(): the small-M kernel reads A, B and C at unaligned addresses", "[async][gemm][cpu-only]") {
   EnvAutotune off("0");
   WEFT_SEEDED_RNG(rng);
@@ -708,12 +752,13 @@ TEST_CASE("gemm() on the GPU: tuned per shape, a second call reuses the winner, 
       // Rows TMA cannot stride: copied (M > 64), or the tuner's pick between copies and reading in place.
       const bool unaligned = s.N % 8 != 0 || s.K % 8 != 0;
       if (s.M > 64) CHECK(first.padded == unaligned);
-      else CHECK((first.padded || first.rows_mma_bn > 0 || first.small_m) == unaligned);
+      else CHECK((first.padded || first.rows_mma_bn > 0 || first.small_m || first.rows_bulk) == unaligned);
       // (How long tuning takes is measured by bench_gemm --tune, not asserted here.)
       dc.upload(std::vector<bf16>(size_t(s.M) * s.N, poison_value<bf16>()));
       GemmChoice second = gemm(da, b_is_nk ? db_nk : db_kn, dc, s.M, s.N, s.K, b_is_nk);
       CHECK(second.config.name() == first.config.name());
       CHECK(second.rows_mma_bn == first.rows_mma_bn);
+      CHECK(second.rows_bulk == first.rows_bulk);
       CHECK(second.padded == first.padded);
       check_sampled(p, dc.download(), rng, 256);
     }
