@@ -211,7 +211,7 @@ struct DescriptorKey {
     return backend == o.backend && address == o.address && bytes == o.bytes && dtype == o.dtype && shape == o.shape &&
            box == o.box && options.strides == o.options.strides && options.swizzle == o.options.swizzle &&
            options.offset == o.options.offset && loc.line == o.loc.line && loc.column == o.loc.column &&
-           std::string_view(loc.file) == o.loc.file;
+           loc.file == o.loc.file;  // the pointers: a kept key never reads a caller's string again
   }
 };
 
@@ -228,6 +228,7 @@ struct DescriptorKeyHash {
     for (int64_t v : k.options.strides) mix(uint64_t(v) << 16);
     mix(uint64_t(int64_t(k.options.swizzle)));
     mix(uint64_t(k.options.offset));
+    mix(reinterpret_cast<uintptr_t>(k.loc.file));
     mix(k.loc.line);
     mix(k.loc.column);
     return size_t(h);
