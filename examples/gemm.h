@@ -283,6 +283,14 @@ inline bool tma_can_describe(const weft::Buffer<weft::bf16>& a, const weft::Buff
   return N % 8 == 0 && K % 8 == 0 && aligned(a.data()) && aligned(b.data()) && aligned(c.data());
 }
 
+// The plain-load kernels' split K: with several slices, C = the sum of the f32 partial sums in `w` (slices x
+// M x N, in order: make_gemm_splitk_reduce); with one, the kernel wrote C itself.
+inline void sum_slices(const weft::Stream& stream, const weft::Buffer<float>& w, const weft::Buffer<weft::bf16>& c,
+                       int M, int N, int64_t slices, weft::SourceLoc loc) {
+  if (slices > 1)
+    splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(slices));
+}
+
 // M <= 16 rows of C with the rows of A and B wherever they are (any N, K, alignment). A product this thin
 // is bound by reading B once, so the kernel is built for bandwidth: no tensor cores and no shared memory in
 // its loop, B streamed with coalesced 2-byte loads (rows that need not be 4-byte aligned), products summed
@@ -455,8 +463,7 @@ inline void gemm_small_m(const weft::Buffer<weft::bf16>& a, const weft::Buffer<w
   weft::Buffer<float> w = workspace(dev, p.slices == 1 ? 1 : size_t(p.slices) * M * N, loc);
   small_m_kernel(b_is_nk, p.slices > 1)
       .launch(stream, grid, a, b, c, w, M, N, K, int(p.k_slice), p.shape.mp, p.shape.r, p.shape.u);
-  if (p.slices > 1)
-    splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(p.slices));
+  sum_slices(stream, w, c, M, N, p.slices, loc);
 }
 
 // M <= 64 rows of C with the rows of A and B wherever they are (any N, K, alignment), on the tensor cores:
@@ -574,8 +581,7 @@ inline void gemm_rows_mma(const weft::Buffer<weft::bf16>& a, const weft::Buffer<
   rows_mma_kernel(b_is_nk, p.slices > 1)
       .launch(stream, weft::Grid(int(p.col_blocks), int(p.slices), 1, loc), a, b, c, w, M, N, K, int(p.k_slice), p.mp,
               p.bn);
-  if (p.slices > 1)
-    splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(p.slices));
+  sum_slices(stream, w, c, M, N, p.slices, loc);
 }
 
 // M <= 4 rows of C with B's rows where TMA cannot stride them (N or K not a multiple of 8), for bandwidth: a
@@ -645,6 +651,13 @@ inline weft::Kernel make_gemm_rows_bulk(bool b_is_nk, bool sliced) {
           for (int m = 0; m < MP; ++m) acc.emplace_back(zeros<float>(acc_shape));
           std::vector<Long> a_row;  // A's row m (the last real one for padding rows)
           for (int m = 0; m < MP; ++m) a_row.push_back(cast<int64_t>(minimum(M - 1, m)) * Kl);
+          // Row m of C at columns n: `values` into C, or into this slice's partial sums.
+          auto write = [&](int m, const Int& n, const Tile<float>& values) {
+            Long at = Nl * int64_t(m) + cast<int64_t>(n);
+            Bool keep = broadcast_to(M > m, n.shape());
+            if (sliced) store(w + cast<int64_t>(program_id(1)) * (cast<int64_t>(M) * Nl) + at, values, keep);
+            else store(c + at, cast<bf16>(values), keep);
+          };
           if (b_is_nk) {
             Int rows = expand_dims(arange(0, R), 1), cols = expand_dims(arange(0, W), 0);  // [R, 1], [1, W]
             // B's [R, W] block from k (rows by the segments' offsets in the stage, or masked plain loads) times A.
@@ -670,15 +683,7 @@ inline weft::Kernel make_gemm_rows_bulk(bool b_is_nk, bool sliced) {
               Int kk = broadcast_to(k + cols, {R, W});
               add_block(k, load(b + (cast<int64_t>(n0 + rows) * Kl + cast<int64_t>(kk)), kk < k_end, 0), true);
             });
-            Int n = n0 + arange(0, R);
-            Long MN = cast<int64_t>(M) * Nl;
-            for (int m = 0; m < MP; ++m) {
-              Tile<float> sums = sum(acc[m].read(), 1);  // [R]
-              Long at = Nl * int64_t(m) + cast<int64_t>(n);
-              Bool keep = broadcast_to(M > m, {R});
-              if (sliced) store(w + cast<int64_t>(program_id(1)) * MN + at, sums, keep);
-              else store(c + at, cast<bf16>(sums), keep);
-            }
+            for (int m = 0; m < MP; ++m) write(m, n0 + arange(0, R), sum(acc[m].read(), 1));
             return;
           }
           Int cols = arange(0, W);
@@ -702,13 +707,7 @@ inline weft::Kernel make_gemm_rows_bulk(bool b_is_nk, bool sliced) {
           for_range(k_rest, k_end, [&](Int k) {
             add_row(k, load(b + (cast<int64_t>(k) * Nl + cast<int64_t>(n0 + cols))));
           });
-          Long MN = cast<int64_t>(M) * Nl;
-          for (int m = 0; m < MP; ++m) {
-            Long at = Nl * int64_t(m) + cast<int64_t>(n0 + cols);
-            Bool keep = broadcast_to(M > m, {W});
-            if (sliced) store(w + cast<int64_t>(program_id(1)) * MN + at, acc[m].read(), keep);
-            else store(c + at, cast<bf16>(acc[m].read()), keep);
-          }
+          for (int m = 0; m < MP; ++m) write(m, n0 + cols, acc[m].read());
         }));
   });
 }
@@ -755,8 +754,7 @@ inline void gemm_rows_bulk(const weft::Buffer<weft::bf16>& a, const weft::Buffer
   weft::Buffer<float> w = workspace(dev, p.slices == 1 ? 1 : size_t(p.slices) * M * N, loc);
   rows_bulk_kernel(b_is_nk, p.slices > 1)
       .launch(stream, weft::Grid(int(p.col_blocks), int(p.slices), 1, loc), a, b, c, w, M, N, K, int(p.k_slice), p.mp);
-  if (p.slices > 1)
-    splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(p.slices));
+  sum_slices(stream, w, c, M, N, p.slices, loc);
 }
 
 // What gemm()'s tuner chooses among. For a shape TMA can describe: a configuration of the warp-specialized
@@ -771,6 +769,8 @@ struct GemmCandidate {
   int rows_mma_bn = 0;  // make_gemm_rows_mma with this many columns a program
   bool padded = false;
   bool rows_bulk = false;  // make_gemm_rows_bulk
+  // A configuration of the warp-specialized kernel (planned and compiled ahead), not one of the others.
+  bool warp_specialized() const { return !small_m && !rows_mma_bn && !padded && !rows_bulk; }
   std::string name() const {
     if (small_m) return "small_m";
     if (rows_bulk) return "rows_bulk";
@@ -922,14 +922,14 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
   std::mutex plans_mutex;
   std::map<std::string, gemm_detail::GemmLaunch> plans;
   auto compile = [&](const gemm_detail::GemmCandidate& g) {
-    if (g.small_m || g.rows_mma_bn || g.padded || g.rows_bulk) return;
+    if (!g.warp_specialized()) return;
     gemm_detail::GemmLaunch l = gemm_detail::plan_gemm(g.config, a, b, c, M, N, K, b_is_nk, loc);
     l.compile(dev);
     std::lock_guard<std::mutex> lock(plans_mutex);
     plans.emplace(g.name(), std::move(l));
   };
   auto run = [&](const gemm_detail::GemmCandidate& g) {
-    if (!g.small_m && !g.rows_mma_bn && !g.padded && !g.rows_bulk) return plans.at(g.name()).run(dev.stream(), loc);
+    if (g.warp_specialized()) return plans.at(g.name()).run(dev.stream(), loc);
     GemmChoice ch;
     ch.padded = g.padded, ch.small_m = g.small_m, ch.rows_mma_bn = g.rows_mma_bn, ch.rows_bulk = g.rows_bulk;
     run_choice(ch);
