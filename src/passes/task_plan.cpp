@@ -128,21 +128,24 @@ TaskPlan plan_tasks(const ir::Function& f, int default_warps) {
                 loc);
   check_named_barrier_ids(f.body, 16 - plan.fibers());
   if (any_regs) {
-    // ptxas gives every thread at most 64K / threads registers (a multiple of 8) when one block must fit, and
-    // the block starts with that many per thread: setmaxnreg moves registers between its warps within that
-    // allocation, not the whole register file (a setmaxnreg.inc the allocation cannot meet waits forever).
-    // 640 threads: 96 each, 61440 in all — not 65536.
-    plan.entry_regs = std::min(255, kRegisterFile / plan.threads()) / 8 * 8;
+    // The block starts with the per-thread cap ptxas gives it, and setmaxnreg moves registers between its warps
+    // within that allocation, not the whole register file (a setmaxnreg.inc the allocation cannot meet waits
+    // forever). The cap comes from the fullest quarter of the register file (one per scheduler, warps dealt to
+    // them in turn): 16K / (32 x ceil(warps / 4)), a multiple of 8. 640 threads: 96 each, 61440 in all, not
+    // 65536; 544 threads (17 warps, five on one scheduler): also 96, not 65536 / 544.
+    const int warps_per_quarter = (plan.total_warps + 3) / 4;
+    plan.entry_regs = std::min(255, kRegisterFile / 4 / (32 * warps_per_quarter)) / 8 * 8;
     const int64_t allocation = int64_t(plan.threads()) * plan.entry_regs;
     int64_t total = 0;
     for (const TaskSlot& s : plan.slots) total += int64_t(s.warps) * s.replicas * 32 * (s.regs ? s.regs : plan.entry_regs);
     if (total > allocation)
       throw Error(fmt::format("the tasks' register budgets need {} registers but a block of {} threads has {} ({} per "
-                              "thread, a multiple of 8 of the register file's {} / {}; setmaxnreg only moves them "
-                              "between the block's warps):{}\nlower some task's regs (a producer that only issues "
-                              "copies needs about 24 to 40)",
-                              total, plan.threads(), allocation, plan.entry_regs, kRegisterFile, plan.threads(),
-                              budget_table(plan)),
+                              "thread: one scheduler's quarter of the register file, {}, over the 32 x {} threads "
+                              "of its fullest one, a multiple of 8; setmaxnreg only moves them between the block's "
+                              "warps):{}\nlower some task's regs (a producer that only issues copies needs about "
+                              "24 to 40)",
+                              total, plan.threads(), allocation, plan.entry_regs, kRegisterFile / 4,
+                              warps_per_quarter, budget_table(plan)),
                   loc);
   }
   return plan;

@@ -68,6 +68,22 @@ TEST_CASE("register budgets are bounded by the block's own allocation, not the r
   CHECK_NOTHROW(fits.ir());
 }
 
+TEST_CASE("register budgets: the entry cap comes from the fullest scheduler's warps", "[errors]") {
+  // 18 warps: the four schedulers hold 5, 5, 4 and 4, so ptxas caps every thread at 16384 / (32 x 5) -> 96
+  // registers (not 65536 / 576 -> 112): 55296 in all. Four consumers of 112 and two warps at the cap need 63488.
+  int line = 0;
+  Kernel k = body_kernel([&](Ptr<float>) {
+    line = __LINE__; async_tasks(task("consumer", {.warps = 4, .regs = 112, .replicas = 4}, [] {}), task("helper", {.warps = 2}, [] {}));
+  });
+  REQUIRE_WEFT_ERROR(k.ir(), line, "need 63488 registers but a block of 576 threads has 55296 (96 per thread");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "over the 32 x 5 threads of its fullest one");
+  REQUIRE_WEFT_ERROR(k.ir(), line, "task 'helper': 2 warps x 1 replicas x 32 threads x 96 registers (entry cap) = 6144");
+  Kernel fits = body_kernel([&](Ptr<float>) {
+    async_tasks(task("consumer", {.warps = 4, .regs = 96, .replicas = 4}, [] {}), task("helper", {.warps = 2}, [] {}));
+  });
+  CHECK_NOTHROW(fits.ir());
+}
+
 TEST_CASE("setmaxnreg values: a multiple of 8 from 24 to 256", "[errors]") {
   for (int regs : {100, 16, 264}) {
     INFO("regs = " << regs);
