@@ -288,7 +288,7 @@ inline bool tma_can_describe(const weft::Buffer<weft::bf16>& a, const weft::Buff
 inline void sum_slices(const weft::Stream& stream, const weft::Buffer<float>& w, const weft::Buffer<weft::bf16>& c,
                        int M, int N, int64_t slices, weft::SourceLoc loc) {
   if (slices > 1)
-    splitk_reduce_kernel().launch(stream, weft::Grid(int(cdiv64(N, 1024)), M, 1, loc), w, c, M, N, M, int(slices));
+    splitk_reduce_kernel().launch(stream, splitk_reduce_grid(M, N, loc), w, c, M, N, M, int(slices));
 }
 
 // M <= 16 rows of C with the rows of A and B wherever they are (any N, K, alignment). A product this thin
