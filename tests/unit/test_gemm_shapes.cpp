@@ -127,6 +127,31 @@ TEST_CASE("GEMM split-K: f32 partial sums and a deterministic reduction, empty s
     }
 }
 
+TEST_CASE("split-K's reduce kernel: the slices summed in order, any slice count and row length", "[async][gemm]") {
+  WEFT_SEEDED_RNG(rng);
+  Device dev = Device::current();
+  // Slice counts below, at and past the kernel's chunk of slices loaded at once; N not a multiple of a
+  // program's columns; m_pad (the rows a slice holds) above M.
+  for (int slices : {1, 2, 15, 16, 17, 37, 94})
+    for (auto [M, N, m_pad] : {std::tuple{1, 4095, 1}, {3, 130, 5}}) {
+      INFO("slices " << slices << " M " << M << " N " << N << " m_pad " << m_pad);
+      std::vector<float> w = generate<float>(rng, size_t(slices) * m_pad * N, uniform_real<float>(-4, 4));
+      Buffer<bf16> dc = dev.upload(std::vector<bf16>(size_t(M) * N, poison_value<bf16>()));
+      gemm_detail::splitk_reduce_kernel().launch(dev.stream(), splitk_reduce_grid(M, N, SourceLoc::current()),
+                                                 dev.upload(w), dc, M, N, m_pad, slices);
+      std::vector<bf16> got = dc.download();
+      int wrong = 0;
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+          float sum = 0;  // in order, in f32: the same bits as the kernel's
+          for (int s = 0; s < slices; ++s) sum += w[(size_t(s) * m_pad + i) * N + j];
+          if (float(got[size_t(i) * N + j]) != float(bf16(sum)) && ++wrong <= 5)
+            FAIL_CHECK("C[" << i << ", " << j << "] = " << float(got[size_t(i) * N + j]) << ", want " << float(bf16(sum)));
+        }
+      CHECK(wrong == 0);
+    }
+}
+
 // The last slice of each tile sums the slices in order, as the reduction kernel does: the same bits; the
 // tile counters are back at zero after each launch, so a second launch is right too.
 TEST_CASE("GEMM split-K reduced in the kernel: the same C as the two-kernel reduction, launch after launch",
