@@ -14,7 +14,7 @@
 //   aligned): tuned the same way among kernels that read A and B where they are (no copies: a product this
 //   thin is bound by reading B once) — at M <= 8 (B N x K) or 4 (B K x N) the plain-load FMA kernel (the
 //   untuned choice there), the plain-load tensor-core kernel (make_gemm_rows_mma, 64 or 128 columns a
-//   program; the untuned choice up to M 16), at M <= 4 the bulk-copy kernel (make_gemm_rows_bulk)
+//   program; the untuned choice up to M 16), at M <= 4 with B K x N the bulk-copy kernel (make_gemm_rows_bulk)
 //   — and the padded copies below (the untuned choice above). B's
 //   columns go over the grid and K is split over it too when there are few column blocks (f32 partial
 //   sums, then the split-K reduction).
@@ -50,7 +50,7 @@ struct GemmChoice {
                           // stride, or where the tuner found it faster than every configuration
   int rows_mma_bn = 0;    // > 0: the plain-load tensor-core kernel ran with this many columns a program (config
                           // unused): M <= 64 with rows TMA cannot stride, where the tuner found it fastest
-  bool rows_bulk = false; // the bulk-copy FMA kernel ran (config unused): M <= 4 with rows TMA cannot stride
+  bool rows_bulk = false; // the bulk-copy FMA kernel ran (config unused): M <= 4, B K x N with rows TMA cannot stride
                           // (gemm_detail::rows_bulk_takes), where the tuner found it fastest
   GemmConfig config;
   std::string problem;    // the shape bucket it was tuned for
@@ -584,50 +584,41 @@ inline void gemm_rows_mma(const weft::Buffer<weft::bf16>& a, const weft::Buffer<
   sum_slices(stream, w, c, M, N, p.slices, loc);
 }
 
-// M <= 4 rows of C with B's rows where TMA cannot stride them (N or K not a multiple of 8), for bandwidth: a
+// M <= 4 rows of C with B K x N where TMA cannot stride its rows (N not a multiple of 8), for bandwidth: a
 // producer warp streams segments of B's rows into a ring of shared stages with bulk copies (cp.async.bulk), so
 // that each multiprocessor keeps tens of KB of B in flight with one thread issuing, where the plain-load
-// kernels need every thread's registers for it. A segment is W consecutive elements of one row; it rarely
-// starts 16-byte aligned, so the copy takes the aligned window of W + 8 elements around it (as W elements and
-// 8: shared buffers have power-of-two shapes, so a stage holds its segments 2 W apart) and the consumers read
-// it at its offset in the window (local_gather). Windows never pass B's end: B K x N reads its last row, and
-// B N x K the last 8 or more elements of each row, with plain loads, as it does what a slice has past its whole
-// stages. Eight consumer warps accumulate in f32.
-// - B K x N: a stage is R = 4 rows of the program's W = 1024 columns; a thread holds 4 columns of the MP rows
-//   of C. Program (j, s): columns [W j, W j + W) (the last block moved back to end at N; N >= W), K slice s.
-// - B N x K: a stage is the next W = 512 elements of K of the program's R = 8 rows of B; a thread holds 16
-//   products of each of C's MP rows, summed over the row at the end. Program (j, s): rows [R j, R j + R) of B
-//   (the last block moved back; N >= R), K slice s.
-// Either writes C or f32 partial sums (sliced) as make_gemm_small_m.
-inline constexpr int kRowsBulkStages = 4;  // stages of the ring
-inline constexpr int kRowsBulkWarps = 8;   // consumer warps
-struct RowsBulkShape {
-  int rows, width;  // segments a stage (R) and their elements (W)
-};
-inline RowsBulkShape rows_bulk_shape(bool b_is_nk) { return b_is_nk ? RowsBulkShape{8, 512} : RowsBulkShape{4, 1024}; }
+// kernels need every thread's registers for it. A segment is W = 1024 consecutive columns of one row; it
+// rarely starts 16-byte aligned, so the copy takes the aligned window of W + 8 elements around it (as W
+// elements and 8: a view's rows() take a divisor of the stage's rows, so a stage holds its segments 2 W apart)
+// and the consumers read it at its offset in the window (local_gather). Windows never pass B's end: B's last
+// row is read with plain loads, as is what a slice has past its whole stages. A stage is R = 4 rows; eight
+// consumer warps accumulate in f32, a thread 4 columns of each of C's MP rows. Program (j, s): columns
+// [W j, W j + W) (the last block moved back to end at N; N >= W), K slice s. Either writes C or f32 partial
+// sums (sliced) as make_gemm_small_m. (B N x K had its own variant, a stage of 512 elements of K of 8 rows of
+// B: 2-3x slower than the small-M kernel on every shape on the H100 and H200, so it was removed;
+// benchmarks/NOTES.md, session 23.)
+inline constexpr int kRowsBulkStages = 4;     // stages of the ring
+inline constexpr int kRowsBulkWarps = 8;      // consumer warps
+inline constexpr int kRowsBulkRows = 4;       // segments (rows of B) a stage: R
+inline constexpr int kRowsBulkWidth = 1024;   // columns a segment: W
 
-inline weft::Kernel make_gemm_rows_bulk(bool b_is_nk, bool sliced) {
+inline weft::Kernel make_gemm_rows_bulk(bool sliced) {
   using namespace weft;
-  std::string name = std::string("gemm_rows_bulk_") + (b_is_nk ? "nk" : "kn") + (sliced ? "_sliced" : "");
-  return Kernel(name, [b_is_nk, sliced](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> c, Ptr<float> w, Int M, Int N, Int K,
-                                        Int k_slice, Const<int> MP) {
-    const int R = rows_bulk_shape(b_is_nk).rows, W = rows_bulk_shape(b_is_nk).width, S = kRowsBulkStages;
+  std::string name = std::string("gemm_rows_bulk_kn") + (sliced ? "_sliced" : "");
+  return Kernel(name, [sliced](Ptr<bf16> a, Ptr<bf16> b, Ptr<bf16> c, Ptr<float> w, Int M, Int N, Int K,
+                               Int k_slice, Const<int> MP) {
+    const int R = kRowsBulkRows, W = kRowsBulkWidth, S = kRowsBulkStages;
     Int k_begin = program_id(1) * k_slice;
     Int k_end = minimum(K, k_begin + k_slice);
-    // Whole stages (K x N: none of them holding B's last row; N x K: none reaching the last 8 elements of K).
-    Int stages = b_is_nk ? maximum(minimum(k_end, K - 8) - k_begin, 0) / W
-                         : maximum(minimum(k_end, K - 1) - k_begin, 0) / R;
-    Int k_rest = k_begin + stages * (b_is_nk ? W : R);
-    Int n0 = minimum(program_id(0) * (b_is_nk ? R : W), N - (b_is_nk ? R : W));
+    Int stages = maximum(minimum(k_end, K - 1) - k_begin, 0) / R;  // whole stages, none holding B's last row
+    Int k_rest = k_begin + stages * R;
+    Int n0 = minimum(program_id(0) * W, N - W);
     Long Kl = cast<int64_t>(K), Nl = cast<int64_t>(N);
     auto ring = local_alloc<bf16>({R * 2 * W / 8, 8}, S, "b_rows");  // rows of 16 bytes: what bulk copies fill
     auto full = alloc_barriers(S, 1, "full");
     auto empty = alloc_barriers(S, 1, "empty");
     // Segment r of stage i: its first element in B, and where its aligned window starts (8 elements: 16 bytes).
-    auto first = [&](Int i, const Int& r) {
-      return b_is_nk ? cast<int64_t>(n0 + r) * Kl + cast<int64_t>(k_begin + i * W)
-                     : cast<int64_t>(k_begin + i * R + r) * Nl + cast<int64_t>(n0);
-    };
+    auto first = [&](Int i, int r) { return cast<int64_t>(k_begin + i * R + r) * Nl + cast<int64_t>(n0); };
     auto window = [&](const Long& e) { return e / 8 * 8; };
     async_tasks(
         task("producer", {.warps = 1}, [&] {
@@ -637,7 +628,7 @@ inline weft::Kernel make_gemm_rows_bulk(bool b_is_nk, bool sliced) {
             barrier_expect_bytes(full[p.index()], R * (W + 8) * int(sizeof(bf16)));
             SharedView<bf16> stage = ring[p.index()];
             for (int r = 0; r < R; ++r) {
-              Ptr<bf16> from = b + window(first(i, scalar<int32_t>(r)));
+              Ptr<bf16> from = b + window(first(i, r));
               async_load_bulk(from, stage.rows(r * 2 * W / 8, W / 8), full[p.index()]);
               async_load_bulk(from + W, stage.rows((r * 2 + 1) * W / 8, 1), full[p.index()]);
             }
@@ -646,46 +637,10 @@ inline weft::Kernel make_gemm_rows_bulk(bool b_is_nk, bool sliced) {
         }),
         task("consumer", {.warps = kRowsBulkWarps}, [&] {
           Pipeline p(S);
-          const Shape acc_shape = b_is_nk ? Shape{R, W} : Shape{W};
           std::deque<Var<float>> acc;
-          for (int m = 0; m < MP; ++m) acc.emplace_back(zeros<float>(acc_shape));
+          for (int m = 0; m < MP; ++m) acc.emplace_back(zeros<float>({W}));
           std::vector<Long> a_row;  // A's row m (the last real one for padding rows)
           for (int m = 0; m < MP; ++m) a_row.push_back(cast<int64_t>(minimum(M - 1, m)) * Kl);
-          // Row m of C at columns n: `values` into C, or into this slice's partial sums.
-          auto write = [&](int m, const Int& n, const Tile<float>& values) {
-            Long at = Nl * int64_t(m) + cast<int64_t>(n);
-            Bool keep = broadcast_to(M > m, n.shape());
-            if (sliced) store(w + cast<int64_t>(program_id(1)) * (cast<int64_t>(M) * Nl) + at, values, keep);
-            else store(c + at, cast<bf16>(values), keep);
-          };
-          if (b_is_nk) {
-            Int rows = expand_dims(arange(0, R), 1), cols = expand_dims(arange(0, W), 0);  // [R, 1], [1, W]
-            // B's [R, W] block from k (rows by the segments' offsets in the stage, or masked plain loads) times A.
-            auto add_block = [&](Int k, const Tile<bf16>& block, bool masked) {
-              Tile<float> bv = cast<float>(block);
-              for (int m = 0; m < MP; ++m) {
-                Int kk = k + cols;
-                Ptr<bf16> at = a + (a_row[m] + cast<int64_t>(kk));
-                Tile<float> av = cast<float>(masked ? load(at, kk < k_end, 0) : load(at));
-                acc[m] = fma(broadcast_to(av, {R, W}), bv, acc[m]);
-              }
-            };
-            for_range(0, stages, [&](Int i) {
-              p.wait(full);
-              Long e = first(i, rows);
-              Int offsets = cast<int32_t>(e - window(e));  // [R, 1]: each segment's start in its window
-              SharedView<bf16> stage = local_reshape(ring[p.index()], {R, 2 * W});
-              add_block(k_begin + i * W, local_gather(stage, offsets + cols, 1), false);
-              p.release(empty);
-              p.advance();
-            });
-            for_range(k_rest, k_end, W, [&](Int k) {
-              Int kk = broadcast_to(k + cols, {R, W});
-              add_block(k, load(b + (cast<int64_t>(n0 + rows) * Kl + cast<int64_t>(kk)), kk < k_end, 0), true);
-            });
-            for (int m = 0; m < MP; ++m) write(m, n0 + arange(0, R), sum(acc[m].read(), 1));
-            return;
-          }
           Int cols = arange(0, W);
           auto add_row = [&](Int k, const Tile<bf16>& row) {
             Tile<float> bv = cast<float>(row);
@@ -698,7 +653,7 @@ inline weft::Kernel make_gemm_rows_bulk(bool b_is_nk, bool sliced) {
             p.wait(full);
             SharedView<bf16> stage = local_reshape(ring[p.index()], {R * 2 * W});
             for (int r = 0; r < R; ++r) {
-              Long e = first(i, scalar<int32_t>(r));
+              Long e = first(i, r);
               add_row(k_begin + i * R + r, local_gather(stage, cols + (cast<int32_t>(e - window(e)) + r * 2 * W)));
             }
             p.release(empty);
@@ -707,22 +662,24 @@ inline weft::Kernel make_gemm_rows_bulk(bool b_is_nk, bool sliced) {
           for_range(k_rest, k_end, [&](Int k) {
             add_row(k, load(b + (cast<int64_t>(k) * Nl + cast<int64_t>(n0 + cols))));
           });
-          for (int m = 0; m < MP; ++m) write(m, n0 + cols, acc[m].read());
+          // Row m of C, or of this slice's partial sums.
+          for (int m = 0; m < MP; ++m) {
+            Long at = Nl * int64_t(m) + cast<int64_t>(n0 + cols);
+            Bool keep = broadcast_to(M > m, {W});
+            if (sliced) store(w + cast<int64_t>(program_id(1)) * (cast<int64_t>(M) * Nl) + at, acc[m].read(), keep);
+            else store(c + at, cast<bf16>(acc[m].read()), keep);
+          }
         }));
   });
 }
 
-inline const weft::Kernel& rows_bulk_kernel(bool b_is_nk, bool sliced) {
-  static const weft::Kernel kernels[2][2] = {{make_gemm_rows_bulk(false, false), make_gemm_rows_bulk(false, true)},
-                                             {make_gemm_rows_bulk(true, false), make_gemm_rows_bulk(true, true)}};
-  return kernels[b_is_nk][sliced];
+inline const weft::Kernel& rows_bulk_kernel(bool sliced) {
+  static const weft::Kernel kernels[2] = {make_gemm_rows_bulk(false), make_gemm_rows_bulk(true)};
+  return kernels[sliced];
 }
 
-// The shapes the bulk-copy kernel takes: M <= 4 and, K x N, N >= 1024 (a program's columns), or, N x K,
-// N >= 8 (a program's rows) and K >= 1024.
-inline bool rows_bulk_takes(int M, int N, int K, bool b_is_nk) {
-  return M <= 4 && (b_is_nk ? N >= rows_bulk_shape(true).rows && K >= 1024 : N >= rows_bulk_shape(false).width);
-}
+// The shapes the bulk-copy kernel takes: M <= 4, B K x N, N >= 1024 (a program's columns).
+inline bool rows_bulk_takes(int M, int N, bool b_is_nk) { return M <= 4 && !b_is_nk && N >= kRowsBulkWidth; }
 
 // How it runs an M x N x K product on `sms` multiprocessors: K sliced in whole stages for about three programs
 // a multiprocessor (64 KB of ring each).
@@ -730,29 +687,27 @@ struct RowsBulkPlan {
   int mp;
   int64_t col_blocks, slices, k_slice;
 };
-inline RowsBulkPlan plan_rows_bulk(int M, int N, int K, bool b_is_nk, int sms) {
+inline RowsBulkPlan plan_rows_bulk(int M, int N, int K, int sms) {
   RowsBulkPlan p;
   p.mp = 1;
   while (p.mp < M) p.mp *= 2;
-  const RowsBulkShape shape = rows_bulk_shape(b_is_nk);
-  p.col_blocks = cdiv64(N, b_is_nk ? shape.rows : shape.width);
-  std::tie(p.k_slice, p.slices) =
-      slice_k(M, K, b_is_nk ? shape.width : shape.rows, cdiv64(3 * int64_t(sms), p.col_blocks));
+  p.col_blocks = cdiv64(N, kRowsBulkWidth);
+  std::tie(p.k_slice, p.slices) = slice_k(M, K, kRowsBulkRows, cdiv64(3 * int64_t(sms), p.col_blocks));
   return p;
 }
 
 inline void gemm_rows_bulk(const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
                            const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk,
                            const weft::Device& dev, weft::SourceLoc loc) {
-  if (!rows_bulk_takes(M, N, K, b_is_nk))
-    throw weft::Error("gemm_rows_bulk: takes M <= 4 with B K x N and N >= 1024, or B N x K, N >= 8 and K >= 1024; "
-                          "got M = " + std::to_string(M) + ", N = " + std::to_string(N) + ", K = " +
-                          std::to_string(K) + ", B " + (b_is_nk ? "N x K" : "K x N") + "; use the small-M kernel",
+  if (!rows_bulk_takes(M, N, b_is_nk))
+    throw weft::Error("gemm_rows_bulk: takes M <= 4 with B K x N and N >= 1024; got M = " + std::to_string(M) +
+                          ", N = " + std::to_string(N) + ", B " + (b_is_nk ? "N x K" : "K x N") +
+                          "; use the small-M kernel",
                       loc);
-  const RowsBulkPlan p = plan_rows_bulk(M, N, K, b_is_nk, dev.multiprocessors());
+  const RowsBulkPlan p = plan_rows_bulk(M, N, K, dev.multiprocessors());
   const weft::Stream stream = dev.stream();
   weft::Buffer<float> w = workspace(dev, p.slices == 1 ? 1 : size_t(p.slices) * M * N, loc);
-  rows_bulk_kernel(b_is_nk, p.slices > 1)
+  rows_bulk_kernel(p.slices > 1)
       .launch(stream, weft::Grid(int(p.col_blocks), int(p.slices), 1, loc), a, b, c, w, M, N, K, int(p.k_slice), p.mp);
   sum_slices(stream, w, c, M, N, p.slices, loc);
 }
@@ -895,8 +850,7 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
         // with 64 columns up to 16 rows, the copies above (what won most such shapes on the H100,
         // benchmarks/NOTES.md session 19).
         if (bm <= gemm_detail::small_m_limit(b_is_nk)) candidates.push_back({.config = {}, .small_m = true});
-        if (gemm_detail::rows_bulk_takes(bm, gemm_detail::bucket_nk(N) - 127, gemm_detail::bucket_nk(K) - 127,
-                                         b_is_nk))  // every N and K of the bucket
+        if (gemm_detail::rows_bulk_takes(bm, gemm_detail::bucket_nk(N) - 127, b_is_nk))  // every N of the bucket
           candidates.push_back({.config = {}, .rows_bulk = true});
         if (bm > 16) candidates.push_back({.config = {}, .padded = true});
         for (int bn : {64, 128})  // where every N of the bucket has that many columns
