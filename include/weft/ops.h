@@ -383,6 +383,25 @@ inline void fence(MemScope scope = MemScope::gpu, SourceLoc loc = SourceLoc::cur
   detail::emit(detail::Op::Fence, {}, std::move(a), loc);
 }
 
+// Programmatic dependent launch (sm_90; Triton: gdc_wait / gdc_launch_dependents). A kernel whose body calls
+// wait_for_prior_grid() is launched so that it may start while the kernel queued before it on the stream is
+// still running (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): what it does before the call (index
+// arithmetic, barrier set-up, loads of data the kernel before does not write) overlaps that kernel's end,
+// and the call waits until that kernel has finished and its writes are visible (griddepcontrol.wait). Every
+// read of what the kernel before wrote must come after it, so it belongs outside async_tasks, where all the
+// program's threads run it. A kernel without the call launches as any other: in stream order.
+// launch_dependent_grids() lets the kernel queued after this one (if it waits so) be scheduled before this one
+// ends, once every program of this grid has called it or exited (griddepcontrol.launch_dependents): early in a
+// kernel of one wave, its dependent's programs are then resident and start the moment it finishes. It orders
+// nothing: the dependent's wait_for_prior_grid() still waits for this whole grid. On the CPU backend both do
+// nothing (grids run one after another).
+inline void wait_for_prior_grid(SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::WaitForPriorGrid, {}, {}, loc);
+}
+inline void launch_dependent_grids(SourceLoc loc = SourceLoc::current()) {
+  detail::emit(detail::Op::LaunchDependentGrids, {}, {}, loc);
+}
+
 // The bytes an element of T takes (TLX: size_of): 4 for float and int32_t, 2 for bf16 and f16, 1 for the
 // fp8 types. A constant of the host program, like sizeof.
 template <class T> constexpr int32_t size_of() { return static_cast<int32_t>(sizeof(T)); }

@@ -443,6 +443,9 @@ Type infer_type(Op op, const std::vector<NodeRef>& operands, Attrs& attrs, Sourc
     case Op::AtomicRmw:
     case Op::AtomicCas:
       return infer_atomic(op, operands, attrs, loc);
+    case Op::WaitForPriorGrid:
+    case Op::LaunchDependentGrids:
+      return Type::none();
     case Op::Fence:
       if (!operands.empty() || attrs.ints.size() != 1 || attrs.ints[0] < 0 || attrs.ints[0] > int64_t(MemScope::system))
         fail(loc, "fence: malformed attributes (the scope)");

@@ -69,6 +69,11 @@ struct PlacementChecker {
         if (!in_task)
           fail(n.loc, "task_replica_id() is outside every task; call it inside a task body of async_tasks");
         break;
+      case Op::WaitForPriorGrid:
+        if (in_task)
+          fail(n.loc, "wait_for_prior_grid() is inside a task: only that task's threads would wait for the grid "
+                      "before, and the others could read what it writes too early; call it before async_tasks");
+        break;
       default:
         break;
     }

@@ -253,6 +253,9 @@ void Lowering::node(const NodeRef& n) {
     case Op::AtomicRmw:
     case Op::AtomicCas:
       return atomic(n);
+    case Op::WaitForPriorGrid:      // grids run one after another on the CPU
+    case Op::LaunchDependentGrids:
+      return;
     case Op::Fence:  // a program's tile ops run on one host thread, its task fibers on one too
       b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
       return;

@@ -202,6 +202,8 @@ void Lowering::node(const NodeRef& n) {
     case Op::Store: return store(n);
     case Op::AtomicRmw:
     case Op::AtomicCas: return atomic(n);
+    case Op::WaitForPriorGrid: ptx_.griddepcontrol_wait(); return;
+    case Op::LaunchDependentGrids: ptx_.griddepcontrol_launch_dependents(); return;
     case Op::Fence:  // every thread's accesses before, every thread's after (CUTLASS's semaphore does the same)
       sync_group();
       ptx_.fence_acq_rel(ir::scope_name(static_cast<MemScope>(n->attrs.ints[0])));

@@ -138,6 +138,12 @@ void PtxInstructions::red(const char* op, const char* type, const char* order, c
            {b_.CreatePtrToInt(address, b_.getInt64Ty()), value});
 }
 
+void PtxInstructions::griddepcontrol_wait() { asm_call(b_, b_.getVoidTy(), "griddepcontrol.wait;", "~{memory}", {}); }
+
+void PtxInstructions::griddepcontrol_launch_dependents() {
+  asm_call(b_, b_.getVoidTy(), "griddepcontrol.launch_dependents;", "~{memory}", {});
+}
+
 void PtxInstructions::fence_acq_rel(const char* scope) {
   asm_call(b_, b_.getVoidTy(), std::string("fence.acq_rel.") + scope + ";", "~{memory}", {});
 }

@@ -69,6 +69,9 @@ class PtxInstructions {
   // fence.acq_rel.{scope}: this thread's accesses before it, ordered before those after it for `scope`
   // (cta, cluster, gpu or sys).
   void fence_acq_rel(const char* scope);
+  // Programmatic dependent launch: wait for the prior grid, or let dependent grids be scheduled.
+  void griddepcontrol_wait();
+  void griddepcontrol_launch_dependents();
 
   // TMA. `desc`: the generic address (i64) of a CUtensorMap; `coords`: i32, innermost first; `smem`,
   // `bar`: 32-bit shared addresses.

@@ -83,18 +83,21 @@ enum CUstreamCaptureMode : int {
   CU_STREAM_CAPTURE_MODE_RELAXED = 2,
 };
 
-// Launch attributes of cuLaunchKernelEx (CUDA 12.0): weft sets the thread-block cluster shape only.
+// Launch attributes of cuLaunchKernelEx (CUDA 12.0): weft sets the thread-block cluster shape and
+// programmatic stream serialization (a kernel that calls wait_for_prior_grid).
 enum CUlaunchAttributeID : int {
   CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
   CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
 };
 
-// A union of 64 bytes in cuda.h; weft uses its clusterDim member only.
+// A union of 64 bytes in cuda.h; weft uses its clusterDim and programmaticStreamSerializationAllowed members.
 union CUlaunchAttributeValue {
   char pad[64];
   struct {
     unsigned x, y, z;
   } clusterDim;
+  int programmaticStreamSerializationAllowed;
 };
 static_assert(sizeof(CUlaunchAttributeValue) == 64);
 

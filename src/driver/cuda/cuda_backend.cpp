@@ -19,6 +19,7 @@
 #include "driver/cuda/cuda_driver.h"
 #include "driver/cuda/cuda_tensor_map.h"
 #include "ir/printer.h"
+#include "ir/walk.h"
 #include "support/build_id.h"
 #include "support/compile_timing.h"
 #include "support/env.h"
@@ -224,6 +225,8 @@ class CudaBackend final : public Backend {
     if (codegen::nvptx::debug_mode(options))
       k->debug_waits = std::make_shared<const passes::WaitSites>(passes::plan_wait_sites(f, options.num_warps));
     k->cluster = options.cluster;
+    k->waits_for_prior_grid =
+        ir::any_statement(f.body, [](const ir::Node& n) { return n.op == ir::Op::WaitForPriorGrid; });
     return k;
   }
 
@@ -267,8 +270,8 @@ class CudaBackend final : public Backend {
       hidden[2] = static_cast<uint64_t>(support::knobs().debug_timeout_ms) * 1000000u;
       for (size_t i = 0; i < 3; ++i) params[count + i] = &hidden[i];
     }
-    if (k.cluster.blocks() > 1)
-      launch_in_clusters(k, grid, stream, total == 0 ? nullptr : params);
+    if (k.cluster.blocks() > 1 || k.waits_for_prior_grid)
+      launch_with_attributes(k, grid, stream, total == 0 ? nullptr : params);
     else
       check(driver().cuLaunchKernel(k.function, grid_dimension(grid.x, k), grid_dimension(grid.y, k),
                                     grid_dimension(grid.z, k), static_cast<unsigned>(k.threads), 1, 1, k.shared_bytes,
@@ -277,17 +280,29 @@ class CudaBackend final : public Backend {
     if (k.debug_waits) finish_debug_launch(k, static_cast<CUstream>(stream));
   }
 
-  // The grid in thread-block clusters: cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, the
-  // same shape as the kernel's .reqnctapercluster. (The grid is a multiple of it: checked at launch.)
-  void launch_in_clusters(const CudaKernel& k, const LaunchDims& grid, void* stream, void** params) {
+  // cuLaunchKernelEx with the kernel's launch attributes: a grid in thread-block clusters
+  // (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, the same shape as the kernel's .reqnctapercluster; the grid is a
+  // multiple of it, checked at launch), and for a kernel that calls wait_for_prior_grid, programmatic stream
+  // serialization (it may start before the kernel ahead of it on the stream has ended).
+  void launch_with_attributes(const CudaKernel& k, const LaunchDims& grid, void* stream, void** params) {
     if (!driver().cuLaunchKernelEx)
-      throw Error(fmt::format("{} runs in thread-block clusters, which need cuLaunchKernelEx (CUDA 12.0); the driver "
-                              "({}) lacks it: update the driver",
-                              k.label, cuda_version_string(driver().version)));
-    CUlaunchAttribute cluster{};
-    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    cluster.value.clusterDim = {static_cast<unsigned>(k.cluster.x), static_cast<unsigned>(k.cluster.y),
-                                static_cast<unsigned>(k.cluster.z)};
+      throw Error(fmt::format("{} {}, which needs cuLaunchKernelEx (CUDA 12.0); the driver ({}) lacks it: update the "
+                              "driver",
+                              k.label,
+                              k.cluster.blocks() > 1 ? "runs in thread-block clusters"
+                                                     : "calls wait_for_prior_grid (programmatic dependent launch)",
+                              cuda_version_string(driver().version)));
+    CUlaunchAttribute attributes[2]{};
+    unsigned count = 0;
+    if (k.cluster.blocks() > 1) {
+      attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attributes[count++].value.clusterDim = {static_cast<unsigned>(k.cluster.x), static_cast<unsigned>(k.cluster.y),
+                                              static_cast<unsigned>(k.cluster.z)};
+    }
+    if (k.waits_for_prior_grid) {
+      attributes[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attributes[count++].value.programmaticStreamSerializationAllowed = 1;
+    }
     CUlaunchConfig config{};
     config.gridDimX = grid_dimension(grid.x, k);
     config.gridDimY = grid_dimension(grid.y, k);
@@ -296,8 +311,8 @@ class CudaBackend final : public Backend {
     config.blockDimY = config.blockDimZ = 1;
     config.sharedMemBytes = k.shared_bytes;
     config.hStream = static_cast<CUstream>(stream);
-    config.attrs = &cluster;
-    config.numAttrs = 1;
+    config.attrs = attributes;
+    config.numAttrs = count;
     check(driver().cuLaunchKernelEx(&config, k.function, params, nullptr), "cuLaunchKernelEx", k.label);
   }
 

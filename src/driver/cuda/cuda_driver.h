@@ -128,6 +128,9 @@ struct CudaKernel : detail::CompiledKernel {
   // GPU debug mode (KernelOptions::debug, WEFT_DEBUG): its wait sites; the kernel then takes three hidden
   // parameters after the user's (codegen/nvptx/debug_waits.h). Null otherwise.
   std::shared_ptr<const passes::WaitSites> debug_waits;
+  // The kernel calls wait_for_prior_grid: launched with programmatic stream serialization, so that it may
+  // start before the kernel queued ahead of it ends.
+  bool waits_for_prior_grid = false;
 };
 
 // The compile cache's key of the PTX of `f` compiled with `options` for `target`, to be compiled by the driver
