@@ -477,8 +477,8 @@ inline weft::Kernel make_gemm_hopper_ws(GemmConfig cfg, bool b_is_nk) {
 // Split-K's second kernel: C[i, j] = bf16(sum over s of W[s * m_pad + i, j]), the slices summed in order.
 // One program per row of C and kSplitKReduceColumns columns (one a thread), each thread with the loads of
 // kSplitKReduceAtOnce slices in flight before it adds them: a sum over tens of slices is a chain of L2 round
-// trips otherwise (with 1024 columns a program and one slice at a time, 94 slices of a 1 x 4095 row took
-// ~20 µs on the H200, more than the product before it).
+// trips otherwise (with 1024 columns a program and one slice at a time, the bulk-copy GEMM's call at
+// 1 x 4095 x 4095, 94 slices, took 49 µs on the H200; with this kernel 23 µs on an H100).
 inline constexpr int kSplitKReduceColumns = 128;
 inline constexpr int kSplitKReduceAtOnce = 16;
 inline weft::Kernel make_gemm_splitk_reduce() {
