@@ -248,10 +248,7 @@ Row measure(Device& dev, const bench::cublaslt::CublasLt& lt, const Buffer<uint8
   GemmChoice choice = gemm(in.a[0], in.b[0], c_weft, M, N, K, b_is_nk);
   dev.synchronize();
   row.weft_first_call_ms = seconds_since(t0) * 1e3;
-  row.config = choice.small_m       ? std::string("small_m")
-               : choice.rows_bulk   ? std::string("rows_bulk")
-               : choice.rows_mma_bn ? "rows_mma_bn" + std::to_string(choice.rows_mma_bn)
-                                    : choice.config.name() + (choice.padded ? "+pad" : "");
+  row.config = choice.name();
   row.problem = choice.problem;
   row.tuned_now = !choice.report.from_cache && choice.report.tried > 0;
   row.tune_ms = choice.report.tune_ms;

@@ -80,7 +80,7 @@ int main(int argc, char** argv) try {
     bench::cublaslt::Bf16Gemm cublas(lt, M, N, K, s.b_is_nk, bench::device_ptr(workspace), workspace.bytes());
     const GemmChoice choice = gemm(a[0], b[0], c, M, N, K, s.b_is_nk);  // tunes the bucket if it must
     dev.synchronize();
-    const bool planned = !choice.small_m && !choice.rows_mma_bn && !choice.padded && !choice.rows_bulk;
+    const bool planned = choice.warp_specialized() && !choice.padded;
     std::vector<gemm_detail::GemmLaunch> plans;
     if (planned)
       for (size_t i = 0; i < sets; ++i)
@@ -101,9 +101,7 @@ int main(int argc, char** argv) try {
     if (planned) works.push_back(run_plan);
     const bench::RoundTimes t = bench::gpu_times_ms_rounds(works, 2, runs);
     dev.synchronize();
-    const std::string config = choice.small_m ? "small_m" : choice.rows_bulk ? "rows_bulk"
-                               : choice.rows_mma_bn ? "rows_mma_bn" + std::to_string(choice.rows_mma_bn)
-                                                    : choice.config.name() + (choice.padded ? "+pad" : "");
+    const std::string config = choice.name();
     std::printf("%5d %6d %6d %4s | %-30s | %8.1f %8.1f %8s | %8.1f %8.1f %8s\n", M, N, K, s.b_is_nk ? "NxK" : "KxN",
                 config.c_str(), h_cublas, h_gemm, planned ? std::to_string(h_plan).substr(0, 5).c_str() : "-",
                 1000 * t.median_ms(0), 1000 * t.median_ms(1),

@@ -55,11 +55,29 @@ struct GemmChoice {
   GemmConfig config;
   std::string problem;    // the shape bucket it was tuned for
   weft::AutotuneReport report;  // of the tuning (or the cache hit) that chose `config`, on the bucket's first call
+
+  // A configuration of the warp-specialized kernel ran (on the operands or their padded copies).
+  bool warp_specialized() const { return !small_m && !rows_mma_bn && !rows_bulk; }
+  // What ran, for a table: "small_m", "rows_bulk", "rows_mma_bn64", or the configuration's name ("+pad" after
+  // it where the operands were copied).
+  std::string name() const {
+    if (small_m) return "small_m";
+    if (rows_bulk) return "rows_bulk";
+    if (rows_mma_bn) return "rows_mma_bn" + std::to_string(rows_mma_bn);
+    return config.name() + (padded ? "+pad" : "");
+  }
 };
 
 namespace gemm_detail {
 
 inline int64_t cdiv64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// M rounded up to a power of two, at least `least`: the rows of A a plain-load kernel is specialized for.
+inline int padded_rows(int M, int least) {
+  int mp = least;
+  while (mp < M) mp *= 2;
+  return mp;
+}
 
 // The output tiles of `c` on an M x N product (swapped: N along the tile's rows), not counting split-K's
 // slices.
@@ -328,8 +346,7 @@ struct SmallMShape {
 // Slots and steps per padded M: enough loads in flight per thread (R U of them), A's reads shared by R
 // slots, and MP R accumulators that leave room for the rest (ptxas -v of each specialization: README).
 inline SmallMShape small_m_shape(int M, bool b_is_nk) {
-  int mp = 1;
-  while (mp < M) mp *= 2;
+  const int mp = padded_rows(M, 1);
   if (b_is_nk) return mp <= 4 ? SmallMShape{mp, 8, 2} : SmallMShape{mp, 4, 2};
   return mp <= 2 ? SmallMShape{mp, 2, 4} : SmallMShape{mp, 4, 2};
 }
@@ -560,8 +577,7 @@ struct RowsMmaPlan {
 };
 inline RowsMmaPlan plan_rows_mma(int M, int N, int K, int bn, int sms) {
   RowsMmaPlan p;
-  p.mp = 8;
-  while (p.mp < M) p.mp *= 2;
+  p.mp = padded_rows(M, 8);
   p.bn = bn;
   p.col_blocks = cdiv64(N, bn);
   std::tie(p.k_slice, p.slices) = slice_k(M, K, 64, cdiv64(4 * int64_t(sms), p.col_blocks));
@@ -689,8 +705,7 @@ struct RowsBulkPlan {
 };
 inline RowsBulkPlan plan_rows_bulk(int M, int N, int K, int sms) {
   RowsBulkPlan p;
-  p.mp = 1;
-  while (p.mp < M) p.mp *= 2;
+  p.mp = padded_rows(M, 1);
   p.col_blocks = cdiv64(N, kRowsBulkWidth);
   std::tie(p.k_slice, p.slices) = slice_k(M, K, kRowsBulkRows, cdiv64(3 * int64_t(sms), p.col_blocks));
   return p;
