@@ -490,6 +490,7 @@ inline weft::Kernel make_gemm_splitk_reduce() {
     Int cols = program_id(0) * kSplitKReduceColumns + arange(0, kSplitKReduceColumns);
     Bool in = cols < N;
     Long Nl = cast<int64_t>(N);
+    wait_for_prior_grid();  // the product's partial sums: launched to start while it ends
     Var<float> acc = zeros<float>({kSplitKReduceColumns});
     for_range(0, split, kSplitKReduceAtOnce, [&](Int s) {
       std::vector<Tile<float>> parts;  // all loaded, then added in order
