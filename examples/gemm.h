@@ -496,6 +496,9 @@ inline void gemm_small_m(const weft::Buffer<weft::bf16>& a, const weft::Buffer<w
 // again) is what this kernel saves. Rows of A past M are clamped to the last real one (computed, never
 // stored); the last partial step of K is masked. Program (j, s): columns [BN j, BN j + BN) of C (the last
 // block moved back to end at N; N >= BN) and K slice s, C or f32 partial sums (sliced) as make_gemm_small_m.
+// The most rows of A (padded) and columns a program with which the plain-load tensor-core kernel keeps two
+// steps of loads in flight (more spill: ptxas, sm_90a).
+inline constexpr int kRowsMmaTwoStepsRows = 16, kRowsMmaTwoStepsColumns = 64;
 inline weft::Kernel make_gemm_rows_mma(bool b_is_nk, bool sliced) {
   using namespace weft;
   std::string name = std::string("gemm_rows_mma_") + (b_is_nk ? "nk" : "kn") + (sliced ? "_sliced" : "");
@@ -538,25 +541,44 @@ inline weft::Kernel make_gemm_rows_mma(bool b_is_nk, bool sliced) {
     auto b_s = b_is_nk ? local_alloc<bf16>({BN, BK}, 2, "b_s") : local_alloc<bf16>({BK, BN}, 2, "b_s");
     Var acc = zeros<float>({BN, MP});
     // One step: the tiles into stage `s`, then C^T += B^T A^T there (waiting for the step before).
-    auto multiply = [&](Int s, const Tile<bf16>& at, const Tile<bf16>& bt) {
+    auto multiply = [&](Operand<int32_t> s, const Tile<bf16>& at, const Tile<bf16>& bt) {
       local_store(a_s[s], at);
       local_store(b_s[s], bt);
       SharedView<bf16> x = b_is_nk ? b_s[s] : local_trans(b_s[s]);
       acc = async_dot_wait(1, async_dot(x, local_trans(a_s[s]), acc));
     };
     const Shape a_shape{MP, BK}, b_shape = b_is_nk ? Shape{BN, BK} : Shape{BK, BN};
-    Var<bf16> a_next = zeros<bf16>(a_shape), b_next = zeros<bf16>(b_shape);
+    // Steps in flight per thread: two where the registers allow (a step of MP x 64 and BN x 64 elements,
+    // loaded two steps before it is stored), else one. A step's loads wait out the memory's latency; one
+    // step in flight left the kernel stalled on them (ncu, H100: 0.86 TB/s at 16 x 4095², session 24).
+    const int depth = int(MP) <= kRowsMmaTwoStepsRows && int(BN) <= kRowsMmaTwoStepsColumns ? 2 : 1;
+    std::deque<Var<bf16>> a_next, b_next;  // (a Var does not move)
+    for (int d = 0; d < depth; ++d) {
+      a_next.emplace_back(zeros<bf16>(a_shape));
+      b_next.emplace_back(zeros<bf16>(b_shape));
+    }
+    Int last = k_main - BK;  // the last whole step; loads past it load it again (never used)
     if_(k_main > k_begin, [&] {
-      a_next = a_tile(k_begin, false);
-      b_next = b_tile(k_begin, false);
+      for (int d = 0; d < depth; ++d) {
+        a_next[d] = a_tile(minimum(k_begin + d * BK, last), false);
+        b_next[d] = b_tile(minimum(k_begin + d * BK, last), false);
+      }
     });
-    for_range(k_begin, k_main, BK, [&](Int k) {
-      Tile<bf16> at = a_next.read(), bt = b_next.read();
-      Int k_next = minimum(k + BK, k_main - BK);  // the last step loads its own tiles again
-      a_next = a_tile(k_next, false);
-      b_next = b_tile(k_next, false);
-      multiply(((k - k_begin) / BK) % 2, at, bt);
+    // Steps `depth` at a time, step d of each group in stage d % 2 of the ring (depth 1: stage by parity).
+    Int steps = (k_main - k_begin) / BK;
+    Int k_groups = k_begin + steps / depth * (depth * BK);
+    for_range(k_begin, k_groups, depth * BK, [&](Int k) {
+      for (int d = 0; d < depth; ++d) {
+        Tile<bf16> at = a_next[d].read(), bt = b_next[d].read();
+        Int k_next = minimum(k + (depth + d) * BK, last);
+        a_next[d] = a_tile(k_next, false);
+        b_next[d] = b_tile(k_next, false);
+        if (depth == 2) multiply(d, at, bt);
+        else multiply(((k - k_begin) / BK) % 2, at, bt);
+      }
     });
+    // Depth 2, an odd number of steps: the last, loaded and waiting in a_next[0] (an even step: stage 0).
+    if (depth == 2) if_(k_groups < k_main, [&] { multiply(0, a_next[0].read(), b_next[0].read()); });
     if_(k_main < k_end, [&] { multiply(((k_main - k_begin) / BK) % 2, a_tile(k_main, true), b_tile(k_main, true)); });
     Tile<float> result = async_dot_wait(0, acc);  // [BN, MP]: C^T
     Int n = n0 + expand_dims(arange(0, BN), 1), m = expand_dims(arange(0, MP), 0);

@@ -446,8 +446,10 @@ TEST_CASE("gemm(): the tensor-core plain-load kernel across M, both B layouts, o
   // M 1 to 64 (A's rows padded to 8, 16, 32, 64), N and K odd, a last block of columns that overlaps the one
   // before (N not a multiple of BN) and a last partial step of K;
   // 2 multiprocessors (a 2-core CPU) cut K = 4095 into slices, K = 100 has one slice and a masked step alone.
+  // Two steps of loads in flight with MP 8-16 and BN 64: K = 197 gives three whole steps (an odd
+  // count: the last one alone after the pairs), K = 257 four, K = 129 two.
   for (Case s : {Case{1, 65, 100, 64}, Case{5, 200, 257, 128}, Case{16, 130, 4095, 64}, Case{37, 131, 129, 128},
-                 Case{64, 99, 1031, 64}}) {
+                 Case{64, 99, 1031, 64}, Case{9, 170, 197, 64}, Case{3, 77, 129, 64}}) {
     Problem p = make_problem(rng, s.M, s.N, s.K);
     for (bool b_is_nk : {true, false}) {
       INFO("M " << s.M << " N " << s.N << " K " << s.K << " BN " << s.bn << " B " << (b_is_nk ? "N x K" : "K x N"));

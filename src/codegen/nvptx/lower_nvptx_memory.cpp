@@ -156,17 +156,21 @@ Lowering::Chunk Lowering::chunk_of(const std::vector<NodeRef>& o, size_t mask_op
 
 // The 16-bit elements of a chunk of 16 consecutive bytes at a 2-byte aligned address a: the aligned 16-byte
 // blocks at a & ~15 and 16 bytes on, read whole, and the chunk's four words taken from their eight. Both
-// blocks hold bytes of the chunk (a is not 16-byte aligned here), so they lie in memory the kernel may read
-// (no page ends inside an aligned 16-byte block). With a & 15 = 4 q + 2 h, word i of the chunk is block word
-// i + q, or (h) the high half of that and the low half of the next.
-void Lowering::shifted_chunk(const Chunk& c, DType d, std::vector<Value*>& out) {
+// blocks hold bytes of the chunk when a is not 16-byte aligned, so they lie in memory the kernel may read
+// (no page ends inside an aligned 16-byte block); where a may be aligned (`may_be_aligned`), the second read
+// is of the first block again when it is (a & 15 = 0 takes the first block's words as they are). With
+// a & 15 = 4 q + 2 h, word i of the chunk is block word i + q, or (h) the high half of that and the low half
+// of the next.
+void Lowering::shifted_chunk(const Chunk& c, DType d, std::vector<Value*>& out, bool may_be_aligned) {
   llvm::Type* i32 = b_.getInt32Ty();
   Value* offset = b_.CreateAnd(b_.CreateTrunc(b_.CreatePtrToInt(c.ptrs[0], b_.getInt64Ty()), i32), i32c(15));
   Value* first = b_.CreateGEP(b_.getInt8Ty(), c.ptrs[0], b_.CreateNeg(b_.CreateZExt(offset, b_.getInt64Ty())));
+  Value* next = may_be_aligned ? b_.CreateSelect(b_.CreateICmpNE(offset, i32c(0)), b_.getInt64(16), b_.getInt64(0))
+                               : b_.getInt64(16);
   auto* block = llvm::FixedVectorType::get(i32, 4);
   std::vector<Value*> w;
-  for (int64_t at : {0, 16}) {
-    Value* v = b_.CreateAlignedLoad(block, b_.CreateConstGEP1_64(b_.getInt8Ty(), first, at), llvm::Align(16));
+  for (Value* at : {static_cast<Value*>(b_.getInt64(0)), next}) {
+    Value* v = b_.CreateAlignedLoad(block, b_.CreateGEP(b_.getInt8Ty(), first, at), llvm::Align(16));
     for (unsigned e = 0; e < 4; ++e) w.push_back(b_.CreateExtractElement(v, e));
   }
   Value* odd_word = b_.CreateICmpNE(b_.CreateAnd(offset, i32c(4)), i32c(0));  // q & 1
@@ -223,13 +227,21 @@ void Lowering::load(const NodeRef& n) {
     // read 2-byte pieces 16 bytes apart, eight times the L1 requests).
     auto misaligned = [&](std::vector<Value*>& slow) {
       if (!c.consecutive || d.bytes() != 2 || width * d.bytes() != kMaxAccessBytes) return element_wise(slow);
-      if (c.masks.empty()) return shifted_chunk(c, d, slow);
       Value* all = b_.getTrue();
       for (Value* m : c.masks) all = b_.CreateAnd(all, m);
-      slow = branch_values(all, width, [&](std::vector<Value*>& v) { shifted_chunk(c, d, v); }, element_wise);
+      slow = branch_values(all, width, [&](std::vector<Value*>& v) { shifted_chunk(c, d, v, false); }, element_wise);
     };
+    // Unmasked 16-bit chunks of consecutive elements whose alignment is not proven: the shifted read alone,
+    // aligned or not, without a branch. A branch per chunk would put each chunk's shifts (which wait for its
+    // loads) before the next chunk's loads, leaving one chunk in flight per thread (the plain-load GEMM over
+    // rows of odd length: 370 instructions a step at 22 cycles each, 0.86 TB/s; benchmarks/NOTES.md session
+    // 24); straight-line, the loads of all chunks go out before the first shift waits.
+    const bool straight = !proven && c.masks.empty() && c.consecutive && d.bytes() == 2 &&
+                          width * d.bytes() == kMaxAccessBytes;
     if (width == 1)
       element_wise(vals);
+    else if (straight)
+      shifted_chunk(c, d, vals, true);
     else if (proven && c.masks.empty())
       whole(vals);
     else if (proven && c.one_mask)  // all or nothing: no element-wise fallback

@@ -241,7 +241,7 @@ class Lowering {
   int64_t piece_elems(DType d);
   bool chunks_proven(const NodeRef& ptrs, DType d, int64_t width);
   bool chunks_consecutive(const NodeRef& ptrs, int64_t width);
-  void shifted_chunk(const Chunk& c, DType d, std::vector<Value*>& out);
+  void shifted_chunk(const Chunk& c, DType d, std::vector<Value*>& out, bool may_be_aligned);
   Value* whole_chunk_ok(const Chunk& c, DType d, bool proven);
   void for_each_piece(const Chunk& c, DType d, const std::function<void(Value*, llvm::FixedVectorType*, int64_t)>& f);
   Chunk chunk_of(const std::vector<NodeRef>& o, size_t mask_operand, int64_t first, int64_t width);
