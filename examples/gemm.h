@@ -490,9 +490,9 @@ inline void gemm_small_m(const weft::Buffer<weft::bf16>& a, const weft::Buffer<w
 // the swapped product C^T = B^T A^T, so that B's columns fill wgmma's 64-row blocks and A's padded rows its
 // N (MP: 8, 16, 32 or 64). B and A are read with plain loads (16 bytes a thread, coalesced along their
 // contiguous dimension; rows not 16-byte aligned as the two aligned blocks around each chunk, shifted),
-// written into a two-stage shared ring (16-byte swizzled stores) and multiplied there by async_dot, one wgmma group in flight; the next step's loads are issued
-// before the current step is stored, so that each thread has a step of B in flight while the tensor cores
-// run. No copies of the operands: what the padded route costs a thin product (B read, written and read
+// written into a two-stage shared ring (16-byte swizzled stores) and multiplied there by async_dot, one wgmma
+// group in flight; the next step's loads (the next two, with MP <= 16 and BN 64) are issued before the current
+// step is stored, so that each thread has B in flight while the tensor cores run. No copies of the operands: what the padded route costs a thin product (B read, written and read
 // again) is what this kernel saves. Rows of A past M are clamped to the last real one (computed, never
 // stored); the last partial step of K is masked. Program (j, s): columns [BN j, BN j + BN) of C (the last
 // block moved back to end at N; N >= BN) and K slice s, C or f32 partial sums (sliced) as make_gemm_small_m.
@@ -892,15 +892,15 @@ inline GemmChoice gemm(const weft::Buffer<weft::bf16>& a, const weft::Buffer<wef
         if (bm <= gemm_detail::small_m_limit(b_is_nk)) candidates.push_back({.config = {}, .small_m = true});
       } else {
         // The untuned choice: the small-M kernel where it takes M, else the tensor-core plain-load kernel
-        // with 64 columns up to 16 rows, the copies above (what won most such shapes on the H100,
-        // benchmarks/NOTES.md session 19).
+        // (64 columns a program up to 16 rows, 128 above where N allows), else the copies (what won most
+        // such shapes on the H100, benchmarks/NOTES.md sessions 19 and 24).
         if (bm <= gemm_detail::small_m_limit(b_is_nk)) candidates.push_back({.config = {}, .small_m = true});
         if (gemm_detail::rows_bulk_takes(bm, gemm_detail::bucket_nk(N) - 127, b_is_nk))  // every N of the bucket
           candidates.push_back({.config = {}, .rows_bulk = true});
-        if (bm > 16) candidates.push_back({.config = {}, .padded = true});
-        for (int bn : {64, 128})  // where every N of the bucket has that many columns
-          if (gemm_detail::bucket_nk(N) - 127 >= bn) candidates.push_back({.config = {}, .rows_mma_bn = bn});
-        if (bm <= 16) candidates.push_back({.config = {}, .padded = true});
+        for (int bn : bm <= 16 ? std::vector<int>{64, 128} : std::vector<int>{128, 64})
+          if (gemm_detail::bucket_nk(N) - 127 >= bn)  // where every N of the bucket has that many columns
+            candidates.push_back({.config = {}, .rows_mma_bn = bn});
+        candidates.push_back({.config = {}, .padded = true});
       }
       // On a GPU, ten launches per timed round hide the synchronization's latency, and near-ties get ten
       // more rounds (AutotuneOptions::finalists); the CPU backend (a reference, not a target to tune for)

@@ -359,9 +359,9 @@ TEST_CASE("gemm(): the model's configuration per shape (WEFT_AUTOTUNE=0), and pa
   };
   // Small M (swapped operands, either B layout), a long K (split-K), ragged tiles, and N or K not a multiple of
   // 8 (TMA cannot stride such rows): up to small_m_limit rows read them in place (the plain-load kernel,
-  // with one K slice or several), up to 16 the plain-load tensor-core kernel reads them where N > 128 (M 7
-  // with B K x N; untuned: tuning may pick it up to M 64), larger M or narrower N copies them with K and N
-  // rounded up to multiples of 8 (M 37, 70; M 16 at N 100).
+  // with one K slice or several), up to 64 the plain-load tensor-core kernel reads them where N > 128 (M 7
+  // with B K x N), larger M or narrower N copies them with K and N rounded up to multiples of 8 (M 37 and
+  // M 16 at N 100, M 70).
   for (Case s : {Case{1, 200, 136}, Case{16, 64, 1024}, Case{136, 200, 200}, Case{37, 100, 30}, Case{70, 33, 64},
                  Case{16, 100, 30}, Case{1, 33, 1031}, Case{7, 200, 1030}}) {
     Problem p = make_problem(rng, s.M, s.N, s.K);
@@ -369,12 +369,12 @@ TEST_CASE("gemm(): the model's configuration per shape (WEFT_AUTOTUNE=0), and pa
       INFO("M " << s.M << " N " << s.N << " K " << s.K << " B " << (b_is_nk ? "N x K" : "K x N"));
       const bool fits = s.N % 8 == 0 && s.K % 8 == 0;
       const bool small_m = !fits && s.M <= gemm_detail::small_m_limit(b_is_nk);
-      const bool rows_mma = !fits && !small_m && s.M <= 16 && s.N > 128;
+      const bool rows_mma = !fits && !small_m && s.M <= 64 && s.N > 128;
       GemmChoice choice;
       check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { choice = gemm(a, b, c, s.M, s.N, s.K, b_is_nk); });
       CHECK(choice.padded == (!fits && !small_m && !rows_mma));
       CHECK(choice.small_m == small_m);
-      CHECK((choice.rows_mma_bn == 64) == rows_mma);
+      CHECK((choice.rows_mma_bn == (s.M <= 16 ? 64 : 128)) == rows_mma);
       if (!small_m && !rows_mma) {
         GemmConfig first = gemm_candidates(gemm_detail::bucket_m(s.M), gemm_detail::bucket_nk((s.N + 7) / 8 * 8),
                                            gemm_detail::bucket_nk((s.K + 7) / 8 * 8), b_is_nk, dev.multiprocessors())[0];
@@ -390,17 +390,18 @@ TEST_CASE("gemm(): a buffer TMA cannot address (not 16-byte aligned) is copied f
   EnvAutotune off("0");
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::cpu();
-  // M 16: read in place by the tensor-core plain-load kernel; M 8: by the small-M kernel; M 24: copied.
-  for (int M : {16, 8, 24}) {
+  // M 16 and 24: read in place by the tensor-core plain-load kernel (64 and 128 columns a program); M 8: by
+  // the small-M kernel; M 80: copied.
+  for (int M : {16, 8, 24, 80}) {
     Problem p = make_problem(rng, M, 200, 64);
     std::vector<bf16> storage(p.a.size() + 8);
     std::copy(p.a.begin(), p.a.end(), storage.begin() + 1);  // 2 bytes past an aligned start
     Buffer<bf16> a = dev.wrap(storage.data() + 1, p.a.size()), b = dev.upload(p.b_nk);
     Buffer<bf16> c = dev.upload(std::vector<bf16>(size_t(p.M) * p.N, poison_value<bf16>()));
     GemmChoice choice = gemm(a, b, c, p.M, p.N, p.K, true);
-    CHECK(choice.rows_mma_bn == (M == 16 ? 64 : 0));
+    CHECK(choice.rows_mma_bn == (M == 16 ? 64 : M == 24 ? 128 : 0));
     CHECK(choice.small_m == (M <= gemm_detail::small_m_limit(true)));
-    CHECK(choice.padded == (M == 24));
+    CHECK(choice.padded == (M == 80));
     check_within<bf16>(c.download(), p.want, p.tol, "C");
   }
 }
