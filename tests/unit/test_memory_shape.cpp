@@ -134,6 +134,52 @@ template <class T> void check_misaligned_rows(Rng& rng) {
   }
 }
 
+// The same rows written: a tile read from aligned rows is stored at every 2-byte offset (row strides of odd
+// length, first columns 0 to 7), whole and under a mask that cuts one chunk of each row. On NVIDIA a warp's
+// lanes then store aligned 16-byte blocks joined across lanes where consecutive chunks follow in memory (a
+// row's), element by element where they do not (a row's first chunk, the mask's edge); every element outside
+// the stored ones must keep its poison.
+template <class T> void check_misaligned_row_stores(Rng& rng) {
+  constexpr int R = 16, C = 64;
+  Kernel k("misaligned_row_stores", [](Ptr<T> x, Ptr<T> whole, Ptr<T> masked, Int K, Int k0, Int limit) {
+    Int r = expand_dims(arange(0, R), 1), c = expand_dims(arange(0, C), 0);
+    Tile<T> v = load(x + (r * C + c));
+    store(whole + (r * K + k0 + c), v);
+    store(masked + (r * K + k0 + c), v, broadcast_to(c < limit, {R, C}));
+  });
+  for (int K : {64, 65, 67, 72, 129}) {
+    for (int k0 = 0; k0 < 8; ++k0) {
+      const int limit = 13 + 5 * k0;  // cuts one chunk of each row, leaves the others whole
+      INFO(type_name<T>() << " row stride " << K << ", first column " << k0 << ", mask c < " << limit);
+      const size_t n = size_t(R - 1) * K + k0 + C + 8;  // 8 elements past the last row's end
+      std::vector<host_t<T>> x = generate<T>(rng, R * C, typical_values<T>());
+      Output<T> whole(n), masked(n);
+      launch(k, Grid(1), Input<T>(x), whole, masked, K, k0, limit);
+      std::vector<host_t<T>> got = whole.read(), got_masked = masked.read();
+      size_t at = 0;  // elements before `at` checked
+      for (int i = 0; i < R; ++i) {
+        const size_t row = size_t(i) * K + k0;
+        check_untouched<T>(got, at, row, "between rows");
+        check_untouched<T>(got_masked, at, row, "between rows (masked)");
+        std::vector<host_t<T>> want(x.begin() + i * C, x.begin() + (i + 1) * C);
+        check_near<T>(std::vector<host_t<T>>(got.begin() + row, got.begin() + row + C), want, {}, "unmasked store");
+        check_near<T>(std::vector<host_t<T>>(got_masked.begin() + row, got_masked.begin() + row + limit),
+                      std::vector<host_t<T>>(want.begin(), want.begin() + limit), {}, "masked store");
+        check_untouched<T>(got_masked, row + limit, row + C, "masked-off elements");
+        at = row + C;
+      }
+      check_untouched<T>(got, at, n, "past the last row");
+    }
+  }
+}
+
+TEST_CASE("stores of 16-bit rows at every 2-byte alignment, unmasked and masked", "[ops][memory]") {
+  WEFT_SEEDED_RNG(rng);
+  check_misaligned_row_stores<bf16>(rng);
+  check_misaligned_row_stores<f16>(rng);
+  check_misaligned_row_stores<int16_t>(rng);
+}
+
 TEST_CASE("loads of 16-bit rows at every 2-byte alignment, unmasked and masked", "[ops][memory]") {
   WEFT_SEEDED_RNG(rng);
   check_misaligned_rows<bf16>(rng);
