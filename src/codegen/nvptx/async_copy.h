@@ -1,5 +1,5 @@
 // async_load on NVPTX: one thread's chunk of a tile copied from global into shared memory with cp.async
-// (lower_nvptx_memory.cpp computes the addresses; the instructions come from ptx_instructions.cpp).
+// (lower_nvptx_shared.cpp computes the addresses; the instructions come from ptx_instructions.cpp).
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>

@@ -2,7 +2,8 @@
 // member functions in one file per section, as Halide splits its simplifier:
 //   lower_nvptx.cpp             the entry point, node dispatch, elementwise ops and control flow
 //   lower_nvptx_layouts.cpp     the blocked and wgmma layouts, and tiles moved between layouts
-//   lower_nvptx_memory.cpp      scratch and shared buffers, global loads and stores, async_load
+//   lower_nvptx_memory.cpp      the group's scratch, global loads and stores, atomics
+//   lower_nvptx_shared.cpp      shared buffers and their views, bulk copies, async_load
 //   lower_nvptx_reductions.cpp  reductions
 //   lower_nvptx_dot.cpp         dot (wgmma, mma.sync, CUDA cores) and async_dot
 //   lower_nvptx_tasks.cpp       groups, mbarriers, TMA, clusters and async_tasks
@@ -214,7 +215,8 @@ class Lowering {
   void slice(const NodeRef& n);
   void permute(const NodeRef& n);
 
-  // ---- shared memory, global loads and stores (lower_nvptx_memory.cpp) ---------------------------------
+  // ---- scratch, global loads and stores, atomics (lower_nvptx_memory.cpp); shared views and copies into
+  // shared buffers (lower_nvptx_shared.cpp, from shared_address on) ----------------------------------------
 
   llvm::Type* shared_type(DType d);
   Value* to_shared(DType d, Value* v);
