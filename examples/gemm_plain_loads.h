@@ -25,8 +25,24 @@ inline int padded_rows(int M, int least) {
   return mp;
 }
 
-// The plain-load kernels' split K: with several slices, C = the sum of the f32 partial sums in `w` (slices x
-// M x N, in order: make_gemm_splitk_reduce); with one, the kernel wrote C itself.
+// The plain-load kernels' split K. In a kernel: element `at` (m N + n) of a program's result, into C (one
+// slice) or into slice `slice` of the f32 partial sums in `w` (slices x M x N).
+inline void store_result(bool sliced, weft::Ptr<float> w, weft::Ptr<weft::bf16> c, weft::Long slice, weft::Int M,
+                         weft::Long Nl, const weft::Long& at, const weft::Tile<float>& value, const weft::Bool& keep) {
+  using namespace weft;
+  if (sliced) store(w + slice * cast<int64_t>(M) * Nl + at, value, keep);
+  else store(c + at, cast<bf16>(value), keep);
+}
+
+// On the host: the partial sums' workspace for `slices` slices (with one, the kernel writes C and the
+// workspace is not touched: an element is passed for the signature's sake).
+inline weft::Buffer<float> slices_workspace(const weft::Device& dev, int64_t slices, int M, int N,
+                                            weft::SourceLoc loc) {
+  return workspace(dev, slices == 1 ? 1 : size_t(slices) * M * N, loc);
+}
+
+// Then, with several slices, C = the sum of the partial sums in order (make_gemm_splitk_reduce); with one,
+// the kernel wrote C itself.
 inline void sum_slices(const weft::Stream& stream, const weft::Buffer<float>& w, const weft::Buffer<weft::bf16>& c,
                        int M, int N, int64_t slices, weft::SourceLoc loc) {
   if (slices > 1)
@@ -159,8 +175,7 @@ inline weft::Kernel make_gemm_small_m(bool b_is_nk, bool sliced) {
         Float sum_mr = sum(acc[m * R + r].read(), 0);
         Bool keep = (n < N) & (M > m);
         Long at = Nl * int64_t(m) + cast<int64_t>(n);
-        if (sliced) store(w + s * cast<int64_t>(M) * Nl + at, sum_mr, keep);
-        else store(c + at, cast<bf16>(sum_mr), keep);
+        store_result(sliced, w, c, s, M, Nl, at, sum_mr, keep);
       }
   }, options);
 }
@@ -204,7 +219,7 @@ inline void gemm_small_m(const weft::Buffer<weft::bf16>& a, const weft::Buffer<w
   const weft::Stream stream = dev.stream();
   const weft::Grid grid(int(p.col_blocks), int(p.slices), 1, loc);
   // One slice: the kernel writes C and does not touch the workspace (passed for the signature's sake).
-  weft::Buffer<float> w = workspace(dev, p.slices == 1 ? 1 : size_t(p.slices) * M * N, loc);
+  weft::Buffer<float> w = slices_workspace(dev, p.slices, M, N, loc);
   small_m_kernel(b_is_nk, p.slices > 1)
       .launch(stream, grid, a, b, c, w, M, N, K, int(p.k_slice), p.shape.mp, p.shape.r, p.shape.u);
   sum_slices(stream, w, c, M, N, p.slices, loc);
@@ -308,8 +323,7 @@ inline weft::Kernel make_gemm_rows_mma(bool b_is_nk, bool sliced) {
     Int n = n0 + expand_dims(arange(0, BN), 1), m = expand_dims(arange(0, MP), 0);
     Bool keep = broadcast_to(m < M, {BN, MP});
     Long at = cast<int64_t>(m) * Nl + cast<int64_t>(n);
-    if (sliced) store(w + cast<int64_t>(program_id(1)) * cast<int64_t>(M) * Nl + at, result, keep);
-    else store(c + at, cast<bf16>(result), keep);
+    store_result(sliced, w, c, cast<int64_t>(program_id(1)), M, Nl, at, result, keep);
   }, options);
 }
 
@@ -345,7 +359,7 @@ inline void gemm_rows_mma(const weft::Buffer<weft::bf16>& a, const weft::Buffer<
                       loc);
   const RowsMmaPlan p = plan_rows_mma(M, N, K, bn, dev.multiprocessors());
   const weft::Stream stream = dev.stream();
-  weft::Buffer<float> w = workspace(dev, p.slices == 1 ? 1 : size_t(p.slices) * M * N, loc);
+  weft::Buffer<float> w = slices_workspace(dev, p.slices, M, N, loc);
   rows_mma_kernel(b_is_nk, p.slices > 1)
       .launch(stream, weft::Grid(int(p.col_blocks), int(p.slices), 1, loc), a, b, c, w, M, N, K, int(p.k_slice), p.mp,
               p.bn);
@@ -436,8 +450,7 @@ inline weft::Kernel make_gemm_rows_bulk(bool sliced) {
           for (int m = 0; m < MP; ++m) {
             Long at = Nl * int64_t(m) + cast<int64_t>(n0 + cols);
             Bool keep = broadcast_to(M > m, {W});
-            if (sliced) store(w + cast<int64_t>(program_id(1)) * (cast<int64_t>(M) * Nl) + at, acc[m].read(), keep);
-            else store(c + at, cast<bf16>(acc[m].read()), keep);
+            store_result(sliced, w, c, cast<int64_t>(program_id(1)), M, Nl, at, acc[m].read(), keep);
           }
         }));
   });
@@ -475,7 +488,7 @@ inline void gemm_rows_bulk(const weft::Buffer<weft::bf16>& a, const weft::Buffer
                       loc);
   const RowsBulkPlan p = plan_rows_bulk(M, N, K, dev.multiprocessors());
   const weft::Stream stream = dev.stream();
-  weft::Buffer<float> w = workspace(dev, p.slices == 1 ? 1 : size_t(p.slices) * M * N, loc);
+  weft::Buffer<float> w = slices_workspace(dev, p.slices, M, N, loc);
   rows_bulk_kernel(p.slices > 1)
       .launch(stream, weft::Grid(int(p.col_blocks), int(p.slices), 1, loc), a, b, c, w, M, N, K, int(p.k_slice), p.mp);
   sum_slices(stream, w, c, M, N, p.slices, loc);
