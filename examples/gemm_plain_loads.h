@@ -218,7 +218,6 @@ inline void gemm_small_m(const weft::Buffer<weft::bf16>& a, const weft::Buffer<w
   const SmallMPlan p = plan_small_m(M, N, K, b_is_nk, dev.multiprocessors());
   const weft::Stream stream = dev.stream();
   const weft::Grid grid(int(p.col_blocks), int(p.slices), 1, loc);
-  // One slice: the kernel writes C and does not touch the workspace (passed for the signature's sake).
   weft::Buffer<float> w = slices_workspace(dev, p.slices, M, N, loc);
   small_m_kernel(b_is_nk, p.slices > 1)
       .launch(stream, grid, a, b, c, w, M, N, K, int(p.k_slice), p.shape.mp, p.shape.r, p.shape.u);
