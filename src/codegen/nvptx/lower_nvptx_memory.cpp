@@ -98,6 +98,10 @@ Value* Lowering::guarded(Value* cond, const std::function<Value*()>& body, Value
   return phi;
 }
 
+bool Lowering::global_pointer(Value* p) {
+  return p->getType()->isPointerTy() && p->getType()->getPointerAddressSpace() == 1;
+}
+
 int64_t Lowering::piece_elems(DType d) { return std::max<int64_t>(1, kMaxAccessBytes / d.bytes()); }
 
 bool Lowering::chunks_proven(const NodeRef& ptrs, DType d, int64_t width) {
@@ -169,18 +173,26 @@ void Lowering::shifted_chunk(const Chunk& c, DType d, std::vector<Value*>& out, 
     Value* v = b_.CreateAlignedLoad(block, b_.CreateGEP(b_.getInt8Ty(), first, at), llvm::Align(16));
     for (unsigned e = 0; e < 4; ++e) w.push_back(b_.CreateExtractElement(v, e));
   }
+  for (Value* word : funnel_words(w, offset)) {
+    out.push_back(ops_.to_compute_half_of(d, word, false));
+    out.push_back(ops_.to_compute_half_of(d, word, true));
+  }
+}
+
+// The 16 bytes at byte `offset` (even, 0 to 14) of the 32 that words w[0..7] hold, as four words: with
+// offset = 4 q + 2 h, word i is w[i + q], or (h) the high half of that and the low half of the next.
+std::vector<Value*> Lowering::funnel_words(const std::vector<Value*>& w, Value* offset) {
   Value* odd_word = b_.CreateICmpNE(b_.CreateAnd(offset, i32c(4)), i32c(0));  // q & 1
   Value* two_words = b_.CreateICmpNE(b_.CreateAnd(offset, i32c(8)), i32c(0));  // q & 2
   Value* half = b_.CreateICmpNE(b_.CreateAnd(offset, i32c(2)), i32c(0));       // h
-  std::vector<Value*> by_one, by_q;  // block words moved down by q & 1, then by q
+  std::vector<Value*> by_one, by_q, out;  // words moved down by q & 1, then by q
   for (int j = 0; j < 7; ++j) by_one.push_back(b_.CreateSelect(odd_word, w[j + 1], w[j]));
   for (int i = 0; i < 5; ++i) by_q.push_back(b_.CreateSelect(two_words, by_one[i + 2], by_one[i]));
   for (int i = 0; i < 4; ++i) {
     Value* joined = b_.CreateOr(b_.CreateLShr(by_q[i], 16), b_.CreateShl(by_q[i + 1], 16));
-    Value* word = b_.CreateSelect(half, joined, by_q[i]);
-    out.push_back(ops_.to_compute_half_of(d, word, false));
-    out.push_back(ops_.to_compute_half_of(d, word, true));
+    out.push_back(b_.CreateSelect(half, joined, by_q[i]));
   }
+  return out;
 }
 
 void Lowering::load(const NodeRef& n) {
@@ -197,7 +209,15 @@ void Lowering::load(const NodeRef& n) {
     auto element_wise = [&](std::vector<Value*>& vals) {
       for (int64_t j = 0; j < width; ++j) {
         auto read = [&] { return ops_.to_compute(d, b_.CreateLoad(mt, c.ptrs[j])); };
-        vals.push_back(c.masks.empty() ? read() : guarded(c.masks[j], read, otherwise(j)));
+        if (c.masks.empty()) {
+          vals.push_back(read());
+          continue;
+        }
+        // A masked element: a predicated load where the type allows (no branch: fewer blocks for LLVM to
+        // optimize), else a guarded one.
+        Value* v = global_pointer(c.ptrs[j]) ? ptx_.load_global_if(c.masks[j], mt, c.ptrs[j]) : nullptr;
+        vals.push_back(v ? b_.CreateSelect(c.masks[j], ops_.to_compute(d, v), otherwise(j))
+                         : guarded(c.masks[j], read, otherwise(j)));
       }
     };
     auto whole = [&](std::vector<Value*>& fast) {
@@ -300,7 +320,7 @@ void Lowering::store(const NodeRef& n) {
         Value* cond = c.masks.empty() ? owner : owner ? b_.CreateAnd(owner, c.masks[j]) : c.masks[j];
         if (!cond)
           write();
-        else
+        else if (!global_pointer(c.ptrs[j]) || !ptx_.store_global_if(cond, value(j), c.ptrs[j]))
           guarded(cond, write, nullptr);
       }
     };
@@ -324,7 +344,12 @@ void Lowering::store(const NodeRef& n) {
     };
     std::vector<Value*> none;
     bool proven = width > 1 && chunks_proven(o[0], d, width);
-    if (width == 1)
+    if (width > 1 && !proven && !owner && c.consecutive && d.bytes() == 2 && width * d.bytes() == kMaxAccessBytes) {
+      std::vector<Value*> words;
+      const std::vector<Value*>& v = regs(o[1]).v;
+      for (int64_t e = 0; e < width; e += 2) words.push_back(ops_.to_memory_pair(d, v[first + e], v[first + e + 1]));
+      store_across_lanes(c, words, value);
+    } else if (width == 1)
       element_wise();
     else if (proven && c.masks.empty())
       whole(none);
@@ -336,6 +361,70 @@ void Lowering::store(const NodeRef& n) {
     else
       branch_values(whole_chunk_ok(c, d, proven), 0, whole, [&](std::vector<Value*>&) { element_wise(); });
   }
+}
+
+// A chunk of eight consecutive 16-bit elements (`words`: four 32-bit words) stored where its address may not
+// be 16-byte aligned (a row of any length), by a warp all of whose lanes store such a chunk: one 16-byte
+// store where the chunk is aligned and whole in its mask; else each lane stores the aligned block that holds
+// its chunk's head, joined with the tail of the previous lane's chunk (shuffled up), where that chunk is the
+// 16 bytes just before and both are whole in their masks; what no block covers (a warp's first lane's head,
+// its last lane's tail, chunks partly in the mask) goes element by element. Stored element by element, eight
+// 2-byte stores 16 bytes apart across the lanes would write each of the warp's sectors eight times
+// (layernorm over rows of 2047: 51% of the copy's bandwidth with only the output rows odd;
+// benchmarks/NOTES.md session 24).
+void Lowering::store_across_lanes(const Chunk& c, const std::vector<Value*>& words,
+                                  const std::function<Value*(int64_t)>& value) {
+  llvm::Type* i32 = b_.getInt32Ty();
+  llvm::Type* i64 = b_.getInt64Ty();
+  auto* block = llvm::FixedVectorType::get(i32, 4);
+  auto store_block = [&](const std::vector<Value*>& w, Value* ptr) {
+    Value* vec = llvm::PoisonValue::get(block);
+    for (unsigned e = 0; e < 4; ++e) vec = b_.CreateInsertElement(vec, w[e], e);
+    b_.CreateAlignedStore(vec, ptr, llvm::Align(16));
+  };
+  Value* address = b_.CreatePtrToInt(c.ptrs[0], i64);
+  Value* offset = b_.CreateAnd(b_.CreateTrunc(address, i32), i32c(15));
+  Value* whole = b_.getTrue();
+  for (Value* m : c.masks) {
+    whole = b_.CreateAnd(whole, m);
+    if (c.one_mask) break;
+  }
+  // The lane path where any lane of the warp needs it (a branch every lane takes alike, so that all of them
+  // shuffle): the previous lane's words, address and wholeness first.
+  Value* aligned_whole = b_.CreateAnd(b_.CreateICmpEQ(offset, i32c(0)), whole);
+  Value* any_not = b_.CreateICmpNE(ptx_.vote_ballot(b_.CreateNot(aligned_whole)), i32c(0));
+  branch_values(any_not, 0, [&](std::vector<Value*>&) {
+    std::vector<Value*> pair;  // the previous lane's chunk, then this one: 32 bytes
+    for (Value* w : words) pair.push_back(ptx_.shuffle_up(w, 1));
+    for (Value* w : words) pair.push_back(w);
+    Value* previous_follows = b_.CreateICmpEQ(b_.CreateAdd(ptx_.shuffle_up(address, 1), b_.getInt64(16)), address);
+    Value* previous_whole = b_.CreateICmpNE(ptx_.shuffle_up(b_.CreateZExt(whole, i32), 1), i32c(0));
+    Value* first_lane = b_.CreateICmpEQ(lane(), i32c(0)), *last_lane = b_.CreateICmpEQ(lane(), i32c(31));
+    Value* head = b_.CreateAnd(b_.CreateAnd(b_.CreateNot(first_lane), b_.CreateICmpNE(offset, i32c(0))),
+                               b_.CreateAnd(previous_follows, b_.CreateAnd(previous_whole, whole)));
+    Value* next_head = b_.CreateAnd(b_.CreateNot(last_lane),
+                                    b_.CreateICmpNE(ptx_.shuffle_down(b_.CreateZExt(head, i32), 1), i32c(0)));
+    ptx_.store_global_block_if(aligned_whole, words, c.ptrs[0]);  // (a lane whose chunk is aligned and whole)
+    Value* start = b_.CreateGEP(b_.getInt8Ty(), c.ptrs[0], b_.CreateNeg(b_.CreateZExt(offset, i64)));
+    ptx_.store_global_block_if(head, funnel_words(pair, b_.CreateSub(i32c(16), offset)), start);
+    // Elements before byte 16 - offset are in the head block, the rest in the next lane's: bit j of `left` is
+    // set where element j is in no block this warp stores (integer bits, not a tree of i1 selects: cheaper for
+    // LLVM to optimize).
+    Value* head_elements = b_.CreateLShr(b_.CreateSub(i32c(16), offset), i32c(1));
+    Value* head_bits = b_.CreateSub(b_.CreateShl(i32c(1), head_elements), i32c(1));
+    Value* left = b_.CreateOr(b_.CreateSelect(head, i32c(0), head_bits),
+                              b_.CreateSelect(next_head, i32c(0), b_.CreateXor(head_bits, i32c(0xff))));
+    left = b_.CreateSelect(aligned_whole, i32c(0), left);
+    for (int64_t j = 0; j < static_cast<int64_t>(c.ptrs.size()); ++j) {
+      Value* cond = b_.CreateICmpNE(b_.CreateAnd(left, i32c(1 << j)), i32c(0));
+      if (!c.masks.empty()) cond = b_.CreateAnd(cond, c.masks[c.one_mask ? 0 : j]);
+      if (!global_pointer(c.ptrs[j]) || !ptx_.store_global_if(cond, value(j), c.ptrs[j]))
+        guarded(cond, [&]() -> Value* {
+          b_.CreateStore(value(j), c.ptrs[j]);
+          return nullptr;
+        }, nullptr);
+    }
+  }, [&](std::vector<Value*>&) { store_block(words, c.ptrs[0]); });
 }
 
 // The PTX type of an atomic's operation on `d`: add counts (u32, u64) or sums floats, max and min compare

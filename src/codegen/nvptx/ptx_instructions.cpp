@@ -104,6 +104,36 @@ void PtxInstructions::nanosleep(llvm::Value* ns) {
   asm_call(b_, b_.getVoidTy(), "nanosleep.u32 $0;", "r,~{memory}", {ns});
 }
 
+// The register class of a 16-, 32- or 64-bit value as an integer of that width ("h", "r", "l"), or nothing.
+static const char* int_constraint(unsigned bits) { return bits == 16 ? "h" : bits == 32 ? "r" : bits == 64 ? "l" : nullptr; }
+
+llvm::Value* PtxInstructions::load_global_if(llvm::Value* pred, llvm::Type* type, llvm::Value* ptr) {
+  unsigned bits = type->getPrimitiveSizeInBits();
+  const char* c = int_constraint(bits);
+  if (!c) return nullptr;
+  llvm::Type* as_int = b_.getIntNTy(bits);
+  llvm::Value* v = asm_call(b_, as_int,
+                            fmt::format("{{ .reg .pred p; setp.ne.u32 p, $1, 0; @p ld.global.b{} $0, [$2]; }}", bits),
+                            fmt::format("={},r,l,~{{memory}}", c), {b_.CreateZExt(pred, b_.getInt32Ty()), ptr});
+  return type == as_int ? v : b_.CreateBitCast(v, type);
+}
+
+bool PtxInstructions::store_global_if(llvm::Value* pred, llvm::Value* value, llvm::Value* ptr) {
+  unsigned bits = value->getType()->getPrimitiveSizeInBits();
+  const char* c = int_constraint(bits);
+  if (!c) return false;
+  llvm::Value* as_int = value->getType()->isIntegerTy() ? value : b_.CreateBitCast(value, b_.getIntNTy(bits));
+  asm_call(b_, b_.getVoidTy(),
+           fmt::format("{{ .reg .pred p; setp.ne.u32 p, $0, 0; @p st.global.b{} [$1], $2; }}", bits),
+           fmt::format("r,l,{},~{{memory}}", c), {b_.CreateZExt(pred, b_.getInt32Ty()), ptr, as_int});
+  return true;
+}
+
+void PtxInstructions::store_global_block_if(llvm::Value* pred, const std::vector<llvm::Value*>& words, llvm::Value* ptr) {
+  asm_call(b_, b_.getVoidTy(), "{ .reg .pred p; setp.ne.u32 p, $0, 0; @p st.global.v4.b32 [$1], {$2, $3, $4, $5}; }",
+           "r,l,r,r,r,r,~{memory}", {b_.CreateZExt(pred, b_.getInt32Ty()), ptr, words[0], words[1], words[2], words[3]});
+}
+
 llvm::Value* PtxInstructions::vote_ballot(llvm::Value* pred) {
   return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_vote_ballot_sync, {}, {b_.getInt32(0xffffffffu), pred});
 }
@@ -463,13 +493,9 @@ std::vector<llvm::Value*> PtxInstructions::wgmma(WgmmaTypes types, int n, const 
   return out;
 }
 
-llvm::Value* PtxInstructions::shuffle_xor(llvm::Value* v, int64_t lane_mask) {
+llvm::Value* PtxInstructions::shuffle(llvm::Value* v, const std::function<llvm::Value*(llvm::Value*)>& shuffle32) {
   llvm::Type* t = v->getType();
   unsigned bits = t->getPrimitiveSizeInBits();
-  auto shuffle32 = [&](llvm::Value* x) {
-    return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_i32, {},
-                              {b_.getInt32(0xffffffffu), x, b_.getInt32(static_cast<uint32_t>(lane_mask)), b_.getInt32(0x1f)});
-  };
   if (bits == 64) {
     llvm::Value* u = b_.CreateBitCast(v, b_.getInt64Ty());
     llvm::Value* lo = shuffle32(b_.CreateTrunc(u, b_.getInt32Ty()));
@@ -480,6 +506,28 @@ llvm::Value* PtxInstructions::shuffle_xor(llvm::Value* v, int64_t lane_mask) {
   llvm::Value* as32 = t->isIntegerTy() ? b_.CreateSExtOrTrunc(v, b_.getInt32Ty()) : b_.CreateBitCast(v, b_.getInt32Ty());
   llvm::Value* moved = shuffle32(as32);
   return t->isIntegerTy() ? b_.CreateTrunc(moved, t) : b_.CreateBitCast(moved, t);
+}
+
+llvm::Value* PtxInstructions::shuffle_xor(llvm::Value* v, int64_t lane_mask) {
+  return shuffle(v, [&](llvm::Value* x) {
+    return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_i32, {},
+                              {b_.getInt32(0xffffffffu), x, b_.getInt32(static_cast<uint32_t>(lane_mask)), b_.getInt32(0x1f)});
+  });
+}
+
+// (The c operand: 0 for up, which keeps lane 0's own value; 0x1f for down, which keeps lane 31's.)
+llvm::Value* PtxInstructions::shuffle_up(llvm::Value* v, int64_t delta) {
+  return shuffle(v, [&](llvm::Value* x) {
+    return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_up_i32, {},
+                              {b_.getInt32(0xffffffffu), x, b_.getInt32(static_cast<uint32_t>(delta)), b_.getInt32(0)});
+  });
+}
+
+llvm::Value* PtxInstructions::shuffle_down(llvm::Value* v, int64_t delta) {
+  return shuffle(v, [&](llvm::Value* x) {
+    return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_down_i32, {},
+                              {b_.getInt32(0xffffffffu), x, b_.getInt32(static_cast<uint32_t>(delta)), b_.getInt32(0x1f)});
+  });
 }
 
 std::array<llvm::Value*, 4> PtxInstructions::mma_m16n8k16(bool bf16, const std::array<llvm::Value*, 4>& a,

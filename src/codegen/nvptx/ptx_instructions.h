@@ -2,6 +2,7 @@
 // PTX mnemonic to find where an instruction comes from).
 #pragma once
 
+#include <functional>
 #include <llvm/IR/IRBuilder.h>
 
 #include <array>
@@ -54,6 +55,13 @@ class PtxInstructions {
   // Thread identity and time (weft/threads.h; global_timer above serves them too).
   llvm::Value* clock64();             // mov.u64 %rd, %clock64: this SM's cycle counter
   void nanosleep(llvm::Value* ns);    // nanosleep.u32 ns: sleep about ns nanoseconds (0 to 2 ns, at most 1 ms)
+  // One element of global memory read or written where `pred` (i1) holds, without a branch: @p ld.global /
+  // @p st.global of 16, 32 or 64 bits (the load's value is undefined where pred does not hold). False (load:
+  // nullptr) for a type of another size, which the caller guards with a branch instead.
+  llvm::Value* load_global_if(llvm::Value* pred, llvm::Type* type, llvm::Value* ptr);
+  bool store_global_if(llvm::Value* pred, llvm::Value* value, llvm::Value* ptr);
+  // @p st.global.v4.b32: four 32-bit words to a 16-byte aligned address where `pred` (i1) holds.
+  void store_global_block_if(llvm::Value* pred, const std::vector<llvm::Value*>& words, llvm::Value* ptr);
   // vote.sync.ballot.b32 with every lane of the warp: bit l set where lane l's `pred` (i1) is true.
   llvm::Value* vote_ballot(llvm::Value* pred);
 
@@ -181,12 +189,19 @@ class PtxInstructions {
                                   const std::vector<llvm::Value*>& acc, bool trans_a, bool trans_b);
   // shfl.sync.bfly.b32 across the full warp (values of 64 bits take two shuffles).
   llvm::Value* shuffle_xor(llvm::Value* v, int64_t lane_mask);
+  // shfl.sync.up.b32 / shfl.sync.down.b32 by `delta` lanes across the full warp: the value of lane l - delta
+  // (up) or l + delta (down); lanes with no such lane get their own value back.
+  llvm::Value* shuffle_up(llvm::Value* v, int64_t delta);
+  llvm::Value* shuffle_down(llvm::Value* v, int64_t delta);
   // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32: d = a (16x16) * b (16x8) + c, one warp.
   // a: 4 x i32 (two 16-bit elements each), b: 2 x i32, c: 4 x f32, in the fragment layouts of the PTX ISA.
   std::array<llvm::Value*, 4> mma_m16n8k16(bool bf16, const std::array<llvm::Value*, 4>& a,
                                            const std::array<llvm::Value*, 2>& b, const std::array<llvm::Value*, 4>& c);
 
  private:
+  // A full-warp shuffle of v (32 or 64 bits) by `shuffle32`, one 32-bit half at a time.
+  llvm::Value* shuffle(llvm::Value* v, const std::function<llvm::Value*(llvm::Value*)>& shuffle32);
+
   llvm::IRBuilder<>& b_;
   // The last wgmma chain's asm statement and the commit_group that followed it (null: none since), for
   // wgmma_wait_group to fold both into one statement.
