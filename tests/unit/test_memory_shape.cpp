@@ -187,6 +187,18 @@ TEST_CASE("loads of 16-bit rows at every 2-byte alignment, unmasked and masked",
   check_misaligned_rows<int16_t>(rng);
 }
 
+// The same rows of 32- and 64-bit elements: a thread's 16-byte chunk (4 or 2 elements) at every 4- or 8-byte
+// offset from a 16-byte boundary (first columns 0 to 7 cover each offset twice or four times).
+TEST_CASE("loads and stores of 32- and 64-bit rows at every element alignment, unmasked and masked", "[ops][memory]") {
+  WEFT_SEEDED_RNG(rng);
+  check_misaligned_rows<float>(rng);
+  check_misaligned_rows<int32_t>(rng);
+  check_misaligned_rows<double>(rng);
+  check_misaligned_row_stores<float>(rng);
+  check_misaligned_row_stores<int32_t>(rng);
+  check_misaligned_row_stores<double>(rng);
+}
+
 TEST_CASE("an unaligned chunk of consecutive 16-bit elements is read as two aligned 16-byte blocks", "[memory][ptx]") {
   Kernel k("misaligned_rows_ptx", [](Ptr<bf16> x, Ptr<bf16> out, Int K) {
     Int r = expand_dims(arange(0, 16), 1), c = expand_dims(arange(0, 64), 0);
