@@ -344,7 +344,9 @@ void Lowering::store(const NodeRef& n) {
     };
     std::vector<Value*> none;
     bool proven = width > 1 && chunks_proven(o[0], d, width);
-    if (width > 1 && !proven && !owner && c.consecutive && d.bytes() == 2 && width * d.bytes() == kMaxAccessBytes) {
+    // (The lane path's block stores are st.global: only for pointers into global memory, which every Ptr is.)
+    if (width > 1 && !proven && !owner && c.consecutive && d.bytes() == 2 && width * d.bytes() == kMaxAccessBytes &&
+        global_pointer(c.ptrs[0])) {
       std::vector<Value*> words;
       const std::vector<Value*>& v = regs(o[1]).v;
       for (int64_t e = 0; e < width; e += 2) words.push_back(ops_.to_memory_pair(d, v[first + e], v[first + e + 1]));
