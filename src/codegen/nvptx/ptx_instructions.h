@@ -2,10 +2,10 @@
 // PTX mnemonic to find where an instruction comes from).
 #pragma once
 
-#include <functional>
 #include <llvm/IR/IRBuilder.h>
 
 #include <array>
+#include <functional>
 
 #include "weft/dtype.h"
 
