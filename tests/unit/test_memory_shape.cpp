@@ -180,6 +180,43 @@ TEST_CASE("stores of 16-bit rows at every 2-byte alignment, unmasked and masked"
   check_misaligned_row_stores<int16_t>(rng);
 }
 
+// On NVIDIA the lane-joined 16-bit stores shuffle across a whole warp: here they run in warp-specialized task
+// replicas (each storing its own 16 rows) and inside a uniform if_ whose branches both store.
+TEST_CASE("16-bit stores of unproven alignment in task replicas and under a uniform if_", "[ops][memory]") {
+  WEFT_SEEDED_RNG(rng);
+  constexpr int R = 16, C = 64;
+  Kernel k("misaligned_task_stores", [](Ptr<bf16> x, Ptr<bf16> out, Int K, Int k0, Int limit, Int flag) {
+    async_tasks(task("writer", {.warps = 2, .replicas = 2}, [&] {
+      Int r = expand_dims(arange(0, R), 1) + task_replica_id() * R, c = expand_dims(arange(0, C), 0);
+      Tile<bf16> v = load(x + (r * C + c));
+      Ptr<bf16> at = out + (r * K + k0 + c);
+      if_(flag == 1, [&] { store(at, v, broadcast_to(c < limit, {R, C})); }, [&] { store(at, -v); });
+    }));
+  });
+  for (int flag : {1, 0})
+    for (int K : {64, 67, 129})
+      for (int k0 : {0, 1, 3, 6}) {
+        const int limit = 21 + 5 * k0;
+        INFO("flag " << flag << ", row stride " << K << ", first column " << k0);
+        std::vector<bf16> x = generate<bf16>(rng, 2 * R * C, typical_values<bf16>());
+        const size_t n = size_t(2 * R - 1) * K + k0 + C + 8;
+        Output<bf16> out(n);
+        launch(k, Grid(1), Input<bf16>(x), out, K, k0, limit, flag);
+        std::vector<bf16> got = out.read();
+        size_t at = 0;
+        for (int i = 0; i < 2 * R; ++i) {
+          const size_t row = size_t(i) * K + k0;
+          const int stored = flag == 1 ? limit : C;
+          check_untouched<bf16>(got, at, row, "between rows");
+          std::vector<bf16> want(stored);
+          for (int j = 0; j < stored; ++j) want[j] = flag == 1 ? x[i * C + j] : bf16(-float(x[i * C + j]));
+          check_near<bf16>(std::vector<bf16>(got.begin() + row, got.begin() + row + stored), want, {}, "stored row");
+          at = row + stored;
+        }
+        check_untouched<bf16>(got, at, n, "past the last row");
+      }
+}
+
 TEST_CASE("loads of 16-bit rows at every 2-byte alignment, unmasked and masked", "[ops][memory]") {
   WEFT_SEEDED_RNG(rng);
   check_misaligned_rows<bf16>(rng);
