@@ -134,6 +134,21 @@ template <class T> void check_misaligned_rows(Rng& rng) {
   }
 }
 
+// `rows` rows written at stride K from column k0, row i's first `stored` elements equal to want(i), and every
+// other element of `got` untouched (between rows, past a row's stored elements, past the last row).
+template <class T, class Want>
+void check_stored_rows(const std::vector<host_t<T>>& got, int rows, int K, int k0, int stored, Want&& want,
+                       const std::string& what) {
+  size_t at = 0;  // elements before `at` checked
+  for (int i = 0; i < rows; ++i) {
+    const size_t row = size_t(i) * K + k0;
+    check_untouched<T>(got, at, row, what + ": between rows");
+    check_near<T>(std::vector<host_t<T>>(got.begin() + row, got.begin() + row + stored), want(i), {}, what);
+    at = row + stored;
+  }
+  check_untouched<T>(got, at, got.size(), what + ": past the last row");
+}
+
 // The same rows written: a tile read from aligned rows is stored at every 2-byte offset (row strides of odd
 // length, first columns 0 to 7), whole and under a mask that cuts one chunk of each row. On NVIDIA a warp's
 // lanes then store aligned 16-byte blocks joined across lanes where consecutive chunks follow in memory (a
@@ -155,20 +170,11 @@ template <class T> void check_misaligned_row_stores(Rng& rng) {
       std::vector<host_t<T>> x = generate<T>(rng, R * C, typical_values<T>());
       Output<T> whole(n), masked(n);
       launch(k, Grid(1), Input<T>(x), whole, masked, K, k0, limit);
-      std::vector<host_t<T>> got = whole.read(), got_masked = masked.read();
-      size_t at = 0;  // elements before `at` checked
-      for (int i = 0; i < R; ++i) {
-        const size_t row = size_t(i) * K + k0;
-        check_untouched<T>(got, at, row, "between rows");
-        check_untouched<T>(got_masked, at, row, "between rows (masked)");
-        std::vector<host_t<T>> want(x.begin() + i * C, x.begin() + (i + 1) * C);
-        check_near<T>(std::vector<host_t<T>>(got.begin() + row, got.begin() + row + C), want, {}, "unmasked store");
-        check_near<T>(std::vector<host_t<T>>(got_masked.begin() + row, got_masked.begin() + row + limit),
-                      std::vector<host_t<T>>(want.begin(), want.begin() + limit), {}, "masked store");
-        check_untouched<T>(got_masked, row + limit, row + C, "masked-off elements");
-        at = row + C;
-      }
-      check_untouched<T>(got, at, n, "past the last row");
+      auto row_of = [&](int stored) {
+        return [&, stored](int i) { return std::vector<host_t<T>>(x.begin() + i * C, x.begin() + i * C + stored); };
+      };
+      check_stored_rows<T>(whole.read(), R, K, k0, C, row_of(C), "unmasked store");
+      check_stored_rows<T>(masked.read(), R, K, k0, limit, row_of(limit), "masked store");
     }
   }
 }
@@ -202,18 +208,12 @@ TEST_CASE("16-bit stores of unproven alignment in task replicas and under a unif
         const size_t n = size_t(2 * R - 1) * K + k0 + C + 8;
         Output<bf16> out(n);
         launch(k, Grid(1), Input<bf16>(x), out, K, k0, limit, flag);
-        std::vector<bf16> got = out.read();
-        size_t at = 0;
-        for (int i = 0; i < 2 * R; ++i) {
-          const size_t row = size_t(i) * K + k0;
-          const int stored = flag == 1 ? limit : C;
-          check_untouched<bf16>(got, at, row, "between rows");
+        const int stored = flag == 1 ? limit : C;
+        check_stored_rows<bf16>(out.read(), 2 * R, K, k0, stored, [&](int i) {
           std::vector<bf16> want(stored);
           for (int j = 0; j < stored; ++j) want[j] = flag == 1 ? x[i * C + j] : bf16(-float(x[i * C + j]));
-          check_near<bf16>(std::vector<bf16>(got.begin() + row, got.begin() + row + stored), want, {}, "stored row");
-          at = row + stored;
-        }
-        check_untouched<bf16>(got, at, n, "past the last row");
+          return want;
+        }, "stored row");
       }
 }
 
