@@ -350,7 +350,7 @@ void Lowering::store(const NodeRef& n) {
       std::vector<Value*> words;
       const std::vector<Value*>& v = regs(o[1]).v;
       for (int64_t e = 0; e < width; e += 2) words.push_back(ops_.to_memory_pair(d, v[first + e], v[first + e + 1]));
-      store_across_lanes(c, words, value);
+      store_across_lanes(c, d, words, value);
     } else if (width == 1)
       element_wise();
     else if (proven && c.masks.empty())
@@ -374,7 +374,7 @@ void Lowering::store(const NodeRef& n) {
 // 2-byte stores 16 bytes apart across the lanes would write each of the warp's sectors eight times
 // (layernorm over rows of 2047: 51% of the copy's bandwidth with only the output rows odd;
 // benchmarks/NOTES.md session 24).
-void Lowering::store_across_lanes(const Chunk& c, const std::vector<Value*>& words,
+void Lowering::store_across_lanes(const Chunk& c, DType d, const std::vector<Value*>& words,
                                   const std::function<Value*(int64_t)>& value) {
   llvm::Type* i32 = b_.getInt32Ty();
   llvm::Type* i64 = b_.getInt64Ty();
@@ -386,11 +386,7 @@ void Lowering::store_across_lanes(const Chunk& c, const std::vector<Value*>& wor
   };
   Value* address = b_.CreatePtrToInt(c.ptrs[0], i64);
   Value* offset = b_.CreateAnd(b_.CreateTrunc(address, i32), i32c(15));
-  Value* whole = b_.getTrue();
-  for (Value* m : c.masks) {
-    whole = b_.CreateAnd(whole, m);
-    if (c.one_mask) break;
-  }
+  Value* whole = whole_chunk_ok(c, d, true);  // in its mask (the alignment is tested below)
   // The lane path where any lane of the warp needs it (a branch every lane takes alike, so that all of them
   // shuffle): the previous lane's words, address and wholeness first.
   Value* aligned_whole = b_.CreateAnd(b_.CreateICmpEQ(offset, i32c(0)), whole);

@@ -246,7 +246,8 @@ class Lowering {
   bool chunks_consecutive(const NodeRef& ptrs, int64_t width);
   void shifted_chunk(const Chunk& c, DType d, std::vector<Value*>& out, bool may_be_aligned);
   std::vector<Value*> funnel_words(const std::vector<Value*>& w, Value* offset);
-  void store_across_lanes(const Chunk& c, const std::vector<Value*>& words, const std::function<Value*(int64_t)>& value);
+  void store_across_lanes(const Chunk& c, DType d, const std::vector<Value*>& words,
+                          const std::function<Value*(int64_t)>& value);
   Value* whole_chunk_ok(const Chunk& c, DType d, bool proven);
   void for_each_piece(const Chunk& c, DType d, const std::function<void(Value*, llvm::FixedVectorType*, int64_t)>& f);
   Chunk chunk_of(const std::vector<NodeRef>& o, size_t mask_operand, int64_t first, int64_t width);

@@ -107,13 +107,18 @@ void PtxInstructions::nanosleep(llvm::Value* ns) {
 // The register class of a 16-, 32- or 64-bit value as an integer of that width ("h", "r", "l"), or nothing.
 static const char* int_constraint(unsigned bits) { return bits == 16 ? "h" : bits == 32 ? "r" : bits == 64 ? "l" : nullptr; }
 
+// `instruction` executed where operand $k (a 32-bit integer) is not zero, through a predicate of its own.
+static std::string predicated(int k, const std::string& instruction) {
+  return fmt::format("{{ .reg .pred p; setp.ne.u32 p, ${}, 0; @p {}; }}", k, instruction);
+}
+
 llvm::Value* PtxInstructions::load_global_if(llvm::Value* pred, llvm::Type* type, llvm::Value* ptr) {
   unsigned bits = type->getPrimitiveSizeInBits();
   const char* c = int_constraint(bits);
   if (!c) return nullptr;
   llvm::Type* as_int = b_.getIntNTy(bits);
   llvm::Value* v = asm_call(b_, as_int,
-                            fmt::format("{{ .reg .pred p; setp.ne.u32 p, $1, 0; @p ld.global.b{} $0, [$2]; }}", bits),
+                            predicated(1, fmt::format("ld.global.b{} $0, [$2]", bits)),
                             fmt::format("={},r,l,~{{memory}}", c), {b_.CreateZExt(pred, b_.getInt32Ty()), ptr});
   return type == as_int ? v : b_.CreateBitCast(v, type);
 }
@@ -124,14 +129,14 @@ bool PtxInstructions::store_global_if(llvm::Value* pred, llvm::Value* value, llv
   if (!c) return false;
   llvm::Value* as_int = value->getType()->isIntegerTy() ? value : b_.CreateBitCast(value, b_.getIntNTy(bits));
   asm_call(b_, b_.getVoidTy(),
-           fmt::format("{{ .reg .pred p; setp.ne.u32 p, $0, 0; @p st.global.b{} [$1], $2; }}", bits),
+           predicated(0, fmt::format("st.global.b{} [$1], $2", bits)),
            fmt::format("r,l,{},~{{memory}}", c), {b_.CreateZExt(pred, b_.getInt32Ty()), ptr, as_int});
   return true;
 }
 
 void PtxInstructions::store_global_block_if(llvm::Value* pred, const std::vector<llvm::Value*>& words, llvm::Value* ptr) {
-  asm_call(b_, b_.getVoidTy(), "{ .reg .pred p; setp.ne.u32 p, $0, 0; @p st.global.v4.b32 [$1], {$2, $3, $4, $5}; }",
-           "r,l,r,r,r,r,~{memory}", {b_.CreateZExt(pred, b_.getInt32Ty()), ptr, words[0], words[1], words[2], words[3]});
+  asm_call(b_, b_.getVoidTy(), predicated(0, "st.global.v4.b32 [$1], {$2, $3, $4, $5}"), "r,l,r,r,r,r,~{memory}",
+           {b_.CreateZExt(pred, b_.getInt32Ty()), ptr, words[0], words[1], words[2], words[3]});
 }
 
 llvm::Value* PtxInstructions::vote_ballot(llvm::Value* pred) {
