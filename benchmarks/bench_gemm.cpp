@@ -5,7 +5,7 @@
 //   bench_gemm [--json] [--runs N] [--sizes 4096,8192|none] [--sweep] [--m 1,16,...] [--nk 4095x4095,...] [--tune]
 //   bench_gemm --compare-epilogue [--runs N] [--sizes 4096,8192]
 //   bench_gemm --compare-candidates [--runs N] [--sizes 4096,8192]
-//   bench_gemm --configs NAME,NAME,... [--runs N] [--sizes 4096,8192]
+//   bench_gemm --configs NAME,NAME,... [--runs N] [--sizes 4096,8192] [--shapes 64x1000x1000,...]
 //
 // Squares (M = N = K, --sizes; the default) and, with --sweep, M in {1, 16, 64, 256, 1024, 4096, 16384}
 // (--m picks some) x (N, K) of LLM layers {(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
@@ -39,7 +39,8 @@
 // model's favourite first): timed as this benchmark times, back to back on rotating inputs, to set beside the
 // tuner's own ranking (each launch after an L2 eviction, on one input set). --configs does it with the
 // configurations named (GemmConfig::name(), e.g. 128x128x64_s6_g8_c2_pp; one the kernel does not support for a
-// layout is skipped, with its reason).
+// layout is skipped, with its reason). --shapes 64x1000x1000,... puts these modes on those M x N x K products
+// instead of the squares.
 //
 // Exit status 1, with the reason on stderr: no CUDA device, no usable cuBLASLt (see benchmarks/cublaslt.h
 // for where it is looked for; $WEFT_CUBLASLT overrides), any CUDA/cuBLAS/weft error, or a failed check.
@@ -49,6 +50,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -77,6 +79,7 @@ struct Options {
   std::vector<GemmConfig> configs;  // --configs
   std::vector<int> sweep_m = {1, 16, 64, 256, 1024, 4096, 16384};
   std::vector<std::pair<int, int>> sweep_nk;  // --nk: these (N, K) pairs instead of kSweepNK
+  std::vector<std::array<int, 3>> shapes;     // --shapes: M x N x K products for the fixed-configuration modes
 };
 
 // The (N, K) pairs of the sweep: LLM layers (Llama-3 8B/70B-like projections and the vocabulary), then
@@ -102,7 +105,7 @@ Options parse(int argc, char** argv) {
     std::fprintf(stderr,
                  "bench_gemm: %s\nusage: bench_gemm [--json] [--runs N>=20] [--sizes 4096,8192] [--sweep] "
                  "[--m 1,16,64,256,1024,4096,16384] [--nk 4095x4095,...] [--tune] (--sizes none: no squares)\n       bench_gemm --compare-epilogue|--compare-candidates|"
-                 "--configs NAME,... [--runs N>=20] [--sizes 4096,8192]\n",
+                 "--configs NAME,... [--runs N>=20] [--sizes 4096,8192] [--shapes 64x1000x1000,...]\n",
                  why.c_str());
     std::exit(2);
   };
@@ -131,6 +134,14 @@ Options parse(int argc, char** argv) {
       o.sweep_m = int_list(argv[++i], [](int n) { return n > 0; },
                            [&](const std::string& p) { usage("bad M '" + p + "' (a positive number)"); });
       if (o.sweep_m.empty()) usage("--m needs at least one M");
+    } else if (arg == "--shapes" && i + 1 < argc) {
+      for (char* p = std::strtok(argv[++i], ","); p; p = std::strtok(nullptr, ",")) {
+        int m = 0, n = 0, k = 0;
+        if (std::sscanf(p, "%dx%dx%d", &m, &n, &k) != 3 || m <= 0 || n <= 0 || k <= 0)
+          usage(std::string("bad --shapes product '") + p + "' (e.g. 64x1000x1000)");
+        o.shapes.push_back({m, n, k});
+      }
+      if (o.shapes.empty()) usage("--shapes needs at least one MxNxK product");
     } else if (arg == "--sweep") {
       o.sweep = true;
     } else if (arg == "--tune") {
@@ -154,8 +165,10 @@ Options parse(int argc, char** argv) {
   }
   if (int(o.compare_epilogue) + int(o.compare_candidates) + int(!o.configs.empty()) > 1 ||
       ((o.compare_epilogue || o.compare_candidates || !o.configs.empty()) && (o.sweep || o.tune || o.json)))
-    usage("--compare-epilogue, --compare-candidates and --configs time fixed configurations on the --sizes squares: one "
-          "of them, no --sweep, --tune or --json");
+    usage("--compare-epilogue, --compare-candidates and --configs time fixed configurations on the --sizes squares "
+          "(or the --shapes products): one of them, no --sweep, --tune or --json");
+  if (!o.shapes.empty() && !o.compare_epilogue && !o.compare_candidates && o.configs.empty())
+    usage("--shapes is for --compare-epilogue, --compare-candidates and --configs (the sweep takes --m and --nk)");
   return o;
 }
 
@@ -417,18 +430,21 @@ int main(int argc, char** argv) try {
                                        : "the configurations of --configs",
                 version_string(lt->version()).c_str(), dev.name().c_str(), opt.runs);
     bool pass = true;
-    for (int n : opt.sizes) {
-      Inputs in = make_inputs(dev, n, n, n);
+    std::vector<std::array<int, 3>> shapes = opt.shapes;
+    if (shapes.empty())
+      for (int n : opt.sizes) shapes.push_back({n, n, n});
+    for (auto [M, N, K] : shapes) {
+      Inputs in = make_inputs(dev, M, N, K);
       for (bool b_is_nk : {false, true}) {
         std::vector<GemmConfig> configs = opt.configs;
-        if (opt.compare_candidates) configs = gemm_candidates(n, n, n, b_is_nk, dev.multiprocessors());
+        if (opt.compare_candidates) configs = gemm_candidates(M, N, K, b_is_nk, dev.multiprocessors());
         std::erase_if(configs, [&](const GemmConfig& c) {
           const std::string why = c.problems(b_is_nk);
           if (!why.empty()) std::printf("%s (B %s): skipped: %s\n", c.name().c_str(), layout_name(b_is_nk), why.c_str());
           return !why.empty();
         });
         if (!configs.empty())
-          pass = compare_configs(dev, *lt, workspace, in, n, n, n, b_is_nk, opt.runs, configs) && pass;
+          pass = compare_configs(dev, *lt, workspace, in, M, N, K, b_is_nk, opt.runs, configs) && pass;
       }
     }
     if (!pass) {

@@ -67,7 +67,8 @@ int main(int argc, char** argv) try {
               "gemm()", "planned", "GPU cuB", "gemm()", "planned");
   for (Product s : {Product{64, 1024, 8192, false}, Product{64, 4096, 4096, false}, Product{16, 4096, 4096, false},
                     Product{1024, 1000, 1000, true}, Product{1024, 1024, 8192, false}, Product{64, 1000, 1000, false},
-                    Product{256, 1024, 8192, false}, Product{1, 4096, 4096, true}, Product{4096, 4096, 4096, true}}) {
+                    Product{256, 1024, 8192, false}, Product{1, 4096, 4096, true}, Product{1, 1000, 1000, true},
+                    Product{4096, 4096, 4096, true}}) {
     const int M = s.M, N = s.N, K = s.K;
     const size_t set_bytes = 2 * (size_t(M) * K + size_t(K) * N);
     const size_t sets = 1 + (2 * kL2Bytes + set_bytes - 1) / set_bytes;

@@ -136,7 +136,6 @@ inline std::vector<GemmConfig> gemm_candidates(int M, int N, int K, bool b_is_nk
         const int64_t R = swap ? N : M, Q = swap ? M : N;
         if (BN > 16 && BN / 2 >= Q) continue;
         if (BM > 64 && BM / 2 >= R) continue;
-        if (!swap && BN < 64) continue;
         for (int split : {1, 2, 3, 4, 6, 8, 12, 16}) {
           if (split > 1 && k_tiles / split < 4) continue;  // slices too short to fill the ring
           const GemmConfig shape{.BM = BM, .BN = BN, .split_k = split, .swap_ab = swap};

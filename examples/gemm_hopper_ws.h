@@ -67,6 +67,7 @@ struct GemmConfig {
   int rows_per_consumer() const { return pingpong ? BM : BM / consumers; }
   bool is_default() const { return *this == GemmConfig{}; }
   friend bool operator==(const GemmConfig&, const GemmConfig&) = default;
+  friend auto operator<=>(const GemmConfig&, const GemmConfig&) = default;
 
   // A stable, distinct name: "128x256x64_s4_g8_c2", then "_k<split>", "_swap", "_eb2", "_pp" when set.
   std::string name() const {
@@ -151,7 +152,9 @@ struct GemmConfig {
     // Tiles have power-of-two dimensions; wgmma's N is a multiple of 8 up to 256.
     rule(BN >= (swap_ab ? 8 : 16) && BN <= 256 && (BN & (BN - 1)) == 0,
          swap_ab ? "BN must be 8, 16, 32, 64, 128 or 256" : "BN must be 16, 32, 64, 128 or 256");
-    if (!y_nk) rule(BN % 64 == 0, "with B stored K x N, BN must be a multiple of 64 (B's 128-byte column panels)");
+    if (!y_nk)
+      rule(BN < 64 || BN % 64 == 0,
+           "with B stored K x N, BN must be 16, 32 or a multiple of 64 (B's 128-byte column panels)");
     if (swap_ab) rule(rows_per_consumer() % epilogue_n == 0, "BM / consumers must be a multiple of epilogue_n");
     rule(epilogue_buffers == 1 || epilogue_buffers == 2, "epilogue_buffers must be 1 or 2");
     // With one store per tile there is nothing to overlap (the next tile's main loop separates the stores).
@@ -320,6 +323,8 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
               }
             } else if (y_nk) {
               async_descriptor_load(Y, b_s[p.index()], {n * BN, k * BK}, full[p.index()]);
+            } else if (BN < PANEL) {  // narrower than a panel: the stage is one box of BN * 2-byte rows
+              async_descriptor_load(Y, b_s[p.index()], {k * BK, n * BN}, full[p.index()]);
             } else {
               for (int j = 0; j < BN / PANEL; ++j)
                 async_descriptor_load(Y, b_s[p.index()].cols(j * PANEL, PANEL), {k * BK, n * BN + j * PANEL},
@@ -511,14 +516,19 @@ inline weft::Grid splitk_reduce_grid(int M, int N, weft::SourceLoc loc) {
 
 namespace gemm_detail {
 
-// Kernels by configuration and layout, built once per process.
-inline const weft::Kernel& gemm_kernel(const GemmConfig& cfg, bool b_is_nk) {
+// Kernels by configuration and layout, built once per process: a configuration's rules are checked when its
+// kernel is built (an Error naming `loc`), so that a call with a known configuration builds no strings.
+inline const weft::Kernel& gemm_kernel(const GemmConfig& cfg, bool b_is_nk,
+                                       weft::SourceLoc loc = weft::SourceLoc::current()) {
   static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<weft::Kernel>> kernels;
+  static std::map<std::pair<GemmConfig, bool>, std::unique_ptr<weft::Kernel>> kernels;
   std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<weft::Kernel>& k = kernels[cfg.name() + (b_is_nk ? "/nk" : "/kn")];
-  if (!k) k = std::make_unique<weft::Kernel>(make_gemm_hopper_ws(cfg, b_is_nk));
-  return *k;
+  auto it = kernels.find({cfg, b_is_nk});
+  if (it != kernels.end()) return *it->second;
+  if (std::string why = cfg.problems(b_is_nk); !why.empty())
+    throw weft::Error("gemm_hopper_ws: configuration " + cfg.name() + " is not supported: " + why, loc);
+  return *kernels.emplace(std::pair{cfg, b_is_nk}, std::make_unique<weft::Kernel>(make_gemm_hopper_ws(cfg, b_is_nk)))
+              .first->second;
 }
 inline const weft::Kernel& splitk_reduce_kernel() {
   static const weft::Kernel k = make_gemm_splitk_reduce();
@@ -627,8 +637,7 @@ struct GemmLaunch {
 inline GemmLaunch plan_gemm(const GemmConfig& cfg, const weft::Buffer<weft::bf16>& a, const weft::Buffer<weft::bf16>& b,
                             const weft::Buffer<weft::bf16>& c, int M, int N, int K, bool b_is_nk, weft::SourceLoc loc) {
   using namespace weft;
-  if (std::string why = cfg.problems(b_is_nk); !why.empty())
-    throw Error("gemm_hopper_ws: configuration " + cfg.name() + " is not supported: " + why, loc);
+  const Kernel& kernel = gemm_kernel(cfg, b_is_nk, loc);  // (checks the configuration's rules)
   Device dev = Device::from_backend(*a.backend());
   const bool swap = cfg.swap_ab;
   const int R = swap ? N : M, Q = swap ? M : N;
@@ -640,7 +649,7 @@ inline GemmLaunch plan_gemm(const GemmConfig& cfg, const weft::Buffer<weft::bf16
   const int grid = CL == 1 ? std::min(tiles, dev.multiprocessors())
                            : CL * std::min((tiles_r + CL - 1) / CL * tiles_q, dev.multiprocessors() / CL);
   const int rows = cfg.rows_per_consumer();
-  GemmLaunch l{&gemm_kernel(cfg, b_is_nk),
+  GemmLaunch l{&kernel,
                // Swapped, A's rows are wgmma's N (BN) and B's its M (BM).
                tma(a, {M, K}, {swap ? cfg.BN : cfg.BM, cfg.BK}, {}, loc),
                b_is_nk ? tma(b, {N, K}, {swap ? cfg.BM : cfg.BN / CL, cfg.BK}, {}, loc)

@@ -278,14 +278,15 @@ RecentDescriptors& recent_descriptors() {
 std::shared_ptr<const TmaDescriptor> make_tma_descriptor(Backend* backend, void* buffer_address, size_t buffer_bytes,
                                                          DType dtype, Shape shape, Shape box, const TmaOptions& options,
                                                          SourceLoc loc) {
-  DescriptorKey key{backend, buffer_address, buffer_bytes, dtype, shape, box, options, loc};
+  // (The shapes move into the key: a repeated call, the common one, copies nothing.)
+  DescriptorKey key{backend, buffer_address, buffer_bytes, dtype, std::move(shape), std::move(box), options, loc};
   if (auto d = recent_descriptors().find(key)) return d;
   auto d = std::make_shared<TmaDescriptor>();
   TmaFields& f = d->fields;
   f.dtype = dtype;
-  f.shape = std::move(shape);
+  f.shape = key.shape;
   f.strides = options.strides;
-  f.box = std::move(box);
+  f.box = key.box;
   f.swizzle = options.swizzle;
   f.offset = options.offset;
   Checker(f, buffer_address, buffer_bytes, backend, loc).check();

@@ -40,12 +40,14 @@ TEST_CASE("GEMM configurations: tile shapes, consumers, BK, both B layouts, K ta
       INFO(cfg.name() << " B " << (b_is_nk ? "N x K" : "K x N"));
       check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { gemm_hopper_ws(a, b, c, p.M, p.N, p.K, b_is_nk, cfg); });
     }
-  // Narrow tiles with B N x K (wgmma N of 16 and 32).
-  for (int bn : {16, 32}) {
-    GemmConfig cfg{.BM = 64, .BN = bn, .consumers = 1};
-    INFO(cfg.name());
-    check_gemm(p, true, [&](auto& a, auto& b, auto& c) { gemm_hopper_ws(a, b, c, p.M, p.N, p.K, true, cfg); });
-  }
+  // Narrow tiles (wgmma N of 16 and 32), both B layouts: with B K x N a stage is one box of 32- or 64-byte
+  // rows (32- and 64-byte swizzles, wgmma's N-major B).
+  for (int bn : {16, 32})
+    for (bool b_is_nk : {true, false}) {
+      GemmConfig cfg{.BM = 64, .BN = bn, .consumers = 1};
+      INFO(cfg.name() << " B " << (b_is_nk ? "N x K" : "K x N"));
+      check_gemm(p, b_is_nk, [&](auto& a, auto& b, auto& c) { gemm_hopper_ws(a, b, c, p.M, p.N, p.K, b_is_nk, cfg); });
+    }
 }
 
 TEST_CASE("GEMM in clusters of two along M: each block multicasts half of the B tile", "[async][gemm]") {
