@@ -3,10 +3,14 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <weft/weft.h>
 
 #include "driver/cuda/cuda_driver.h"
 
@@ -26,6 +30,17 @@ inline std::string rounds_text(const std::vector<double>& round_medians) {
     t += buf;
   }
   return t;
+}
+
+// Keeps the default stream busy for about `us` microseconds (capped at half a second): one thread waits on the
+// GPU's global timer, so that the work queued after it meanwhile then runs back to back.
+inline void hold_stream(double us) {
+  static const weft::Kernel hold("bench_hold_stream", [](weft::Int microseconds) {
+    using namespace weft;
+    Long until = max(global_timer(), 0) + cast<int64_t>(microseconds) * 1000;  // (one value: the warp's latest reading)
+    while_([&] { return max(global_timer(), 0) < until; }, [] { nanosleep(2000); });
+  }, weft::KernelOptions{.num_warps = 1});
+  hold.launch(weft::Grid(1), int(std::min(us, 5e5)));
 }
 
 // Median milliseconds of `work` (which enqueues GPU work on the default stream) over `runs` runs.
@@ -58,6 +73,13 @@ inline double gpu_median_ms(const std::function<void()>& work, int warmup = 3, i
 // matters for calls of a fraction of a millisecond). Contenders then share the GPU's
 // clock and temperature history: under a power cap the H200's clocks drift by 10-20% over a few hundred
 // milliseconds of dense GEMMs, which blocks of one contender's calls at a time turn into a bias.
+//
+// The timed calls are queued behind a kernel that holds the stream (hold_stream) for as long as the host
+// took to queue the warm-up's calls, scaled to the timed ones: calls whose host time (cuBLASLt's 6-15 µs,
+// a weft launch's 4-6) exceeds their GPU time would otherwise find the GPU idle, and each pair of events
+// would time the host's work before the launch as well as the kernel (seen on the 1000 x 1000 products,
+// benchmarks/NOTES.md session 26). Behind the hold, the GPU runs the queued calls back to back, as nvbench's
+// blocking kernel makes it do.
 inline std::vector<std::vector<double>> gpu_times_ms_interleaved(const std::vector<std::function<void()>>& works,
                                                                  int warmup = 3, int runs = 20) {
   using namespace weft::driver::cuda;
@@ -68,8 +90,13 @@ inline std::vector<std::vector<double>> gpu_times_ms_interleaved(const std::vect
     check(cu.cuEventCreate(&start[i], 0), "cuEventCreate", "benchmark");
     check(cu.cuEventCreate(&stop[i], 0), "cuEventCreate", "benchmark");
   }
+  const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < warmup; ++i)
     for (const auto& w : works) w();
+  const double warmup_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  // The host's time to queue the timed calls (with their events), from the warm-up's, with a margin.
+  // (WEFT_BENCH_NO_HOLD=1: without it, as before session 26, to compare.)
+  if (!std::getenv("WEFT_BENCH_NO_HOLD")) hold_stream(1.5 * warmup_us * runs / std::max(warmup, 1) + 200);
   for (int r = 0; r < runs; ++r)
     for (size_t k = 0; k < n; ++k) {
       const size_t which = (size_t(r) + k) % n, slot = which * runs + r;
