@@ -7,17 +7,17 @@
 #include <tuple>
 
 #include "codegen/llvm_builders.h"
+#include "codegen/nvptx/redundant_syncs.h"
 #include "ir/copy_hints.h"
 #include "ir/walk.h"
 #include "passes/shared_layouts.h"
 
 namespace weft::codegen::nvptx::detail {
 
+// Marked as the group's own sync: where the optimized code has two in a row, or a fence again after a fence
+// and a sync, remove_redundant_syncs keeps one (one op's closing sync is often the next one's opening sync).
 void Lowering::sync_group() {
-  if (group_barrier_)
-    ptx_.barrier(group_barrier_, i32c(threads_));
-  else
-    ptx_.barrier();
+  mark_group_sync(group_barrier_ ? ptx_.barrier(group_barrier_, i32c(threads_)) : ptx_.barrier());
 }
 
 // Thread 0 initializes every mbarrier before any user code; the fence and bar.sync publish them (in a
@@ -263,8 +263,9 @@ void Lowering::hopper_node(const NodeRef& n) {
       if (debug_waits_)  // counters in shared memory that can time out (debug_waits.h)
         return debug_waits_->named_barrier(debug_named_barrier(id), id, threads, wait,
                                            wait ? wait_sites_->index.at(n.get()) : 0);
-      if (wait) return ptx_.barrier(i32c(id), i32c(threads));
-      return ptx_.barrier_arrive(i32c(id), i32c(threads));
+      if (wait) ptx_.barrier(i32c(id), i32c(threads));
+      else ptx_.barrier_arrive(i32c(id), i32c(threads));
+      return;
     }
     case Op::AsyncTasks: return async_tasks(n);
     case Op::TaskReplicaId: regs_[n.get()] = {{replica_}}; return;

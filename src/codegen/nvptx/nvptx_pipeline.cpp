@@ -17,6 +17,7 @@
 
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/compile_ptx.h"
+#include "codegen/nvptx/redundant_syncs.h"
 #include "support/env.h"
 #include "weft/error.h"
 
@@ -138,6 +139,7 @@ void optimize_for_nvptx(llvm::Module& m, llvm::TargetMachine* target) {
     }
     return mpm;
   });
+  remove_redundant_syncs(m);
 }
 
 }  // namespace weft::codegen::nvptx

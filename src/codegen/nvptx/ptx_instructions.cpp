@@ -30,12 +30,12 @@ llvm::Value* PtxInstructions::grid_size(int axis) {
   return read_special(b_, ids[axis]);
 }
 
-void PtxInstructions::barrier() {
-  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
+llvm::CallInst* PtxInstructions::barrier() {
+  return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_all, {}, {b_.getInt32(0)});
 }
 
-void PtxInstructions::barrier(llvm::Value* id, llvm::Value* threads) {
-  b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count, {}, {id, threads});
+llvm::CallInst* PtxInstructions::barrier(llvm::Value* id, llvm::Value* threads) {
+  return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier_cta_sync_aligned_count, {}, {id, threads});
 }
 
 void PtxInstructions::barrier_arrive(llvm::Value* id, llvm::Value* threads) {

@@ -28,8 +28,8 @@ class PtxInstructions {
   llvm::Value* thread_index_in_place();  // mov.u32 %r, %tid.x
   llvm::Value* block_index(int axis);   // mov.u32 %r, %ctaid.{x,y,z}
   llvm::Value* grid_size(int axis);     // mov.u32 %r, %nctaid.{x,y,z}
-  void barrier();                       // bar.sync 0
-  void barrier(llvm::Value* id, llvm::Value* threads);         // bar.sync id, threads
+  llvm::CallInst* barrier();                                       // bar.sync 0
+  llvm::CallInst* barrier(llvm::Value* id, llvm::Value* threads);  // bar.sync id, threads
   void barrier_arrive(llvm::Value* id, llvm::Value* threads);  // bar.arrive id, threads
   void warp_sync();                     // bar.warp.sync 0xffffffff
   // The warp-group register budget: setmaxnreg.{inc,dec}.sync.aligned.u32 regs.
