@@ -15,7 +15,9 @@
 //   bench_compile [--runs N] [--warm N] [--json] [--only NAME]
 //   bench_compile --parallel [--runs N] [--json]   every kernel one after the other, then all at once with
 //                                                  Kernel::compile_async (in one process, after a warm-up)
-//   bench_compile --once NAME [--warm N]    (internal) one process's compiles, one line of numbers each
+//   bench_compile --once NAME [--warm N] [--rusage]    (internal) one process's compiles, one line of
+//                                          numbers each; --rusage adds, on stderr, each compile's page faults
+//                                          and user / system CPU time (where a slow host spends it)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +32,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include <weft/weft.h>
 
@@ -124,13 +128,32 @@ struct Row {
   double own = 0, total = 0;
 };
 
-int run_once(const std::string& name, int warm) {
+struct Usage {
+  long minor_faults, major_faults;
+  double user_ms, sys_ms;
+};
+
+Usage usage_now() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto ms = [](const timeval& t) { return t.tv_sec * 1e3 + t.tv_usec / 1e3; };
+  return {u.ru_minflt, u.ru_majflt, ms(u.ru_utime), ms(u.ru_stime)};
+}
+
+int run_once(const std::string& name, int warm, bool rusage) {
   Device dev = Device::current();
   Buffer<float> context = dev.alloc<float>(1);  // the driver's start-up is not compile time
   for (const Case& c : cases()) {
     if (name != c.name) continue;
     for (int i = 0; i <= warm; ++i) {
+      Usage before = usage_now();
       c.compile(dev);
+      if (rusage) {
+        Usage after = usage_now();
+        std::fprintf(stderr, "compile %d: %ld minor / %ld major page faults, user %.2f ms, system %.2f ms\n", i,
+                     after.minor_faults - before.minor_faults, after.major_faults - before.major_faults,
+                     after.user_ms - before.user_ms, after.sys_ms - before.sys_ms);
+      }
       std::optional<CompileTimes> t = support::last_compile_times();
       if (!t) {
         std::fprintf(stderr, "bench_compile: no compile was recorded for %s\n", c.name);
@@ -203,7 +226,7 @@ std::vector<Row> run_child(const char* self, const std::string& name, int warm) 
 
 int main(int argc, char** argv) try {
   int runs = 5, warm = 3;
-  bool json = false, parallel = false;
+  bool json = false, parallel = false, rusage = false;
   std::string only, once;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -213,12 +236,13 @@ int main(int argc, char** argv) try {
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else if (a == "--once" && i + 1 < argc) once = argv[++i];
     else if (a == "--parallel") parallel = true;
+    else if (a == "--rusage") rusage = true;
     else {
       std::fprintf(stderr, "usage: bench_compile [--runs N] [--warm N] [--json] [--only NAME]\n");
       return 2;
     }
   }
-  if (!once.empty()) return once == "parallel" ? run_parallel_once() : run_once(once, warm);
+  if (!once.empty()) return once == "parallel" ? run_parallel_once() : run_once(once, warm, rusage);
   if (parallel) {  // median over `runs` fresh processes
     std::vector<double> serial, together, longest;
     unsigned threads = 0;

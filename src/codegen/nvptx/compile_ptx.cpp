@@ -141,6 +141,7 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
   if (support::knobs().dumps("llvm")) support::dump("llvm", f.name, "nvptx.ll", print_module(m));
   stage.emplace(CompileStage::llvm_opt);
   optimize_for_nvptx(m, tm);
+  if (support::knobs().dumps("llvm-opt")) support::dump("llvm-opt", f.name, "nvptx.opt.ll", print_module(m));
 
   stage.emplace(CompileStage::codegen);
   PtxKernel out;

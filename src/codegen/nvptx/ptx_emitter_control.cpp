@@ -259,13 +259,19 @@ void PtxEmitter::emit_terminator(const llvm::Instruction& inst) {
     if (to != next_block_) line("bra.uni " + label(to));
   };
   if (auto* sw = llvm::dyn_cast<llvm::SwitchInst>(&inst)) {
-    // A test per case; each taken edge gets its own copies.
+    // A test per case; each taken edge gets its own copies. A switch on an i1 (a predicate register, which
+    // setp cannot compare) branches on the predicate itself.
     llvm::Type* t = sw->getCondition()->getType();
     std::string x = reg(sw->getCondition());
     for (const auto& c : sw->cases()) {
-      std::string other = fresh_label(), differs = fresh(Reg::pred);
-      line(fmt::format("setp.ne.b{} {}, {}, {}", mov_bits(class_of(t)), differs, x, immediate(c.getCaseValue())));
-      line(fmt::format("@{} bra {}", differs, other));
+      std::string other = fresh_label();
+      if (t->isIntegerTy(1)) {
+        line(fmt::format("@{}{} bra {}", c.getCaseValue()->isOne() ? "!" : "", x, other));
+      } else {
+        std::string differs = fresh(Reg::pred);
+        line(fmt::format("setp.ne.b{} {}, {}, {}", mov_bits(class_of(t)), differs, x, immediate(c.getCaseValue())));
+        line(fmt::format("@{} bra {}", differs, other));
+      }
       emit_phi_copies(from, *c.getCaseSuccessor());
       line("bra.uni " + label(c.getCaseSuccessor()));
       body_ += other + ":\n";
