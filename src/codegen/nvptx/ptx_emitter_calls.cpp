@@ -415,29 +415,51 @@ std::string PtxEmitter::phi_register_for_output(const llvm::CallInst& call, unsi
   return "";
 }
 
-// Inline asm as LLVM prints it: $N is operand N (the outputs, then the inputs), $$ a dollar sign. An input tied
-// to an output ("0") is copied into the output's register before the statement.
+// Inline asm as LLVM prints it: $N is operand N (the outputs, then the inputs), $$ a dollar sign. Parsed once per
+// InlineAsm (LLVM keeps one per distinct text and constraints, and a kernel repeats its statements).
+const PtxEmitter::ParsedAsm& PtxEmitter::parse_asm(const llvm::InlineAsm& ia) {
+  auto [at, made] = parsed_asm_.try_emplace(&ia);
+  ParsedAsm& p = at->second;
+  if (!made) return p;
+  p.constraints = ia.ParseConstraints();
+  llvm::StringRef text = ia.getAsmString();
+  std::string literal;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char ch = text[i];
+    if (ch != '$') {
+      literal += ch;
+      continue;
+    }
+    if (i + 1 < text.size() && text[i + 1] == '$') {  // "$$": a dollar sign
+      literal += '$';
+      ++i;
+      continue;
+    }
+    size_t j = i + 1, n = 0;
+    for (; j < text.size() && std::isdigit(static_cast<unsigned char>(text[j])) && n < 100000; ++j)
+      n = n * 10 + (text[j] - '0');
+    if (j == i + 1) throw Unsupported("an inline asm operand with a modifier");
+    if (n >= 100000) throw Unsupported("an inline asm operand number out of range");
+    p.pieces.emplace_back(std::move(literal), static_cast<int>(n));
+    literal.clear();
+    if (n >= p.named.size()) p.named.resize(n + 1, false);
+    p.named[n] = true;
+    i = j - 1;
+  }
+  p.pieces.emplace_back(std::move(literal), -1);
+  return p;
+}
+
+// The statement with its operands in registers (parse_asm); an input tied to an output ("0") is copied into the
+// output's register before it.
 void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
-  auto* ia = llvm::cast<llvm::InlineAsm>(call.getCalledOperand());
-  llvm::InlineAsm::ConstraintInfoVector infos = ia->ParseConstraints();
+  const ParsedAsm& parsed = parse_asm(*llvm::cast<llvm::InlineAsm>(call.getCalledOperand()));
+  const llvm::InlineAsm::ConstraintInfoVector& infos = parsed.constraints;
   llvm::Type* t = call.getType();
   Parts outputs;
   std::vector<std::string> operands;
   unsigned input = 0;
-  const std::string text = ia->getAsmString().str();
-  std::vector<bool> named_in_text;  // which operands the text reads or writes
-  for (size_t at = text.find('$'); at != std::string::npos; at = text.find('$', at + 1)) {
-    size_t j = at + 1;
-    if (j < text.size() && text[j] == '$') {  // "$$": a dollar sign
-      at = j;
-      continue;
-    }
-    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
-    if (j == at + 1) continue;
-    size_t n = std::stoul(text.substr(at + 1, j - at - 1));
-    if (n >= named_in_text.size()) named_in_text.resize(n + 1, false);
-    named_in_text[n] = true;
-  }
+  const std::vector<bool>& named_in_text = parsed.named;  // which operands the text reads or writes
   auto named = [&](size_t n) { return n < named_in_text.size() && named_in_text[n]; };
   std::vector<std::pair<std::string, std::string>> copies_after;  // (output, input) of passed-through values
   std::unordered_map<std::string, int> input_reads;  // how many of the inputs read each register
@@ -533,25 +555,11 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
   // (Outputs that took over a register are bound to both values now: a later take-over checks both.)
 
   std::string out;
-  out.reserve(text.size() + 64);
-  for (size_t i = 0; i < text.size(); ++i) {
-    char ch = text[i];
-    if (ch != '$') {
-      out += ch;
-      continue;
-    }
-    if (i + 1 < text.size() && text[i + 1] == '$') {
-      out += '$';
-      ++i;
-      continue;
-    }
-    size_t j = i + 1;
-    while (j < text.size() && std::isdigit(static_cast<unsigned char>(text[j]))) ++j;
-    if (j == i + 1) throw Unsupported("an inline asm operand with a modifier");
-    size_t n = std::stoul(text.substr(i + 1, j - i - 1));
-    if (n >= operands.size()) throw Unsupported("an inline asm operand number out of range");
+  for (const auto& [literal, n] : parsed.pieces) {
+    out += literal;
+    if (n < 0) break;
+    if (static_cast<size_t>(n) >= operands.size()) throw Unsupported("an inline asm operand number out of range");
     out += operands[n];
-    i = j - 1;
   }
   body_ += "\t// begin inline asm\n\t";
   body_ += out;

@@ -6,6 +6,7 @@
 #include <llvm/ADT/DenseSet.h>
 #include <llvm/ADT/SmallPtrSet.h>
 #include <llvm/IR/DataLayout.h>
+#include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/IntrinsicInst.h>
 
@@ -78,6 +79,13 @@ class PtxEmitter {
   void emit_call(const llvm::CallInst& call);
   void emit_intrinsic(const llvm::IntrinsicInst& call);
   void emit_inline_asm(const llvm::CallInst& call);
+  // An inline asm statement's constraints and its text split at the operands it names.
+  struct ParsedAsm {
+    llvm::InlineAsm::ConstraintInfoVector constraints;
+    std::vector<std::pair<std::string, int>> pieces;  // text up to an operand, then that operand (-1: the end)
+    std::vector<bool> named;                          // which operands the text names
+  };
+  const ParsedAsm& parse_asm(const llvm::InlineAsm& ia);  // cached in parsed_asm_
   void emit_saturating_conversion(const llvm::CallInst& call, bool is_signed);  // llvm.fpto[su]i.sat
   void emit_f64_maximum(const llvm::CallInst& call, bool is_max);               // llvm.maximum/minimum.f64
   void emit_fpclass_test(const llvm::CallInst& call);                           // llvm.is.fpclass
@@ -94,6 +102,8 @@ class PtxEmitter {
   std::string phi_register_for_value(const llvm::Instruction& inst, Reg cls);
   void bind(const llvm::Value* v, Parts parts);    // v's parts are these registers (they are defined once)
   Parts parts(const llvm::Value* v);              // v's registers, a constant made into registers
+  // The same in place: valid until the next value or constant gets registers (bind, parts of a constant).
+  const Parts& parts_in_place(const llvm::Value* v);
   bool shareable(const Parts& registers);          // whether another value may be bound to these registers
   std::string reg(const llvm::Value* v);           // a scalar's register
   std::string operand(const llvm::Value* v);       // a scalar as an immediate where it is a constant
@@ -141,6 +151,7 @@ class PtxEmitter {
   // The values each register holds (an extractvalue shares its aggregate's register; an inline asm's output
   // may take over the register of an input that dies there: emit_inline_asm).
   std::unordered_map<std::string, std::vector<const llvm::Value*>> register_values_;
+  llvm::DenseMap<const llvm::InlineAsm*, ParsedAsm> parsed_asm_;
 };
 
 // Two-lane groups of 16-bit lanes share a b32 register.

@@ -31,7 +31,7 @@ void PtxEmitter::emit_instruction(const llvm::Instruction& inst) {
       auto& ev = llvm::cast<llvm::ExtractValueInst>(inst);
       if (ev.getNumIndices() != 1 || !ev.getType()->isSingleValueType() || ev.getType()->isVectorTy())
         throw Unsupported("an extractvalue of a nested aggregate");
-      std::string field = parts(ev.getAggregateOperand()).at(ev.getIndices()[0]);
+      std::string field = parts_in_place(ev.getAggregateOperand()).at(ev.getIndices()[0]);
       // A phi's registers change on the edges into its block: a field still needed there gets its own copy.
       // (Else it shares the register: a copy could read a wgmma's accumulator while the wgmma is in flight.)
       if (auto* phi = llvm::dyn_cast<llvm::PHINode>(ev.getAggregateOperand()); phi && live_into(&ev, phi->getParent())) {
@@ -688,7 +688,7 @@ void PtxEmitter::emit_shuffle(const llvm::ShuffleVectorInst& shuffle) {
   auto lane = [&](int m) -> std::string {
     const llvm::Value* v = inputs[m / n];
     if (llvm::isa<llvm::UndefValue>(v)) return "";
-    Parts p = parts(v);
+    const Parts& p = parts_in_place(v);  // nothing gets registers while p is read
     int i = m % n;
     if (!packed) return p[i];
     if (p[i / 2].empty()) return "";
