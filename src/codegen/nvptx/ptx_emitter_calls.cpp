@@ -435,11 +435,12 @@ const PtxEmitter::ParsedAsm& PtxEmitter::parse_asm(const llvm::InlineAsm& ia) {
       ++i;
       continue;
     }
-    size_t j = i + 1, n = 0;
-    for (; j < text.size() && std::isdigit(static_cast<unsigned char>(text[j])) && n < 100000; ++j)
+    // Operands are numbered within the constraints (clobbers come last): a larger number names none.
+    size_t j = i + 1, n = 0, operands = p.constraints.size();
+    for (; j < text.size() && std::isdigit(static_cast<unsigned char>(text[j])) && n < operands; ++j)
       n = n * 10 + (text[j] - '0');
     if (j == i + 1) throw Unsupported("an inline asm operand with a modifier");
-    if (n >= 100000) throw Unsupported("an inline asm operand number out of range");
+    if (n >= operands) throw Unsupported("an inline asm operand number out of range");
     p.pieces.emplace_back(std::move(literal), static_cast<int>(n));
     literal.clear();
     if (n >= p.named.size()) p.named.resize(n + 1, false);
