@@ -18,6 +18,7 @@
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/compile_ptx.h"
 #include "codegen/nvptx/redundant_syncs.h"
+#include "codegen/nvptx/sink_values.h"
 #include "support/env.h"
 #include "weft/error.h"
 
@@ -43,7 +44,8 @@ constexpr const char* kDefaultPipeline =
 // second early-cse where gvn was, then four passes for what LLVM's code generator would have done: a
 // remainder next to its division becomes a multiply and a subtraction (div-rem-pairs), addresses that differ
 // by a constant share one base (separate-const-offset-from-gep, early-cse), and a value moves into the block
-// that uses it (sink; without it ptxas spills in attention's consumers). The second early-cse and instcombine
+// that uses it (weft-sink: LLVM's sink with a GPU's cost model, sink_values.h; without sinking ptxas spills
+// in attention's consumers). The second early-cse and instcombine
 // clean up what the first instcombine and licm exposed: without either, the small-M GEMM's SASS is up to 8%
 // longer and the swapped GEMM's 3% (an address recomputed in each guarded block). early-cse there instead of gvn
 // costs half as much (attention's optimization 11.4 -> 9.9 ms on the build machine) and leaves the SASS of the
@@ -52,7 +54,7 @@ constexpr const char* kDefaultPipeline =
 constexpr const char* kWeftEmitterPipeline =
     "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),"
     "early-cse,instcombine<no-verify-fixpoint>,infer-alignment),"
-    "function(div-rem-pairs,separate-const-offset-from-gep,early-cse,sink)";
+    "function(div-rem-pairs,separate-const-offset-from-gep,early-cse,weft-sink)";
 
 // The code generator's own optional passes weft skips by default. A name alone skips every run of that
 // pass; "name#k" skips its k-th run on each function (from 1), for a pass the pipeline adds more than once.
@@ -131,6 +133,12 @@ std::string nvptx_pipeline() {
 void optimize_for_nvptx(llvm::Module& m, llvm::TargetMachine* target) {
   const std::string pipeline = nvptx_pipeline();
   run_passes(m, target, [&](llvm::PassBuilder& pb) {
+    pb.registerPipelineParsingCallback([](llvm::StringRef name, llvm::FunctionPassManager& fpm,
+                                          llvm::ArrayRef<llvm::PassBuilder::PipelineElement>) {
+      if (name != "weft-sink") return false;
+      fpm.addPass(SinkValuesPass());
+      return true;
+    });
     llvm::ModulePassManager mpm;
     if (llvm::Error e = pb.parsePassPipeline(mpm, pipeline)) {
       std::string why = llvm::toString(std::move(e));
