@@ -286,6 +286,9 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
 
   async_tasks(
       task("producer", {.warps = 4, .regs = 40}, [&] {
+        // The descriptors into the cache TMA reads them from, under the set-up, not at the first copy.
+        prefetch_descriptor(X);
+        prefetch_descriptor(Y);
         Pipeline p(S);
         for_each_tile([&](Int m, Int nq) {
           Work w = work_of(nq);
@@ -335,6 +338,7 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
         });
       }),
       task("consumer", {.warps = 4, .regs = 232, .replicas = CONS}, [&] {
+        if (C) prefetch_descriptor(*C);
         Int r = task_replica_id();
         // One wgmma group stays in flight: step k waits for step k - 1's group, then releases its stage
         // (`done` trails `p` by one step).
