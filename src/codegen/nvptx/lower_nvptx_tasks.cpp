@@ -113,13 +113,16 @@ bool Lowering::uses_named_barriers(const ir::Region& r) {
       r, [](const ir::Node& n) { return n.op == Op::NamedBarrierWait || n.op == Op::NamedBarrierArrive; });
 }
 
-// GPU debug mode: the counter of named barrier `id` (an i64 in shared memory, after everything else; its
-// offset is set in run()).
 // The thread of the group that performs what the group does once: thread 0, or in a task its first warp
 // runs alone, the lane elect.sync picks (a warp-uniform choice, so that ptxas keeps the task's scalar work
-// on the uniform datapath rather than in per-thread registers).
-Value* Lowering::one_thread_of_group() { return one_warp_ ? ptx_.elect_one() : b_.CreateICmpEQ(tid_, i32c(0)); }
+// on the uniform datapath rather than in per-thread registers). `same_thread`: an operation whose effect
+// belongs to the thread (a bulk async-group committed, then waited for): always thread 0.
+Value* Lowering::one_thread_of_group(bool same_thread) {
+  return one_warp_ && !same_thread ? ptx_.elect_one() : b_.CreateICmpEQ(tid_, i32c(0));
+}
 
+// GPU debug mode: the counter of named barrier `id` (an i64 in shared memory, after everything else; its
+// offset is set in run()).
 Value* Lowering::debug_named_barrier(int64_t id) {
   Value* base = b_.CreateLoad(b_.getInt32Ty(), debug_named_base_);
   return shared_element(b_.getInt64Ty(), base, i32c(id));
@@ -128,9 +131,9 @@ Value* Lowering::debug_named_barrier(int64_t id) {
 // Runs `body` on one thread of the group after all of the group's threads got here: how a task replica
 // arrives once at an mbarrier. (In a task its first warp runs alone, that warp's elected lane: its lanes
 // cannot lag one another by a phase, so they need no sync first.)
-void Lowering::once_per_group(const std::function<void()>& body) {
+void Lowering::once_per_group(const std::function<void()>& body, bool same_thread) {
   if (!one_warp_) sync_group();
-  guarded(one_thread_of_group(), [&]() -> Value* {
+  guarded(one_thread_of_group(same_thread), [&]() -> Value* {
     body();
     return nullptr;
   }, nullptr);
@@ -207,11 +210,11 @@ void Lowering::hopper_node(const NodeRef& n) {
       once_per_group([&] {
         ptx_.tma_store(desc, coords, smem, l2_policy(*n), ir::store_reduce_name(ir::copy_hints(n->attrs).reduce));
         ptx_.bulk_commit_group();
-      });
+      }, /*same_thread=*/true);  // the thread that waits for the group (AsyncStoreWait)
       return;
     }
     case Op::AsyncStoreWait:
-      guarded(one_thread_of_group(), [&]() -> Value* {
+      guarded(one_thread_of_group(/*same_thread=*/true), [&]() -> Value* {
         ptx_.bulk_wait_group_read(static_cast<int>(n->attrs.ints[0]));
         return nullptr;
       }, nullptr);
