@@ -1,5 +1,7 @@
 #include "passes/task_plan.h"
 
+#include <unordered_set>
+
 #include <fmt/format.h>
 
 #include "support/compile_timing.h"
@@ -49,7 +51,48 @@ void check_named_barrier_ids(const ir::Region& r, int first_reserved) {
   }
 }
 
+// runs_on_one_thread's walk: `declared` collects the body's own Vars (a Var is declared before it is set).
+bool one_thread_region(const ir::Region& r, std::unordered_set<const ir::Node*>& declared) {
+  using ir::Op;
+  for (const ir::NodeRef& n : r.body) {
+    const ir::Type& t = n->type;
+    if ((t.kind == ir::Type::Kind::Value || t.kind == ir::Type::Kind::Var) && !t.shape.empty()) return false;
+    switch (n->op) {
+      case Op::VarDecl: declared.insert(n.get()); break;
+      case Op::VarSet:
+        if (!declared.count(n->operands[0].get())) return false;  // other threads would not see the new value
+        break;
+      case Op::BarrierArrive: {  // an arrival per group, not per thread (alloc_warp_barriers)
+        const ir::Node* array = n->operands[0]->op == Op::BarrierAt ? n->operands[0]->operands[0].get()
+                                                                     : n->operands[0].get();
+        if (array->attrs.ints.size() > 2 && array->attrs.ints[2] == 1) return false;
+        break;
+      }
+      case Op::ProgramId: case Op::NumPrograms: case Op::Constant: case Op::TaskReplicaId: case Op::ClusterCtaRank:
+      case Op::Fma: case Op::Select: case Op::Cast: case Op::PtrAdd: case Op::Load:
+      case Op::For: case Op::If: case Op::While: case Op::LoopCondition: case Op::VarGet:
+      case Op::LocalView: case Op::LocalTrans: case Op::LocalRows: case Op::LocalCols: case Op::LocalReinterpret:
+      case Op::BarrierAt: case Op::BarrierExpectBytes: case Op::BarrierWait: case Op::BarrierArriveRemote:
+      case Op::AsyncDescriptorLoad: case Op::AsyncDescriptorLoadMulticast: case Op::AsyncDescriptorPrefetch:
+      case Op::DescriptorPrefetch: case Op::AsyncDescriptorStore: case Op::AsyncStoreWait:
+      case Op::FenceAsyncShared: case Op::Fence: case Op::Nanosleep:
+        break;
+      default:
+        if (ir::op_category(n->op) == ir::OpCategory::Special || ir::op_category(n->op) == ir::OpCategory::Leaf)
+          return false;  // everything else: per-thread data, warp- or block-wide operations
+    }
+    for (const ir::Region& inner : n->regions)
+      if (!one_thread_region(inner, declared)) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+bool runs_on_one_thread(const ir::Region& task_body) {
+  std::unordered_set<const ir::Node*> declared;
+  return one_thread_region(task_body, declared);
+}
 
 TaskPlan plan_tasks(const ir::Function& f, int default_warps) {
   support::StageTimer timer(support::CompileStage::passes);
@@ -72,6 +115,7 @@ TaskPlan plan_tasks(const ir::Function& f, int default_warps) {
     s.regs = static_cast<int>(n.attrs.ints.at(3 * t + 1));
     s.replicas = static_cast<int>(n.attrs.ints.at(3 * t + 2));
     s.first_warp = warp;
+    s.one_thread = runs_on_one_thread(n.regions[t]);
     // Errors about one task name its task() call; those about all of them, async_tasks (the first task).
     SourceLoc task_loc = n.regions[t].loc.line ? n.regions[t].loc : loc;
     // Deadlock reports and budget errors name tasks: two of one name would make them ambiguous.

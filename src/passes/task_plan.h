@@ -26,6 +26,9 @@ struct TaskSlot {
   int warps = 0;       // per replica
   int replicas = 1;
   int regs = 0;        // per thread after setmaxnreg; 0: the entry cap
+  // The body is scalar work around operations that one thread performs for its group (TMA copies, expected
+  // bytes, the group's mbarrier arrivals, waits): thread 0 of each replica can run it alone (runs_on_one_thread).
+  bool one_thread = false;
 };
 
 struct TaskPlan {
@@ -41,5 +44,14 @@ struct TaskPlan {
 constexpr int kRegisterFile = 64 * 1024;
 
 TaskPlan plan_tasks(const ir::Function& f, int default_warps);
+
+// Whether a task body computes nothing per thread: every value it makes is a scalar (the same in every thread
+// of the group), it assigns no Var declared outside it, and each effect is one a group performs once (TMA
+// loads, prefetches and stores, expect-bytes, arrivals at barriers that count groups, remote arrivals) or a
+// thread's own wait. Such a body means the same on one thread as on all of them; a back end may run it on one
+// thread of the group, so that the group needs no sync before its one-thread operations (NVPTX runs it on
+// the group's first warp, its one-thread operations on an elected lane: a producer's loop of waits and TMA
+// copies then costs no bar.sync per step, and one warp polls its mbarriers instead of four).
+bool runs_on_one_thread(const ir::Region& task_body);
 
 }  // namespace weft::passes

@@ -321,7 +321,7 @@ void Lowering::bulk_copy(const NodeRef& n) {
     return nullptr;
   };
   if (load) {
-    guarded(b_.CreateICmpEQ(tid_, i32c(0)), issue, nullptr);
+    guarded(one_thread_of_group(), issue, nullptr);
     return;
   }
   ptx_.fence_proxy_async_shared();  // this thread's writes to the view, visible to the copy engine

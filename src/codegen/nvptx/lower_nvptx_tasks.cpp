@@ -17,6 +17,7 @@ namespace weft::codegen::nvptx::detail {
 // Marked as the group's own sync: where the optimized code has two in a row, or a fence again after a fence
 // and a sync, remove_redundant_syncs keeps one (one op's closing sync is often the next one's opening sync).
 void Lowering::sync_group() {
+  if (one_warp_) return ptx_.warp_sync();  // a task its first warp runs alone (TaskSlot::one_thread)
   mark_group_sync(group_barrier_ ? ptx_.barrier(group_barrier_, i32c(threads_)) : ptx_.barrier());
 }
 
@@ -56,7 +57,8 @@ void Lowering::plan_warp_arrivals() {
         default: break;
       }
       if (n->op == Op::AsyncTasks) {
-        for (size_t t = 0; t < n->regions.size(); ++t) walk(n->regions[t], tasks_.slots[t].warps);
+        for (size_t t = 0; t < n->regions.size(); ++t)  // (a task run by one thread arrives once: group arrivals)
+          walk(n->regions[t], tasks_.slots[t].one_thread ? 0 : tasks_.slots[t].warps);
         continue;
       }
       for (const ir::Region& inner : n->regions) walk(inner, group_warps);
@@ -111,6 +113,14 @@ bool Lowering::uses_named_barriers(const ir::Region& r) {
       r, [](const ir::Node& n) { return n.op == Op::NamedBarrierWait || n.op == Op::NamedBarrierArrive; });
 }
 
+// The thread of the group that performs what the group does once: thread 0, or in a task its first warp
+// runs alone, the lane elect.sync picks (a warp-uniform choice, so that ptxas keeps the task's scalar work
+// on the uniform datapath rather than in per-thread registers). `same_thread`: an operation whose effect
+// belongs to the thread (a bulk async-group committed, then waited for): always thread 0.
+Value* Lowering::one_thread_of_group(bool same_thread) {
+  return one_warp_ && !same_thread ? ptx_.elect_one() : b_.CreateICmpEQ(tid_, i32c(0));
+}
+
 // GPU debug mode: the counter of named barrier `id` (an i64 in shared memory, after everything else; its
 // offset is set in run()).
 Value* Lowering::debug_named_barrier(int64_t id) {
@@ -119,10 +129,11 @@ Value* Lowering::debug_named_barrier(int64_t id) {
 }
 
 // Runs `body` on one thread of the group after all of the group's threads got here: how a task replica
-// arrives once at an mbarrier.
-void Lowering::once_per_group(const std::function<void()>& body) {
-  sync_group();
-  guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+// arrives once at an mbarrier. (In a task its first warp runs alone, that warp's elected lane: its lanes
+// cannot lag one another by a phase, so they need no sync first.)
+void Lowering::once_per_group(const std::function<void()>& body, bool same_thread) {
+  if (!one_warp_) sync_group();
+  guarded(one_thread_of_group(same_thread), [&]() -> Value* {
     body();
     return nullptr;
   }, nullptr);
@@ -162,7 +173,7 @@ void Lowering::hopper_node(const NodeRef& n) {
       Value* mask = multicast ? b_.CreateTrunc(regs(o[3]).v[0], b_.getInt16Ty()) : nullptr;
       std::vector<Value*> coords;
       for (size_t i = o.size(); i-- > (multicast ? 4u : 3u);) coords.push_back(regs(o[i]).v[0]);  // innermost first
-      guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+      guarded(one_thread_of_group(), [&]() -> Value* {
         Value* policy = l2_policy(*n);
         if (multicast)
           ptx_.tma_load_multicast(smem, desc, coords, bar, mask, policy);
@@ -176,7 +187,7 @@ void Lowering::hopper_node(const NodeRef& n) {
       Value* desc = raw(o[0]).v[0];
       std::vector<Value*> coords;
       for (size_t i = o.size(); i-- > 1;) coords.push_back(regs(o[i]).v[0]);
-      guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+      guarded(one_thread_of_group(), [&]() -> Value* {
         ptx_.tma_prefetch(desc, coords, l2_policy(*n));
         return nullptr;
       }, nullptr);
@@ -184,7 +195,7 @@ void Lowering::hopper_node(const NodeRef& n) {
     }
     case Op::DescriptorPrefetch: {
       Value* desc = raw(o[0]).v[0];
-      guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+      guarded(one_thread_of_group(), [&]() -> Value* {
         ptx_.prefetch_tensormap(desc);
         return nullptr;
       }, nullptr);
@@ -199,11 +210,11 @@ void Lowering::hopper_node(const NodeRef& n) {
       once_per_group([&] {
         ptx_.tma_store(desc, coords, smem, l2_policy(*n), ir::store_reduce_name(ir::copy_hints(n->attrs).reduce));
         ptx_.bulk_commit_group();
-      });
+      }, /*same_thread=*/true);  // the thread that waits for the group (AsyncStoreWait)
       return;
     }
     case Op::AsyncStoreWait:
-      guarded(b_.CreateICmpEQ(tid_, i32c(0)), [&]() -> Value* {
+      guarded(one_thread_of_group(/*same_thread=*/true), [&]() -> Value* {
         ptx_.bulk_wait_group_read(static_cast<int>(n->attrs.ints[0]));
         return nullptr;
       }, nullptr);
@@ -340,7 +351,8 @@ void Lowering::async_tasks(const NodeRef& n) {
       Value* replica = b_.CreateUDiv(b_.CreateSub(warp, i32c(first)), i32c(slot.warps));
       Value* fiber_index = b_.CreateAdd(replica, i32c(fiber));
       Value* group_start = b_.CreateMul(b_.CreateAdd(b_.CreateMul(replica, i32c(slot.warps)), i32c(first)), i32c(32));
-      auto saved = std::make_tuple(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_, task_registers_);
+      auto saved = std::make_tuple(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_, task_registers_,
+                                   one_warp_);
       partials_unsettled_ = false;
       task_registers_ = slot.regs;
       tid_ = b_.CreateSub(block_tid_, group_start);
@@ -359,12 +371,24 @@ void Lowering::async_tasks(const NodeRef& n) {
       int64_t outer_bytes = scratch_bytes_;
       scratch_bytes_ = 0;
       for (const NodeRef& d : deferred_order_) node(d);
-      region(n->regions[t]);
+      if (slot.one_thread) {
+        // Scalar work around one-thread operations (passes::runs_on_one_thread): the replica's first warp runs
+        // it alone, its one-thread operations on an elected lane, with no group bar.sync before them; the
+        // other warps go to the task's end. (The warp index comes from lane 0 so that ptxas knows it uniform.)
+        guarded(b_.CreateICmpEQ(ptx_.from_lane_zero(b_.CreateLShr(tid_, i32c(5))), i32c(0)), [&]() -> Value* {
+          one_warp_ = true;
+          region(n->regions[t]);
+          return nullptr;
+        }, nullptr);
+      } else {
+        region(n->regions[t]);
+      }
       for (const NodeRef& d : deferred_order_) regs_.erase(d.get());
       ts.bytes = scratch_bytes_;
       task_scratch_.push_back(ts);
       scratch_bytes_ = outer_bytes;
-      std::tie(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_, task_registers_) = saved;
+      std::tie(tid_, threads_, group_barrier_, replica_, scratch_, partials_unsettled_, task_registers_, one_warp_) =
+          saved;
       task_end = b_.GetInsertBlock();
       in_task = var_values(changed);
       set_vars(changed, at_start);

@@ -315,7 +315,8 @@ class Lowering {
   static bool uses_named_barriers(const ir::Region& r);
   static bool writes_outside_block_shared_memory(const ir::Region& r);
   Value* debug_named_barrier(int64_t id);
-  void once_per_group(const std::function<void()>& body);
+  void once_per_group(const std::function<void()>& body, bool same_thread = false);
+  Value* one_thread_of_group(bool same_thread = false);  // i1: this thread performs what its group does once
   Value* l2_policy(const ir::Node& n);  // a TMA op's L2 eviction policy, or null without a hint
   void hopper_node(const NodeRef& n);
   void thread_identity_and_time(const NodeRef& n);
@@ -364,6 +365,7 @@ class Lowering {
   Value* scratch_turn_ = nullptr;    // i32 slot: the buffer (0, 1) the next whole-group reduction writes
   bool partials_unsettled_ = false;  // threads may still read the last partials (no barrier since)
   int task_registers_ = 0;           // the setmaxnreg budget of the task being lowered (0: none set)
+  bool one_warp_ = false;            // the task being lowered runs on its first warp alone (TaskSlot::one_thread)
   std::unordered_map<const ir::Node*, Regs> regs_;
   std::unordered_map<const ir::Node*, Regs> converted_;  // this node's operands, converted to blocked
   std::unordered_map<const ir::Node*, Layout> var_layouts_;  // Vars not in the blocked layout

@@ -65,6 +65,17 @@ llvm::Value* PtxInstructions::thread_index_in_place() {
   return asm_call(b_, b_.getInt32Ty(), "mov.u32 $0, %tid.x;", "=r", {});
 }
 
+llvm::Value* PtxInstructions::elect_one() {
+  llvm::Value* elected = asm_call(b_, b_.getInt32Ty(),
+                                  "{ .reg .pred p; elect.sync _|p, 0xffffffff; selp.u32 $0, 1, 0, p; }", "=r", {});
+  return b_.CreateICmpNE(elected, b_.getInt32(0));
+}
+
+llvm::Value* PtxInstructions::from_lane_zero(llvm::Value* v) {
+  return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_idx_i32, {},
+                            {b_.getInt32(0xffffffffu), v, b_.getInt32(0), b_.getInt32(0x1f)});
+}
+
 void PtxInstructions::mbarrier_init(llvm::Value* bar, int arrivals) {
   asm_call(b_, b_.getVoidTy(), "mbarrier.init.shared::cta.b64 [$0], $1;", "r,n,~{memory}", {bar, b_.getInt32(arrivals)});
 }

@@ -32,6 +32,8 @@ class PtxInstructions {
   llvm::CallInst* barrier(llvm::Value* id, llvm::Value* threads);  // bar.sync id, threads
   void barrier_arrive(llvm::Value* id, llvm::Value* threads);  // bar.arrive id, threads
   void warp_sync();                     // bar.warp.sync 0xffffffff
+  llvm::Value* elect_one();             // elect.sync over the full warp: i1, true in one of its lanes
+  llvm::Value* from_lane_zero(llvm::Value* v);  // shfl.sync.idx.b32 of an i32 from lane 0 (warp-uniform)
   // The warp-group register budget: setmaxnreg.{inc,dec}.sync.aligned.u32 regs.
   void set_max_registers(bool increase, int regs);
 
