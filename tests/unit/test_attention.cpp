@@ -152,7 +152,9 @@ TEST_CASE("attention_config(params): persistent for short keys at D 128, four th
 // masked loops, cost D 128 persistent causal 24 bytes. The three consumers of D 64 BM 192 (160 registers each)
 // spilled 8 bytes while the LSE was computed beside P and acc, before the last P V. The four persistent D 64
 // consumers (112 registers, tile by tile) spill 92-96 bytes and still ran 3-10% faster than one tile per program
-// without spills (benchmarks/NOTES.md, session 18): there the check is that they spill no more. Not checked:
+// without spills (benchmarks/NOTES.md, session 18): there the check is that they spill no more. One-warp
+// producers (session 30) moved ptxas's allocation of those consumers, whose PTX they leave unchanged, to 104-108
+// bytes, and the kernels ran 0.3-1% faster on the H100 (S 512 and 1k, causal and not): the bound is 108. Not checked:
 // D 64 BM 192 causal, which still spills 4 bytes. Needs no GPU, only the CUDA toolkit's ptxas; skipped without it.
 TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (but D 64 BM 192 causal)",
           "[attention][ptx][cpu-only]") {
@@ -181,7 +183,7 @@ TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (b
     CHECK(run.status == 0);
     if (cfg.BM == 256 && cfg.persistent) {
       REQUIRE(run.spill_store_bytes() >= 0);
-      CHECK(run.spill_store_bytes() <= 96);
+      CHECK(run.spill_store_bytes() <= 108);
     } else {
       CHECK_THAT(run.output, Catch::Contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"));
     }
