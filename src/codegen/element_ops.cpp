@@ -8,7 +8,7 @@
 
 #include <numbers>
 
-#include "codegen/portable_math.h"
+#include "codegen/deferred_math.h"
 #include "support/float_rounding.h"
 
 namespace weft::codegen {
@@ -166,16 +166,23 @@ Value* ElementOps::from_slot(DType d, Value* slot) {
   }
 }
 
+// portable_math's code for fn: on the GPU as a placeholder call that the NVPTX pipeline expands after its passes
+// (deferred_math.h), on the host here and now.
+Value* ElementOps::portable(deferred_math::Fn fn, std::initializer_list<Value*> args) {
+  if (target_ == MathTarget::Nvptx) return deferred_math::call(b_, fn, args);
+  return deferred_math::expand_now(b_, fn, args);
+}
+
 // Transcendentals on the GPU: portable range reduction + polynomials (see portable_math.h); rsqrt uses
 // the special-function unit's rsqrt.approx.f32 (within 1 ulp after rounding).
 Value* ElementOps::gpu_math(Op op, Value* x) {
   switch (op) {
-    case Op::Exp: return portable_math::exp(b_, x);
-    case Op::Exp2: return portable_math::exp2(b_, x);
-    case Op::Log: return portable_math::log(b_, x);
-    case Op::Log2: return portable_math::log2(b_, x);
-    case Op::Sin: return portable_math::sin(b_, x);
-    case Op::Cos: return portable_math::cos(b_, x);
+    case Op::Exp: return portable(deferred_math::Fn::exp, {x});
+    case Op::Exp2: return portable(deferred_math::Fn::exp2, {x});
+    case Op::Log: return portable(deferred_math::Fn::log, {x});
+    case Op::Log2: return portable(deferred_math::Fn::log2, {x});
+    case Op::Sin: return portable(deferred_math::Fn::sin, {x});
+    case Op::Cos: return portable(deferred_math::Fn::cos, {x});
     case Op::Rsqrt:
       if (x->getType()->isFloatTy()) return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_rsqrt_approx_f, {}, {x});
       return nullptr;
@@ -239,7 +246,7 @@ Value* ElementOps::approximate_math(Op op, Value* x) {
     case Op::Log2: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::log2, flush(x));
     case Op::Rcp: return flush(b_.CreateFDiv(one, flush(x)));
     case Op::Rsqrt: return b_.CreateFDiv(one, b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, flush(x)));
-    default: return portable_math::tanh(b_, x);  // tanh.approx keeps subnormals
+    default: return portable(deferred_math::Fn::tanh, {x});  // tanh.approx keeps subnormals
   }
 }
 
@@ -266,9 +273,9 @@ Value* ElementOps::unary(Op op, DType d, Value* x, bool approximate) {
     case Op::Floor: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x);
     case Op::Ceil: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, x);
     // The same code on every target (portable_math.h), f32 only (the verifier keeps f64 away).
-    case Op::Tanh: return portable_math::tanh(b_, x);
-    case Op::Sigmoid: return portable_math::sigmoid(b_, x);
-    case Op::Erf: return portable_math::erf(b_, x);
+    case Op::Tanh: return portable(deferred_math::Fn::tanh, {x});
+    case Op::Sigmoid: return portable(deferred_math::Fn::sigmoid, {x});
+    case Op::Erf: return portable(deferred_math::Fn::erf, {x});
     case Op::Rcp: return b_.CreateFDiv(llvm::ConstantFP::get(x->getType(), 1.0), x);  // correctly rounded
     default: break;
   }
@@ -276,7 +283,7 @@ Value* ElementOps::unary(Op op, DType d, Value* x, bool approximate) {
 }
 
 Value* ElementOps::binary(Op op, DType d, Value* a, Value* b) {
-  if (op == Op::Pow) return portable_math::pow(b_, a, b);  // floats, f32 only (the verifier keeps f64 away)
+  if (op == Op::Pow) return portable(deferred_math::Fn::pow, {a, b});  // floats, f32 only (the verifier keeps f64 away)
   bool f = d.is_float();
   llvm::Type* t = a->getType();
   switch (op) {

@@ -13,6 +13,7 @@
 
 #include <llvm/IR/IRBuilder.h>
 
+#include "codegen/deferred_math.h"
 #include "ir/node.h"
 
 namespace weft::codegen {
@@ -63,6 +64,7 @@ class ElementOps {
   llvm::Value* fp8_bits_to_float(ScalarType s, llvm::Value* code);
   llvm::Value* float_to_fp8_bits(ScalarType s, llvm::Value* f, bool keep_infinity);
   llvm::Value* f32_round_to_odd(DType from, llvm::Value* x);
+  llvm::Value* portable(deferred_math::Fn fn, std::initializer_list<llvm::Value*> args);
   llvm::Value* gpu_math(ir::Op op, llvm::Value* x);
   llvm::Value* approximate_math(ir::Op op, llvm::Value* x);
   llvm::Value* gpu_fmod(llvm::Value* a, llvm::Value* b);

@@ -32,7 +32,8 @@ Value* fma(llvm::IRBuilder<>& b, Value* x, Value* y, Value* z) {
 // sum coefficients[k] * z^k, by Horner's rule with fused multiply-adds.
 Value* polynomial(llvm::IRBuilder<>& b, Value* z, const std::vector<double>& coefficients) {
   Value* acc = c(z, coefficients.back());
-  for (size_t k = coefficients.size() - 1; k-- > 0;) acc = fma(b, acc, z, c(z, coefficients[k]));
+  for (size_t k = coefficients.size() - 1; k-- > 0;)  // (the constant as the second factor: LLVM's canonical form)
+    acc = llvm::isa<llvm::Constant>(acc) ? fma(b, z, acc, c(z, coefficients[k])) : fma(b, acc, z, c(z, coefficients[k]));
   return acc;
 }
 
@@ -52,9 +53,10 @@ Value* scale_by_power_of_two(llvm::IRBuilder<>& b, Value* p, Value* n) {
   Value* clamped = b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, n, c(n, hi)), c(n, lo));
   Value* k = b.CreateFPToSI(clamped, f.int_type);
   Value* half = b.CreateAShr(k, 1);
-  auto power = [&](Value* e) {
-    Value* biased = b.CreateAdd(e, llvm::ConstantInt::get(f.int_type, f.bias));
-    return b.CreateBitCast(b.CreateShl(biased, f.mantissa), p->getType());
+  auto power = [&](Value* e) {  // (e + bias) << mantissa, as a shift and an add of the shifted bias (one LEA)
+    Value* shifted = b.CreateShl(e, f.mantissa);
+    return b.CreateBitCast(b.CreateAdd(shifted, llvm::ConstantInt::get(f.int_type, uint64_t(f.bias) << f.mantissa)),
+                           p->getType());
   };
   return b.CreateFMul(b.CreateFMul(p, power(half)), power(b.CreateSub(k, half)));
 }
@@ -171,11 +173,11 @@ Value* exp(llvm::IRBuilder<>& b, Value* x) {
   n = b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, n, c(x, 4096)), c(x, -4096));
   double ln2_hi = f64 ? 6.93147180369123816490e-01 : 0.693145751953125;
   double ln2_lo = f64 ? 1.90821492927058770002e-10 : 1.42860682030941723212e-6;
-  Value* r = fma(b, b.CreateFNeg(n), c(x, ln2_hi), x);
-  r = fma(b, b.CreateFNeg(n), c(x, ln2_lo), r);
-  Value* v = scale_by_power_of_two(b, exp_reduced(b, r), n);
-  v = b.CreateSelect(b.CreateFCmpOEQ(x, c(x, -INFINITY)), c(x, 0.0), v);
-  return b.CreateSelect(b.CreateFCmpOEQ(x, c(x, INFINITY)), x, v);
+  Value* minus_n = b.CreateFNeg(n);
+  Value* r = fma(b, minus_n, c(x, ln2_hi), x);
+  r = fma(b, minus_n, c(x, ln2_lo), r);
+  // x is finite here: the clamped +-limit gives inf and 0 through the scaling, as +-inf must.
+  return scale_by_power_of_two(b, exp_reduced(b, r), n);
 }
 
 Value* exp2(llvm::IRBuilder<>& b, Value* x) {
@@ -187,9 +189,7 @@ Value* exp2(llvm::IRBuilder<>& b, Value* x) {
   Value* n = b.CreateUnaryIntrinsic(llvm::Intrinsic::rint, x);
   n = b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, n, c(x, 4096)), c(x, -4096));
   Value* r = b.CreateFMul(b.CreateFSub(x, n), c(x, std::numbers::ln2));
-  Value* v = scale_by_power_of_two(b, exp_reduced(b, r), n);
-  v = b.CreateSelect(b.CreateFCmpOEQ(x, c(x, -INFINITY)), c(x, 0.0), v);
-  return b.CreateSelect(b.CreateFCmpOEQ(x, c(x, INFINITY)), x, v);
+  return scale_by_power_of_two(b, exp_reduced(b, r), n);  // +-inf: as in exp()
 }
 
 Value* log(llvm::IRBuilder<>& b, Value* x) {
@@ -239,7 +239,7 @@ Value* tanh(llvm::IRBuilder<>& b, Value* x) {
   // relative to 1 - t ~ 2|x| stays below 2^-32 for |x| >= 2^-12; below that tanh x = x to within 2^-25.
   Value* t = exp(b, b.CreateFMul(a, c(a, -2.0)));
   Value* r = b.CreateFDiv(b.CreateFSub(c(a, 1.0), t), b.CreateFAdd(c(a, 1.0), t));
-  r = b.CreateSelect(b.CreateFCmpOLT(d, c(d, 0.0)), b.CreateFNeg(r), r);
+  r = b.CreateSelect(b.CreateFCmpOLT(x, c(x, 0.0)), b.CreateFNeg(r), r);  // (tests on x: d's exact copy)
   r = b.CreateSelect(b.CreateFCmpOLT(a, c(a, 0x1p-12)), d, r);  // also keeps -0
   return b.CreateFPTrunc(r, x->getType());
 }
@@ -260,10 +260,9 @@ Value* erf(llvm::IRBuilder<>& b, Value* x) {
   Value* clamped = b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, d, c(d, 4.0));
   clamped = b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, clamped, c(d, -4.0));
   Value* series = b.CreateFMul(clamped, polynomial(b, b.CreateFMul(clamped, clamped), erf_taylor(64)));
-  Value* one = b.CreateSelect(b.CreateFCmpOLT(d, c(d, 0.0)), c(d, -1.0), c(d, 1.0));
-  Value* r = b.CreateSelect(b.CreateFCmpOGE(a, c(a, 4.0)), one, series);
-  r = b.CreateSelect(b.CreateFCmpUNO(d, d), d, r);
-  return b.CreateFPTrunc(r, x->getType());
+  Value* one = b.CreateSelect(b.CreateFCmpOLT(x, c(x, 0.0)), c(d, -1.0), c(d, 1.0));  // (tests on x: d's exact copy)
+  Value* r = b.CreateFPTrunc(b.CreateSelect(b.CreateFCmpOGE(a, c(a, 4.0)), one, series), x->getType());
+  return b.CreateSelect(b.CreateFCmpUNO(x, c(x, 0.0)), x, r);
 }
 
 Value* pow(llvm::IRBuilder<>& b, Value* x, Value* y) {
@@ -278,16 +277,18 @@ Value* pow(llvm::IRBuilder<>& b, Value* x, Value* y) {
   Value* integer = b.CreateFCmpOEQ(b.CreateUnaryIntrinsic(llvm::Intrinsic::floor, dy), dy);
   Value* half = b.CreateFMul(dy, c(dy, 0.5));
   Value* odd = b.CreateAnd(integer, b.CreateFCmpONE(b.CreateUnaryIntrinsic(llvm::Intrinsic::floor, half), half));
-  Value* negative_x = b.CreateICmpSLT(b.CreateBitCast(dx, b.getInt64Ty()), b.getInt64(0));  // -0 too
+  // The tests below are on x and y themselves: dx and dy are their exact copies.
+  Value* negative_x = b.CreateICmpSLT(b.CreateBitCast(x, b.getIntNTy(x->getType()->getScalarSizeInBits())),
+                                      b.getIntN(x->getType()->getScalarSizeInBits(), 0));  // -0 too
   Value* r = b.CreateSelect(b.CreateAnd(negative_x, odd), b.CreateFNeg(magnitude), magnitude);
   // A negative finite x (not -0, not -inf) to a finite non-integer power has no real value.
-  Value* below_zero = b.CreateAnd(b.CreateFCmpOLT(dx, c(dx, 0.0)), b.CreateFCmpOGT(dx, c(dx, -INFINITY)));
-  Value* finite_y = b.CreateFCmpOLT(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, dy), c(dy, INFINITY));
+  Value* below_zero = b.CreateAnd(b.CreateFCmpOLT(x, c(x, 0.0)), b.CreateFCmpOGT(x, c(x, -INFINITY)));
+  Value* finite_y = b.CreateFCmpOLT(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, y), c(y, INFINITY));
   r = b.CreateSelect(b.CreateAnd(below_zero, b.CreateAnd(finite_y, b.CreateNot(integer))), c(dx, NAN), r);
   // C's exact cases: x^0 = 1 and 1^y = 1 whatever the other (NaN too); (-1)^+-inf = 1 (0 * inf above is NaN).
-  Value* unit = b.CreateOr(b.CreateFCmpOEQ(dy, c(dy, 0.0)), b.CreateFCmpOEQ(dx, c(dx, 1.0)));
-  Value* infinite_y = b.CreateFCmpOEQ(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, dy), c(dy, INFINITY));
-  unit = b.CreateOr(unit, b.CreateAnd(b.CreateFCmpOEQ(dx, c(dx, -1.0)), infinite_y));
+  Value* unit = b.CreateOr(b.CreateFCmpOEQ(y, c(y, 0.0)), b.CreateFCmpOEQ(x, c(x, 1.0)));
+  Value* infinite_y = b.CreateFCmpOEQ(b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, y), c(y, INFINITY));
+  unit = b.CreateOr(unit, b.CreateAnd(b.CreateFCmpOEQ(x, c(x, -1.0)), infinite_y));
   r = b.CreateSelect(unit, c(dx, 1.0), r);
   return b.CreateFPTrunc(r, x->getType());
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ptxas_check.h"
 #include "test_util.h"
 
 using namespace weft;
@@ -200,6 +201,36 @@ TEST_CASE("fast and accurate math: the PTX holds the approximate instructions, a
     INFO(instruction);
     CHECK(ptx.find(instruction) != std::string::npos);
   }
+}
+
+// On the GPU the accurate functions are range reduction and polynomials (portable_math), kept as one call each
+// through LLVM's passes and expanded after them (codegen/deferred_math.h): the PTX has no calls left, the
+// same argument's function is computed once, and ptxas takes the result.
+TEST_CASE("accurate math on the GPU: polynomials expanded after LLVM's passes, once per argument", "[math][ptx]") {
+  Kernel every("math_deferred", [](Ptr<float> x, Ptr<double> y, Ptr<float> out, Ptr<double> out64) {
+    Tile<float> v = load(x + arange(0, 128));
+    store(out + arange(0, 128), exp(v) + exp2(v) + log(v) + log2(v) + sin(v) + cos(v) + tanh(v) + sigmoid(v) + erf(v) +
+                                    pow(v, 0.5f));
+    Tile<double> w = load(y + arange(0, 128));
+    store(out64 + arange(0, 128), exp(w) + exp2(w) + log(w) + log2(w) + sin(w) + cos(w));
+  });
+  std::string ptx = every.ptx();
+  {
+    INFO(ptx);
+    CHECK(ptx.find("weft.math") == std::string::npos);
+    CHECK(ptx.find("call") == std::string::npos);
+    check_ptxas_assembles(ptx);
+  }
+  Kernel twice("math_exp_twice", [](Ptr<float> x, Ptr<float> out) {
+    Tile<float> v = load(x + arange(0, 128));
+    store(out + arange(0, 128), exp(v) * 2.0f + exp(v));
+  });
+  ptx = twice.ptx();
+  INFO(ptx);
+  // exp's polynomial starts from 1/7! (f32 0x39500D01): one exp of v per thread.
+  size_t polynomials = 0;
+  for (size_t at = ptx.find("0f39500D01"); at != std::string::npos; at = ptx.find("0f39500D01", at + 1)) ++polynomials;
+  CHECK(polynomials == 1);
 }
 
 TEST_CASE("math: f64 where only f32 is offered is an Error naming the fix", "[math][errors]") {

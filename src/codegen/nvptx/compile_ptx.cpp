@@ -84,7 +84,7 @@ PtxEmitterChoice::~PtxEmitterChoice() { chosen_emitter = before_; }
 bool weft_emitter_chosen() { return chosen_emitter < 0 ? support::knobs().weft_ptx_emitter : chosen_emitter == 1; }
 
 std::string code_generator_version() {
-  std::string version = "LLVM " LLVM_VERSION_STRING "; passes " + nvptx_pipeline();
+  std::string version = "LLVM " LLVM_VERSION_STRING "; passes " + nvptx_pipeline() + "; math expanded after them";
   if (weft_emitter_chosen()) return version + "; weft's PTX emitter 2";
   return version + "; skipped " + skipped_codegen_passes();
 }

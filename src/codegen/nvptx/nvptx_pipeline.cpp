@@ -15,6 +15,7 @@
 #include <set>
 #include <string_view>
 
+#include "codegen/deferred_math.h"
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/compile_ptx.h"
 #include "codegen/nvptx/redundant_syncs.h"
@@ -147,6 +148,7 @@ void optimize_for_nvptx(llvm::Module& m, llvm::TargetMachine* target) {
     }
     return mpm;
   });
+  deferred_math::expand(m);
   remove_redundant_syncs(m);
 }
 
