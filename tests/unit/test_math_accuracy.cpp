@@ -231,6 +231,18 @@ TEST_CASE("accurate math on the GPU: polynomials expanded after LLVM's passes, o
   size_t polynomials = 0;
   for (size_t at = ptx.find("0f39500D01"); at != std::string::npos; at = ptx.find("0f39500D01", at + 1)) ++polynomials;
   CHECK(polynomials == 1);
+  // Pairs of 16-bit floats stored together stay one paired cvt with the math around them.
+  Kernel pairs("math_pairs", [](Ptr<float> x, Ptr<bf16> out, Ptr<f16> out16) {
+    Tile<float> v = load(x + arange(0, 256));
+    store(out + arange(0, 256), cast<bf16>(exp(v)));
+    store(out16 + arange(0, 256), cast<f16>(v * 3.0f));
+  });
+  ptx = pairs.ptx();
+  INFO(ptx);
+  CHECK(ptx.find("weft.math") == std::string::npos);
+  CHECK(ptx.find("cvt.rn.bf16x2.f32") != std::string::npos);
+  CHECK(ptx.find("cvt.rn.f16x2.f32") != std::string::npos);
+  check_ptxas_assembles(ptx);
 }
 
 TEST_CASE("math: f64 where only f32 is offered is an Error naming the fix", "[math][errors]") {
