@@ -176,7 +176,7 @@ Value* exp(llvm::IRBuilder<>& b, Value* x) {
   Value* minus_n = b.CreateFNeg(n);
   Value* r = fma(b, minus_n, c(x, ln2_hi), x);
   r = fma(b, minus_n, c(x, ln2_lo), r);
-  // x is finite here: the clamped +-limit gives inf and 0 through the scaling, as +-inf must.
+  // No test for +-inf: x is clamped (or NaN) here, and the +-limit give inf and 0 through the scaling.
   return scale_by_power_of_two(b, exp_reduced(b, r), n);
 }
 
