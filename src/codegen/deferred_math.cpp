@@ -88,7 +88,12 @@ void expand(llvm::Module& m) {
   }
   for (auto [function, fn] : placeholders) {
     llvm::SmallVector<llvm::CallInst*, 16> calls;
-    for (llvm::User* user : function->users()) calls.push_back(llvm::cast<llvm::CallInst>(user));
+    for (llvm::User* user : function->users()) {
+      auto* c = llvm::dyn_cast<llvm::CallInst>(user);
+      if (!c || c->getCalledFunction() != function)
+        throw InternalError(fmt::format("deferred math: {} used other than by a call", function->getName().str()));
+      calls.push_back(c);
+    }
     for (llvm::CallInst* c : calls) {
       llvm::IRBuilder<> b(c);
       llvm::SmallVector<llvm::Value*, 2> args(c->args());
