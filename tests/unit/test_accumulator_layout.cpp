@@ -14,12 +14,6 @@ namespace {
 using namespace weft;
 using namespace weft_test;
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 // A's and B's first tiles into stage 0 of a_s and b_s by TMA, waited for on `ready`.
 template <class T>
 void load_both(const TensorDesc<T, 2>& A, const SharedBuffer<T>& a_s, const TensorDesc<T, 2>& B, const SharedBuffer<T>& b_s,
@@ -105,7 +99,7 @@ TEST_CASE("accumulator layout: the online-softmax step stays in registers on sm_
   INFO(ptx);
   // 32 elements and 2 rows a thread per loop step (LLVM may unroll the two steps; the last one's p is
   // then the final p).
-  size_t ex2 = count(ptx, "ex2.approx.ftz.f32"), shuffles = count(ptx, "shfl.sync.bfly.b32");
+  size_t ex2 = count_occurrences(ptx, "ex2.approx.ftz.f32"), shuffles = count_occurrences(ptx, "shfl.sync.bfly.b32");
   CHECK(ex2 >= 2 * 32 + 2);
   CHECK(ex2 <= 3 * 32 + 2 * 2);
   CHECK(shuffles >= 2 * 2 * 2);  // row max and row sum, 2 rows, 2 shuffles each, per step
@@ -114,8 +108,8 @@ TEST_CASE("accumulator layout: the online-softmax step stays in registers on sm_
   // layout of its pointers: none for the reductions, broadcasts, masks and Vars, and none for the row vector,
   // which each thread stores from its own two rows' registers. Barriers: the mbarrier init, the task's
   // expect_bytes arrival, and 2 for p's conversion.
-  CHECK(count(ptx, "st.shared") <= 32);
-  CHECK(count(ptx, "bar.sync") <= 1 + 1 + 2);
+  CHECK(count_occurrences(ptx, "st.shared") <= 32);
+  CHECK(count_occurrences(ptx, "bar.sync") <= 1 + 1 + 2);
 }
 
 TEST_CASE("fast::exp2: within a relative 2^-21 of 2^x, subnormal results flushed to zero, on every backend",
@@ -316,11 +310,11 @@ TEST_CASE("accumulator layout: 16-bit tiles go to shared memory with stmatrix on
   // (N = 64, 128: 32 f32 a thread, at most one st.shared each, fewer where an emitter vectorizes them); the
   // per-pair stores of C would add N / 4 or more per store of C.
   std::string ptx64 = acc_store_ptx<bf16, 64>(), ptx8 = acc_store_ptx<f16, 8>(), ptx128 = acc_store_ptx<bf16, 128>();
-  CHECK(count(ptx64, "stmatrix.sync.aligned.m8n8.x4.shared.b16") == 2 * 4);
-  CHECK(count(ptx8, "stmatrix.sync.aligned.m8n8.x2.shared.b16") == 2 * 1);
-  CHECK(count(ptx128, "stmatrix.sync.aligned.m8n8.x4.shared.b16") == 8);
-  CHECK(count(ptx8, "st.shared") == 0);
-  CHECK(count(ptx64, "st.shared") <= 32);
-  CHECK(count(ptx128, "st.shared") <= 32);
+  CHECK(count_occurrences(ptx64, "stmatrix.sync.aligned.m8n8.x4.shared.b16") == 2 * 4);
+  CHECK(count_occurrences(ptx8, "stmatrix.sync.aligned.m8n8.x2.shared.b16") == 2 * 1);
+  CHECK(count_occurrences(ptx128, "stmatrix.sync.aligned.m8n8.x4.shared.b16") == 8);
+  CHECK(count_occurrences(ptx8, "st.shared") == 0);
+  CHECK(count_occurrences(ptx64, "st.shared") <= 32);
+  CHECK(count_occurrences(ptx128, "st.shared") <= 32);
   for (const std::string* ptx : {&ptx64, &ptx8, &ptx128}) check_ptxas_assembles(*ptx);
 }

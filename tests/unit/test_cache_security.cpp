@@ -19,6 +19,7 @@
 #include "cache/disk_cache.h"
 #include "scratch_cache.h"
 #include "weft/error.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using namespace weft;
@@ -46,12 +47,6 @@ uint32_t mode_of(const fs::path& p) {
   struct stat st;
   REQUIRE(::lstat(p.c_str(), &st) == 0);
   return st.st_mode & 07777;
-}
-
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 // Runs cache::load(key) in a child process under a 1 GiB address-space limit and waits at most 10 s:
@@ -110,9 +105,9 @@ TEST_CASE("a cache directory writable by others is refused with one warning", "[
     cache::store(key, "planted");                // refused too
     cache::store(key, "planted");
     const std::string text = err.text();
-    CHECK(count(text, "weft: warning: compile cache off: " + opened.string() +
+    CHECK(weft_test::count_occurrences(text, "weft: warning: compile cache off: " + opened.string() +
                           " is writable by group or others (mode 0777)") == 1);
-    CHECK(count(text, "\n") == 1);  // one line, once per process
+    CHECK(weft_test::count_occurrences(text, "\n") == 1);  // one line, once per process
     REQUIRE(::chmod(opened.c_str(), 0700) == 0);
   }
   CHECK(cache::load(key) == "genuine");  // private again: used again
@@ -151,7 +146,7 @@ TEST_CASE("with no HOME there is no shared fallback: the cache is off with one w
   CHECK_FALSE(cache::load(key).has_value());
   cache::store(key, "payload");
   const std::string text = err.text();
-  CHECK(count(text, "compile cache off: none of WEFT_CACHE_DIR, XDG_CACHE_HOME and HOME") == 1);
+  CHECK(weft_test::count_occurrences(text, "compile cache off: none of WEFT_CACHE_DIR, XDG_CACHE_HOME and HOME") == 1);
   CHECK(fs::exists(old_fallback) == existed);
   CHECK_FALSE(fs::exists(fs::path("relative/cache")));
   {

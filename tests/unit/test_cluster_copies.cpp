@@ -33,12 +33,6 @@ void require_error_at(const std::function<void()>& fn, const int& line, const st
   CHECK(message.find(at(line) + ": weft::Error") != std::string::npos);
 }
 
-size_t occurrences(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
-
 // Block 1 of each cluster of 2 sends tile i of its cluster's input, times 2, through a ring of `stages`
 // slots to block 0: it writes the tile into its own `send[s]` and copies that into `ring[s]` of block 0,
 // completing the bytes on block 0's `full[s]`. Block 0 expects the bytes on its own `full[s]`, waits,
@@ -174,7 +168,7 @@ TEST_CASE("async_remote_shmem_copy: the destination reads as poison until the re
 TEST_CASE("async_remote_shmem_copy becomes mapa and cp.async.bulk.shared::cluster with complete_tx",
           "[async][cluster_copy][ptx]") {
   std::string ptx = remote_copy_ring(4, 2).ptx();
-  CHECK(occurrences(ptx, "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes") == 1);
+  CHECK(count_occurrences(ptx, "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes") == 1);
   CHECK(ptx.find("mapa.shared::cluster.u32") != std::string::npos);
   CHECK(ptx.find("fence.proxy.async.shared::cta") != std::string::npos);
   CHECK(ptx.find("mbarrier.try_wait.parity.acquire.cluster") != std::string::npos);
@@ -332,9 +326,9 @@ TEST_CASE("eviction hints become createpolicy and .L2::cache_hint and prefetches
   CHECK(ptx.find("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint") !=
         std::string::npos);
   CHECK(ptx.find("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint") != std::string::npos);
-  CHECK(occurrences(ptx, "cp.async.bulk.prefetch.tensor.2d.L2.global.tile") == 2);
-  CHECK(occurrences(ptx, "cp.async.bulk.prefetch.tensor.2d.L2.global.tile.L2::cache_hint") == 1);
-  CHECK(occurrences(ptx, "prefetch.tensormap") == 2);
+  CHECK(count_occurrences(ptx, "cp.async.bulk.prefetch.tensor.2d.L2.global.tile") == 2);
+  CHECK(count_occurrences(ptx, "cp.async.bulk.prefetch.tensor.2d.L2.global.tile.L2::cache_hint") == 1);
+  CHECK(count_occurrences(ptx, "prefetch.tensormap") == 2);
 
   // The multicast load with a hint, in a cluster.
   Kernel mc("hinted_multicast", [](TensorDesc<float, 2> a, Ptr<float> out) {

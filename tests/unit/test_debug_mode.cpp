@@ -25,6 +25,7 @@
 #include "dsl/trace.h"
 #include "passes/wait_sites.h"
 #include "support/env.h"
+#include "test_util.h"
 
 using namespace weft;
 using Catch::Matchers::Contains;
@@ -60,12 +61,6 @@ std::shared_ptr<const ir::Function> trace_stuck_consumer(Lines& lines) {
       "stuck_consumer", params,
       [&](const detail::TraceInputs& in) { stuck_consumer_body(Ptr<float>(in.values[0]), lines); },
       std::vector<detail::KernelArg>(1), 0, SourceLoc::current());
-}
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 // ptxas accepts `ptx` for sm_90a (skipped, saying so, where there is no ptxas).
@@ -107,20 +102,20 @@ TEST_CASE("debug mode: mbarrier waits time out by %globaltimer then record and t
   // Three hidden trailing parameters (record, claim word, timeout), after the user's one.
   if (!support::knobs().debug) {
     CHECK_FALSE(plain.debug);
-    CHECK(count(plain.ptx, ".param .u64") == 1);
-    CHECK(count(plain.ptx, "%globaltimer") == 0);
-    CHECK(count(plain.ptx, "trap;") == 0);
+    CHECK(weft_test::count_occurrences(plain.ptx, ".param .u64") == 1);
+    CHECK(weft_test::count_occurrences(plain.ptx, "%globaltimer") == 0);
+    CHECK(weft_test::count_occurrences(plain.ptx, "trap;") == 0);
   }
-  CHECK(count(ptx, ".param .u64") == 4);
+  CHECK(weft_test::count_occurrences(ptx, ".param .u64") == 4);
   // Both waits poll with a clock, and share one reporting function that claims the record, fences at
   // system scope, and traps (its losers exit).
-  CHECK(count(ptx, "mbarrier.try_wait.parity.shared::cta.b64") == 4);  // a first try and the poll, per wait
-  CHECK(count(ptx, "%globaltimer") == 4);
+  CHECK(weft_test::count_occurrences(ptx, "mbarrier.try_wait.parity.shared::cta.b64") == 4);  // a first try and the poll, per wait
+  CHECK(weft_test::count_occurrences(ptx, "%globaltimer") == 4);
   CHECK_THAT(ptx, Contains(".func weft_debug_wait_timed_out("));
-  CHECK(count(ptx, "call.uni weft_debug_wait_timed_out") + count(ptx, "call weft_debug_wait_timed_out") == 2);
+  CHECK(weft_test::count_occurrences(ptx, "call.uni weft_debug_wait_timed_out") + weft_test::count_occurrences(ptx, "call weft_debug_wait_timed_out") == 2);
   CHECK_THAT(ptx, Contains("atom.") && Contains(".cas.b32"));
-  CHECK(count(ptx, "fence.sc.sys;") == 2);
-  CHECK(count(ptx, "trap;") == 1);
+  CHECK(weft_test::count_occurrences(ptx, "fence.sc.sys;") == 2);
+  CHECK(weft_test::count_occurrences(ptx, "trap;") == 1);
   CHECK_THAT(ptx, Contains("exit;"));
 
   check_ptxas_accepts(ptx, "weft-test-debug-mode");
@@ -270,16 +265,16 @@ TEST_CASE("debug mode: named barriers become counters in shared memory that time
       codegen::nvptx::compile_to_ptx(*f, KernelOptions{.num_warps = 4, .debug = true}, {});
   const std::string& ptx = debug.ptx;
   INFO(ptx);
-  if (!support::knobs().debug) CHECK(count(plain.ptx, "bar.sync \t1, 288;") == 1);
+  if (!support::knobs().debug) CHECK(weft_test::count_occurrences(plain.ptx, "bar.sync \t1, 288;") == 1);
   // No hardware barrier on id 1: lane 0 of each warp adds 32 to the counter between fences and polls it
   // with acquire loads and the clock.
-  CHECK(count(ptx, "bar.sync \t1,") + count(ptx, "bar.arrive") == 0);
-  CHECK(count(ptx, "atom.shared.add.u64") == 1);
-  CHECK(count(ptx, "fence.acq_rel.cta;") == 2);
-  CHECK(count(ptx, "ld.acquire.cta.shared.b64") >= 2);
-  CHECK(count(ptx, "%globaltimer") == 2);
-  CHECK(count(ptx, "call.uni weft_debug_wait_timed_out") + count(ptx, "call weft_debug_wait_timed_out") == 1);
-  CHECK(count(ptx, "bar.warp.sync") >= 2);
+  CHECK(weft_test::count_occurrences(ptx, "bar.sync \t1,") + weft_test::count_occurrences(ptx, "bar.arrive") == 0);
+  CHECK(weft_test::count_occurrences(ptx, "atom.shared.add.u64") == 1);
+  CHECK(weft_test::count_occurrences(ptx, "fence.acq_rel.cta;") == 2);
+  CHECK(weft_test::count_occurrences(ptx, "ld.acquire.cta.shared.b64") >= 2);
+  CHECK(weft_test::count_occurrences(ptx, "%globaltimer") == 2);
+  CHECK(weft_test::count_occurrences(ptx, "call.uni weft_debug_wait_timed_out") + weft_test::count_occurrences(ptx, "call weft_debug_wait_timed_out") == 1);
+  CHECK(weft_test::count_occurrences(ptx, "bar.warp.sync") >= 2);
   // The site table knows the wait as a named one, and the record becomes this message.
   passes::WaitSites waits = passes::plan_wait_sites(*f, 4);
   REQUIRE(waits.sites.size() == 1);

@@ -228,9 +228,7 @@ TEST_CASE("accurate math on the GPU: polynomials expanded after LLVM's passes, o
   ptx = twice.ptx();
   INFO(ptx);
   // exp's polynomial starts from 1/7! (f32 0x39500D01): one exp of v per thread.
-  size_t polynomials = 0;
-  for (size_t at = ptx.find("0f39500D01"); at != std::string::npos; at = ptx.find("0f39500D01", at + 1)) ++polynomials;
-  CHECK(polynomials == 1);
+  CHECK(count_occurrences(ptx, "0f39500D01") == 1);
   // Pairs of 16-bit floats stored together stay one paired cvt with the math around them.
   Kernel pairs("math_pairs", [](Ptr<float> x, Ptr<bf16> out, Ptr<f16> out16) {
     Tile<float> v = load(x + arange(0, 256));

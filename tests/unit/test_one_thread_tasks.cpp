@@ -57,13 +57,6 @@ Kernel ring_kernel(int steps, int stages, bool per_thread_work) {
   });
 }
 
-int count_lines(const std::string& ptx, const std::string& text) {
-  std::istringstream in(ptx);
-  int n = 0;
-  for (std::string line; std::getline(in, line);) n += line.find(text) != std::string::npos;
-  return n;
-}
-
 }  // namespace
 
 TEST_CASE("a producer of scalar work and TMA copies runs on its first warp: no group bar.sync in its loop",
@@ -76,14 +69,14 @@ TEST_CASE("a producer of scalar work and TMA copies runs on its first warp: no g
   std::string all = ring_kernel(8, 2, true).ptx(desc);
   {
     INFO(one);
-    CHECK(count_lines(one, "bar.sync \t15") + count_lines(one, "bar.sync 15") == 0);
-    CHECK(count_lines(one, "cp.async.bulk.tensor") == 1);
-    CHECK(count_lines(one, "elect.sync") >= 1);
+    CHECK(count_lines_containing(one, "bar.sync \t15") + count_lines_containing(one, "bar.sync 15") == 0);
+    CHECK(count_lines_containing(one, "cp.async.bulk.tensor") == 1);
+    CHECK(count_lines_containing(one, "elect.sync") >= 1);
     check_ptxas_assembles(one);
   }
   {
     INFO(all);  // per-thread data in the producer: its threads sync before the elected expect-bytes
-    CHECK(count_lines(all, "bar.sync \t15") + count_lines(all, "bar.sync 15") >= 1);
+    CHECK(count_lines_containing(all, "bar.sync \t15") + count_lines_containing(all, "bar.sync 15") >= 1);
     check_ptxas_assembles(all);
   }
 }

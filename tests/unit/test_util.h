@@ -458,4 +458,21 @@ template <class T> void check_untouched(const std::vector<host_t<T>>& got, size_
   CHECK(touched == 0);
 }
 
+// ---- text: PTX and messages ---------------------------------------------------------------------------
+
+// How many times `what` occurs in `text`, counted without overlap (as Python's str.count).
+inline size_t count_occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// How many lines of `text` contain `what`.
+inline size_t count_lines_containing(const std::string& text, const std::string& what) {
+  std::istringstream in(text);
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find(what) != std::string::npos;
+  return n;
+}
+
 }  // namespace weft_test
