@@ -69,6 +69,18 @@ Reg class_of_register(const std::string& name) {
   throw Unsupported("a register named " + name);
 }
 
+unsigned register_key(const std::string& name) {
+  Reg cls = class_of_register(name);
+  size_t at = std::char_traits<char>::length(kRegPrefix[static_cast<int>(cls)]);
+  if (at == name.size() || name.size() - at > 7) throw Unsupported("a register named " + name);
+  unsigned n = 0;
+  for (; at < name.size(); ++at) {
+    if (name[at] < '0' || name[at] > '9') throw Unsupported("a register named " + name);
+    n = n * 10 + static_cast<unsigned>(name[at] - '0');
+  }
+  return static_cast<unsigned>(cls) << 28 | n;
+}
+
 int mov_bits(Reg cls) { return cls == Reg::b16 ? 16 : cls == Reg::b32 ? 32 : 64; }
 
 std::string mov(Reg cls, const std::string& to, const std::string& from) {
@@ -132,17 +144,17 @@ Reg PtxEmitter::class_of(llvm::Type* t) const {
   }
 }
 
-std::vector<Reg> PtxEmitter::part_classes(llvm::Type* t) const {
+RegClasses PtxEmitter::part_classes(llvm::Type* t) const {
   if (auto* v = llvm::dyn_cast<llvm::FixedVectorType>(t)) {
     unsigned n = v->getNumElements();
     if (packed16(t)) {
       if (n % 2) throw Unsupported("a vector of an odd number of 16-bit lanes");
-      return std::vector<Reg>(n / 2, Reg::b32);
+      return RegClasses(n / 2, Reg::b32);
     }
-    return std::vector<Reg>(n, class_of(v->getElementType()));
+    return RegClasses(n, class_of(v->getElementType()));
   }
   if (auto* s = llvm::dyn_cast<llvm::StructType>(t)) {
-    std::vector<Reg> out;
+    RegClasses out;
     for (llvm::Type* e : s->elements()) out.push_back(class_of(e));
     return out;
   }
@@ -150,15 +162,15 @@ std::vector<Reg> PtxEmitter::part_classes(llvm::Type* t) const {
   return {class_of(t)};
 }
 
-Parts PtxEmitter::define(const llvm::Value* v) {
-  std::vector<Reg> classes = part_classes(v->getType());
+const Parts& PtxEmitter::define(const llvm::Value* v) {
+  RegClasses classes = part_classes(v->getType());
   Parts p;
   if (auto* inst = llvm::dyn_cast<llvm::Instruction>(v); inst && classes.size() == 1 && !llvm::isa<llvm::PHINode>(inst))
     if (std::string r = phi_register_for_value(*inst, classes[0]); !r.empty()) p.push_back(r);
   if (p.empty())
     for (Reg cls : classes) p.push_back(fresh(cls));
-  bind(v, p);
-  return p;
+  bind(v, std::move(p));
+  return values_.find(v)->second;
 }
 
 // A value carried into a phi is computed straight into the phi's register when the phi's current value is not
@@ -171,7 +183,7 @@ std::string PtxEmitter::phi_register_for_value(const llvm::Instruction& inst, Re
   for (size_t i = 0; i < same.size(); ++i)
     for (const llvm::User* u : same[i]->users())
       if (auto* cast = llvm::dyn_cast<llvm::BitCastInst>(u);
-          cast && part_classes(cast->getDestTy()) == std::vector<Reg>{cls} && cls != Reg::pred)
+          cast && part_classes(cast->getDestTy()) == RegClasses{cls} && cls != Reg::pred)
         same.push_back(cast);
   for (const llvm::Value* v : same)
     for (const llvm::User* u : v->users()) {
@@ -183,7 +195,7 @@ std::string PtxEmitter::phi_register_for_value(const llvm::Instruction& inst, Re
       bool free = true;
       for (const llvm::Value* x : same)
         if (free && live_into(x, phi->getParent())) free = false;
-      for (const llvm::Value* holder : register_values_[r])
+      for (const llvm::Value* holder : holders(r))
         if (free && holder != &inst && live_after(holder, &inst)) free = false;
       if (free) return r;
     }
@@ -192,7 +204,7 @@ std::string PtxEmitter::phi_register_for_value(const llvm::Instruction& inst, Re
 
 void PtxEmitter::bind(const llvm::Value* v, Parts parts) {
   for (const std::string& r : parts)
-    if (!r.empty()) register_values_[r].push_back(v);
+    if (!r.empty()) holders(r).push_back(v);
   values_[v] = std::move(parts);
 }
 
@@ -357,7 +369,7 @@ Parts PtxEmitter::materialize(const llvm::Constant* c) {
   };
   if (t->isVectorTy()) {
     Parts out;
-    std::vector<Reg> classes = part_classes(t);
+    RegClasses classes = part_classes(t);
     bool pack = packed16(t);
     for (size_t p = 0; p < classes.size(); ++p) {
       std::string r = fresh(classes[p]);
@@ -401,7 +413,7 @@ const Parts& PtxEmitter::parts_in_place(const llvm::Value* v) {
 bool PtxEmitter::shareable(const Parts& registers) {
   for (const std::string& r : registers) {
     if (r.empty()) return false;
-    for (const llvm::Value* holder : register_values_[r])
+    for (const llvm::Value* holder : holders(r))
       if (llvm::isa<llvm::PHINode>(holder)) return false;
   }
   return true;

@@ -383,8 +383,8 @@ void PtxEmitter::emit_f64_maximum(const llvm::CallInst& call, bool is_max) {
 }
 
 std::string PtxEmitter::phi_register_for_output(const llvm::CallInst& call, unsigned k, Reg cls,
-                                                const std::unordered_set<std::string>& taken,
-                                                const std::unordered_set<std::string>& inputs) {
+                                                const llvm::DenseSet<unsigned>& taken,
+                                                const llvm::DenseMap<unsigned, int>& input_reads) {
   // Where output k goes: phis of the whole result (part k of their registers), or phis of an extractvalue of
   // field k (their one register).
   struct Candidate {
@@ -406,9 +406,10 @@ std::string PtxEmitter::phi_register_for_output(const llvm::CallInst& call, unsi
     auto it = values_.find(c.phi);
     if (it == values_.end() || c.part >= it->second.size()) continue;
     const std::string& r = it->second[c.part];
-    if (taken.count(r) || inputs.count(r) || class_of_register(r) != cls) continue;  // no input may read it
+    unsigned key = register_key(r);
+    if (taken.contains(key) || input_reads.contains(key) || class_of_register(r) != cls) continue;  // no input may read it
     bool free = !live_into(c.value, c.phi->getParent());
-    for (const llvm::Value* holder : register_values_[r])
+    for (const llvm::Value* holder : holders(r))
       if (free && live_after(holder, &call)) free = false;
     if (free) return r;
   }
@@ -463,10 +464,11 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
   const std::vector<bool>& named_in_text = parsed.named;  // which operands the text reads or writes
   auto named = [&](size_t n) { return n < named_in_text.size() && named_in_text[n]; };
   std::vector<std::pair<std::string, std::string>> copies_after;  // (output, input) of passed-through values
-  std::unordered_map<std::string, int> input_reads;  // how many of the inputs read each register
+  llvm::DenseMap<unsigned, int> input_reads;  // how many of the inputs read each register (by register_key)
   for (const llvm::Value* arg : call.args())
     if (auto a = values_.find(arg); a != values_.end())
-      for (const std::string& r : a->second) ++input_reads[r];
+      for (const std::string& r : a->second)
+        if (!r.empty()) ++input_reads[register_key(r)];
   std::vector<bool> tied_output(infos.size(), false);  // outputs whose register an input decides
   for (const llvm::InlineAsm::ConstraintInfo& c : infos) {
     if (c.Type == llvm::InlineAsm::isClobber) continue;
@@ -495,7 +497,7 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
         // accumulator). Out of a phi's register it is copied after the statement, once the wgmma has finished,
         // which keeps the phi's register free for the next wgmma's result (phi_register_for_output).
         const std::string& in = it->second[0];
-        bool phi_register = llvm::any_of(register_values_[in], [](const llvm::Value* h) { return llvm::isa<llvm::PHINode>(h); });
+        bool phi_register = llvm::any_of(holders(in), [](const llvm::Value* h) { return llvm::isa<llvm::PHINode>(h); });
         if (phi_register && class_of_register(in) == class_of_register(outputs[tied])) {
           copies_after.emplace_back(outputs[tied], in);
           operands[tied] = in;
@@ -506,9 +508,9 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
       // (The register read by no other operand: this input is its only reader among them.)
       bool take_over = it != values_.end() && it->second.size() == 1 && !it->second[0].empty() &&
                        class_of_register(it->second[0]) == class_of_register(outputs[tied]) &&
-                       input_reads[it->second[0]] == 1;
+                       input_reads[register_key(it->second[0])] == 1;
       if (take_over)
-        for (const llvm::Value* holder : register_values_[it->second[0]])
+        for (const llvm::Value* holder : holders(it->second[0]))
           if (live_after(holder, &call)) take_over = false;
       if (take_over) {
         outputs[tied] = it->second[0];
@@ -542,12 +544,12 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
   // An output carried into a phi (an accumulator around a loop) is written into the phi's register, so the
   // edge needs no copy: a copy would read a wgmma's registers while it may still be in flight, and ptxas
   // then serializes the wgmma.
-  std::unordered_set<std::string> taken(outputs.begin(), outputs.end()), inputs;
-  for (const auto& [r, n] : input_reads) inputs.insert(r);
+  llvm::DenseSet<unsigned> taken;
+  for (const std::string& r : outputs) taken.insert(register_key(r));
   for (unsigned k = 0; k < outputs.size(); ++k) {
     if (tied_output[k]) continue;
-    if (std::string r = phi_register_for_output(call, k, class_of_register(outputs[k]), taken, inputs); !r.empty()) {
-      taken.insert(r);
+    if (std::string r = phi_register_for_output(call, k, class_of_register(outputs[k]), taken, input_reads); !r.empty()) {
+      taken.insert(register_key(r));
       outputs[k] = r;
       operands[k] = r;
     }

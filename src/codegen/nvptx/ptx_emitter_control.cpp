@@ -119,9 +119,9 @@ void PtxEmitter::coalesce_phis(const std::vector<const llvm::BasicBlock*>& order
           values_[y] = {mine};
           a.push_back(y);
         }
-        register_values_[mine].insert(register_values_[mine].end(), register_values_[theirs].begin(),
-                                      register_values_[theirs].end());
-        register_values_.erase(theirs);
+        llvm::SmallVector<const llvm::Value*, 2> moved = std::move(holders(theirs));
+        register_values_.erase(register_key(theirs));
+        holders(mine).append(moved.begin(), moved.end());
         members.erase(theirs);
       }
     }
@@ -151,7 +151,7 @@ void PtxEmitter::emit_phi_copies(const llvm::BasicBlock& from, const llvm::Basic
     if (copied_early_.contains({&from, &phi})) continue;
     const llvm::Value* v = phi.getIncomingValueForBlock(&from);
     const Parts& dst = values_.at(&phi);
-    std::vector<Reg> classes = part_classes(phi.getType());
+    RegClasses classes = part_classes(phi.getType());
     bool scalar = classes.size() == 1 && classes[0] != Reg::pred && !phi.getType()->isVectorTy();
     Parts src = scalar ? Parts{operand(v)} : parts(v);
     for (size_t i = 0; i < dst.size(); ++i) copies.emplace_back(dst[i], defined_part(src[i], classes[i]));
@@ -183,13 +183,13 @@ void PtxEmitter::hoist_shared_copies(const llvm::BasicBlock& from, const llvm::B
     const llvm::Value* v = phi.getIncomingValueForBlock(&from);
     if (phi.getIncomingValueForBlock(&side) != v) continue;
     const Parts& dst = values_.at(&phi);
-    std::vector<Reg> classes = part_classes(phi.getType());
+    RegClasses classes = part_classes(phi.getType());
     if (dst.size() != 1 || classes[0] == Reg::pred || phi.getType()->isVectorTy()) continue;
     const std::string& r = dst[0];
     if (read_by_branch.count(r)) continue;
     // Nothing else held in the phi's register may be needed past the branch (on either path).
     bool free = true;
-    for (const llvm::Value* holder : register_values_[r])
+    for (const llvm::Value* holder : holders(r))
       if (free && holder != v && liveness(holder).out.count(&from)) free = false;
     if (!free) continue;
     copies.emplace_back(r, defined_part(operand(v), classes[0]));

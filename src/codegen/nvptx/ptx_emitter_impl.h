@@ -33,6 +33,10 @@ struct Unsupported : std::runtime_error {
 // PTX virtual registers by size; f32 and f64 live in b32 and b64 registers as LLVM's NVPTX back end keeps them.
 enum class Reg : int { pred, b16, b32, b64 };
 constexpr int kRegClasses = 4;
+// The classes of a value's parts (one for a scalar).
+using RegClasses = llvm::SmallVector<Reg, 4>;
+// A register's class and number in one integer (Unsupported for a name that is not a register's).
+unsigned register_key(const std::string& name);
 
 // A value's registers. A scalar has one part. A vector has one part per lane, except 16-bit lanes, which go
 // two to a b32 part (as wgmma, cvt.rn.bf16x2 and the stores take them). An aggregate (inline asm's results)
@@ -97,8 +101,10 @@ class PtxEmitter {
   std::string extend_byte(const std::string& x, bool is_signed);
   Reg class_of(llvm::Type* scalar) const;          // Unsupported for types without a register class
   int bits_of(llvm::Type* scalar) const;           // 1, 16, 32 or 64
-  std::vector<Reg> part_classes(llvm::Type* t) const;
-  Parts define(const llvm::Value* v);              // registers for v's parts: a phi's (below) or fresh ones
+  RegClasses part_classes(llvm::Type* t) const;
+  // Registers for v's parts: a phi's (below) or fresh ones. The reference is valid until the next value gets
+  // registers (as parts_in_place's).
+  const Parts& define(const llvm::Value* v);
   std::string phi_register_for_value(const llvm::Instruction& inst, Reg cls);
   void bind(const llvm::Value* v, Parts parts);    // v's parts are these registers (they are defined once)
   Parts parts(const llvm::Value* v);              // v's registers, a constant made into registers
@@ -125,8 +131,8 @@ class PtxEmitter {
   // A register for inline asm output `k` of `call`: the register of the phi it flows into when that costs no
   // copy's worth of interference, else "".
   std::string phi_register_for_output(const llvm::CallInst& call, unsigned k, Reg cls,
-                                      const std::unordered_set<std::string>& taken,
-                                      const std::unordered_set<std::string>& inputs);
+                                      const llvm::DenseSet<unsigned>& taken,
+                                      const llvm::DenseMap<unsigned, int>& input_reads);
   void line(const std::string& text);
 
   const llvm::Module& m_;
@@ -149,8 +155,9 @@ class PtxEmitter {
   llvm::DenseMap<const llvm::Value*, unsigned> liveness_index_;
   std::deque<Liveness> liveness_;
   // The values each register holds (an extractvalue shares its aggregate's register; an inline asm's output
-  // may take over the register of an input that dies there: emit_inline_asm).
-  std::unordered_map<std::string, std::vector<const llvm::Value*>> register_values_;
+  // may take over the register of an input that dies there: emit_inline_asm), by register_key.
+  llvm::DenseMap<unsigned, llvm::SmallVector<const llvm::Value*, 2>> register_values_;
+  llvm::SmallVector<const llvm::Value*, 2>& holders(const std::string& reg) { return register_values_[register_key(reg)]; }
   llvm::DenseMap<const llvm::InlineAsm*, ParsedAsm> parsed_asm_;
 };
 

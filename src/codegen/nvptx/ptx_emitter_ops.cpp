@@ -52,7 +52,7 @@ void PtxEmitter::emit_instruction(const llvm::Instruction& inst) {
     case Instruction::Freeze: {
       Parts src = parts(inst.getOperand(0));
       Parts d = define(&inst);
-      std::vector<Reg> classes = part_classes(inst.getType());
+      RegClasses classes = part_classes(inst.getType());
       for (size_t i = 0; i < d.size(); ++i) line(mov(classes[i], d[i], defined_part(src[i], classes[i])));
       return;
     }
@@ -322,7 +322,7 @@ void PtxEmitter::emit_select(const llvm::SelectInst& sel) {
   if (sel.getCondition()->getType()->isVectorTy()) throw Unsupported("a select on a vector of conditions");
   std::string c = reg(sel.getCondition());
   llvm::Type* t = sel.getType();
-  std::vector<Reg> classes = part_classes(t);
+  RegClasses classes = part_classes(t);
   Parts d = define(&sel);
   bool scalar = !t->isVectorTy();
   Parts a = scalar ? Parts{operand(sel.getTrueValue())} : parts(sel.getTrueValue());
@@ -351,7 +351,7 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
   llvm::Type *from_t = cast.getSrcTy(), *to_t = cast.getDestTy();
   auto opc = cast.getOpcode();
   if (opc == Instruction::BitCast) {
-    std::vector<Reg> from_c = part_classes(from_t), to_c = part_classes(to_t);
+    RegClasses from_c = part_classes(from_t), to_c = part_classes(to_t);
     Parts src = parts(cast.getOperand(0));
     if (from_c == to_c && from_c[0] != Reg::pred && shareable(src)) return bind(&cast, src);  // same registers
     Parts d = define(&cast);
@@ -548,7 +548,7 @@ void PtxEmitter::emit_gep(const llvm::GetElementPtrInst& gep) {
 // size, else smaller pieces; a part aligned below its size goes as two halves.
 void PtxEmitter::emit_memory(bool is_load, const llvm::Value* ptr, llvm::Type* type, llvm::Align align,
                              bool is_volatile, const Parts& values, Parts* results) {
-  std::vector<Reg> classes = part_classes(type);
+  RegClasses classes = part_classes(type);
   if (classes[0] == Reg::pred) throw Unsupported("a load or store of predicates");
   // Bytes live in 16-bit registers; memory sees 8 bits.
   int part_bits = type->getScalarType()->isIntegerTy(8) ? 8 : mov_bits(classes[0]);
