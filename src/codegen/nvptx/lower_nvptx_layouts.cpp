@@ -9,6 +9,9 @@
 
 namespace weft::codegen::nvptx::detail {
 
+// a | b where no bit is set in both (`or disjoint`: an add, known to carry nothing).
+Value* Lowering::disjoint_or(Value* a, Value* b) { return b_.CreateOr(a, b, "", /*IsDisjoint=*/true); }
+
 // x + c, or x itself when c is 0 (no `add x, 0` for the optimizer to delete).
 Value* Lowering::add_const(Value* x, int64_t c, bool nsw) {
   if (c == 0) return x;
@@ -128,19 +131,25 @@ Value* Lowering::same_value_reg(const NodeRef& x, size_t r) {
 // Both from tid_in_region: a tile's columns (a register each, 32 for 128 columns) and rows are loop-invariant,
 // and LICM hoisted them out of the loop that masks by them, where they stayed live (ptxas spilled 4-24 bytes
 // in causal attention kernels); recomputed in the loop they cost an instruction each.
+// The offsets go in with `or disjoint` where the bits they set are clear in the base (bit 3 of a row, and
+// the block's bits 6 and up where the warp group has 4 warps; bit 0 and bits 3 and up of a column): what
+// instcombine would make of an add, stated here so that no pass has to prove it.
 Value* Lowering::acc_row(int64_t block, bool lower_half) {
   Value* base = thread_value(kAccRowBase, 0, [&] {
     Value* t = tid_in_region();
-    Value* quad = b_.CreateLShr(b_.CreateAnd(t, i32c(31)), i32c(2));  // lane / 4
-    return b_.CreateAdd(b_.CreateMul(b_.CreateLShr(t, i32c(5)), i32c(16)), quad);
+    Value* quad = b_.CreateLShr(b_.CreateAnd(t, i32c(31)), i32c(2));  // lane / 4: bits 0-2
+    return disjoint_or(b_.CreateShl(b_.CreateLShr(t, i32c(5)), i32c(4)), quad);  // warp * 16: bits 4+
   });
-  return add_const(base, block * 64 + (lower_half ? 8 : 0));
+  Value* row = lower_half ? disjoint_or(base, i32c(8)) : base;
+  if (block == 0) return row;
+  return threads_ <= 128 ? disjoint_or(row, i32c(block * 64)) : add_const(row, block * 64);
 }
 Value* Lowering::acc_col(int64_t eighth, int64_t e) {
   Value* base = thread_value(kAccColBase, 0, [&] {
-    return b_.CreateShl(b_.CreateAnd(tid_in_region(), i32c(3)), i32c(1));
+    return b_.CreateShl(b_.CreateAnd(tid_in_region(), i32c(3)), i32c(1));  // 2 (lane % 4): bits 1-2
   });
-  return add_const(base, 8 * eighth + (e & 1));
+  Value* col = e & 1 ? disjoint_or(base, i32c(1)) : base;
+  return eighth == 0 ? col : disjoint_or(col, i32c(8 * eighth));
 }
 // The flat index (row * cols + col) of register r of an Acc tile.
 Value* Lowering::acc_index(int64_t cols, int64_t r) {

@@ -164,6 +164,7 @@ class Lowering {
   // ---- layouts (lower_nvptx_layouts.cpp) ---------------------------------------------------------------
 
   Value* add_const(Value* x, int64_t c, bool nsw = false);
+  Value* disjoint_or(Value* a, Value* b);
   // What thread_value makes (its `kind`).
   enum ThreadValue : int {
     kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccStoreBase, kTidInRegion, kAccIndexBase
