@@ -406,6 +406,7 @@ std::string PtxEmitter::phi_register_for_output(const llvm::CallInst& call, unsi
     auto it = values_.find(c.phi);
     if (it == values_.end() || c.part >= it->second.size()) continue;
     const std::string& r = it->second[c.part];
+    if (r.empty()) continue;
     unsigned key = register_key(r);
     if (taken.contains(key) || input_reads.contains(key) || class_of_register(r) != cls) continue;  // no input may read it
     bool free = !live_into(c.value, c.phi->getParent());
