@@ -88,7 +88,14 @@ std::string mov(Reg cls, const std::string& to, const std::string& from) {
 }
 
 PtxEmitter::PtxEmitter(const llvm::Module& m, const PtxTarget& target)
-    : m_(m), dl_(m.getDataLayout()), target_(target) {}
+    : m_(m), dl_(m.getDataLayout()), target_(target) {
+  if (parsed_asm_cache().size() > 512) parsed_asm_cache().clear();  // a bound, not a policy: kernels reuse few
+}
+
+std::unordered_map<std::string, PtxEmitter::ParsedAsm>& PtxEmitter::parsed_asm_cache() {
+  thread_local std::unordered_map<std::string, ParsedAsm> cache;
+  return cache;
+}
 
 // ---- registers and operands -------------------------------------------------------------------------------
 

@@ -420,7 +420,16 @@ std::string PtxEmitter::phi_register_for_output(const llvm::CallInst& call, unsi
 // Inline asm as LLVM prints it: $N is operand N (the outputs, then the inputs), $$ a dollar sign. Parsed once per
 // InlineAsm (LLVM keeps one per distinct text and constraints, and a kernel repeats its statements).
 const PtxEmitter::ParsedAsm& PtxEmitter::parse_asm(const llvm::InlineAsm& ia) {
-  auto [at, made] = parsed_asm_.try_emplace(&ia);
+  auto [in_kernel, first_in_kernel] = parsed_asm_.try_emplace(&ia, nullptr);
+  if (!first_in_kernel) return *in_kernel->second;
+  // The same statements (wgmma, TMA copies, barriers) come back in kernel after kernel, in a new LLVMContext
+  // each time: parsed once per thread by their text and constraints (a wgmma's 130 constraints took ~1% of
+  // attention's compile to parse). Emptied between kernels (the constructor) when it grows large.
+  std::string key = ia.getAsmString().str();
+  key += '\0';
+  key += ia.getConstraintString();
+  auto [at, made] = parsed_asm_cache().try_emplace(std::move(key));
+  in_kernel->second = &at->second;
   ParsedAsm& p = at->second;
   if (!made) return p;
   p.constraints = ia.ParseConstraints();

@@ -89,7 +89,8 @@ class PtxEmitter {
     std::vector<std::pair<std::string, int>> pieces;  // text up to an operand, then that operand (-1: the end)
     std::vector<bool> named;                          // which operands the text names
   };
-  const ParsedAsm& parse_asm(const llvm::InlineAsm& ia);  // cached in parsed_asm_
+  const ParsedAsm& parse_asm(const llvm::InlineAsm& ia);  // cached in parsed_asm_ and parsed_asm_cache()
+  static std::unordered_map<std::string, ParsedAsm>& parsed_asm_cache();  // this thread's, by text and constraints
   void emit_saturating_conversion(const llvm::CallInst& call, bool is_signed);  // llvm.fpto[su]i.sat
   void emit_f64_maximum(const llvm::CallInst& call, bool is_max);               // llvm.maximum/minimum.f64
   void emit_fpclass_test(const llvm::CallInst& call);                           // llvm.is.fpclass
@@ -158,7 +159,7 @@ class PtxEmitter {
   // may take over the register of an input that dies there: emit_inline_asm), by register_key.
   llvm::DenseMap<unsigned, llvm::SmallVector<const llvm::Value*, 2>> register_values_;
   llvm::SmallVector<const llvm::Value*, 2>& holders(const std::string& reg) { return register_values_[register_key(reg)]; }
-  llvm::DenseMap<const llvm::InlineAsm*, ParsedAsm> parsed_asm_;
+  llvm::DenseMap<const llvm::InlineAsm*, const ParsedAsm*> parsed_asm_;
 };
 
 // Two-lane groups of 16-bit lanes share a b32 register.
