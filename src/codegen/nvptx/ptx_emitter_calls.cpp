@@ -417,49 +417,50 @@ std::string PtxEmitter::phi_register_for_output(const llvm::CallInst& call, unsi
   return "";
 }
 
-// Inline asm as LLVM prints it: $N is operand N (the outputs, then the inputs), $$ a dollar sign. Parsed once per
-// InlineAsm (LLVM keeps one per distinct text and constraints, and a kernel repeats its statements).
+// Inline asm as LLVM prints it: $N is operand N (the outputs, then the inputs), $$ a dollar sign. The same
+// statements (wgmma, TMA copies, barriers) come back in kernel after kernel, each in a new LLVMContext: parsed
+// once per thread by their text and constraints (a wgmma's 130 constraints took ~1% of attention's compile to
+// parse anew in every kernel), and found by InlineAsm within a kernel. Only a statement the emitter handles is
+// kept (a throw leaves nothing behind). The cache empties between kernels (the constructor) when it grows large.
 const PtxEmitter::ParsedAsm& PtxEmitter::parse_asm(const llvm::InlineAsm& ia) {
-  auto [in_kernel, first_in_kernel] = parsed_asm_.try_emplace(&ia, nullptr);
-  if (!first_in_kernel) return *in_kernel->second;
-  // The same statements (wgmma, TMA copies, barriers) come back in kernel after kernel, in a new LLVMContext
-  // each time: parsed once per thread by their text and constraints (a wgmma's 130 constraints took ~1% of
-  // attention's compile to parse). Emptied between kernels (the constructor) when it grows large.
+  if (auto known = parsed_asm_.find(&ia); known != parsed_asm_.end()) return *known->second;
   std::string key = ia.getAsmString().str();
   key += '\0';
   key += ia.getConstraintString();
-  auto [at, made] = parsed_asm_cache().try_emplace(std::move(key));
-  in_kernel->second = &at->second;
-  ParsedAsm& p = at->second;
-  if (!made) return p;
-  p.constraints = ia.ParseConstraints();
-  llvm::StringRef text = ia.getAsmString();
-  std::string literal;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char ch = text[i];
-    if (ch != '$') {
-      literal += ch;
-      continue;
+  auto cached = parsed_asm_cache().find(key);
+  if (cached == parsed_asm_cache().end()) {
+    ParsedAsm p;
+    p.constraints = ia.ParseConstraints();
+    llvm::StringRef text = ia.getAsmString();
+    std::string literal;
+    for (size_t i = 0; i < text.size(); ++i) {
+      char ch = text[i];
+      if (ch != '$') {
+        literal += ch;
+        continue;
+      }
+      if (i + 1 < text.size() && text[i + 1] == '$') {  // "$$": a dollar sign
+        literal += '$';
+        ++i;
+        continue;
+      }
+      // Operands are numbered within the constraints (clobbers come last): a larger number names none.
+      size_t j = i + 1, n = 0, operands = p.constraints.size();
+      for (; j < text.size() && std::isdigit(static_cast<unsigned char>(text[j])) && n < operands; ++j)
+        n = n * 10 + (text[j] - '0');
+      if (j == i + 1) throw Unsupported("an inline asm operand with a modifier");
+      if (n >= operands) throw Unsupported("an inline asm operand number out of range");
+      p.pieces.emplace_back(std::move(literal), static_cast<int>(n));
+      literal.clear();
+      if (n >= p.named.size()) p.named.resize(n + 1, false);
+      p.named[n] = true;
+      i = j - 1;
     }
-    if (i + 1 < text.size() && text[i + 1] == '$') {  // "$$": a dollar sign
-      literal += '$';
-      ++i;
-      continue;
-    }
-    // Operands are numbered within the constraints (clobbers come last): a larger number names none.
-    size_t j = i + 1, n = 0, operands = p.constraints.size();
-    for (; j < text.size() && std::isdigit(static_cast<unsigned char>(text[j])) && n < operands; ++j)
-      n = n * 10 + (text[j] - '0');
-    if (j == i + 1) throw Unsupported("an inline asm operand with a modifier");
-    if (n >= operands) throw Unsupported("an inline asm operand number out of range");
-    p.pieces.emplace_back(std::move(literal), static_cast<int>(n));
-    literal.clear();
-    if (n >= p.named.size()) p.named.resize(n + 1, false);
-    p.named[n] = true;
-    i = j - 1;
+    p.pieces.emplace_back(std::move(literal), -1);
+    cached = parsed_asm_cache().emplace(std::move(key), std::move(p)).first;
   }
-  p.pieces.emplace_back(std::move(literal), -1);
-  return p;
+  parsed_asm_[&ia] = &cached->second;
+  return cached->second;
 }
 
 // The statement with its operands in registers (parse_asm); an input tied to an output ("0") is copied into the
