@@ -242,11 +242,7 @@ TEST_CASE("an unaligned chunk of consecutive 16-bit elements is read as two alig
     store(out + (r * 64 + c), load(x + (r * K + c)));
   });
   const std::string ptx = k.ptx();
-  auto count = [&](const std::string& what) {
-    size_t n = 0;
-    for (size_t at = ptx.find(what); at != std::string::npos; at = ptx.find(what, at + 1)) ++n;
-    return n;
-  };
+  auto count = [&](const std::string& what) { return count_occurrences(ptx, what); };
   // 8 elements a thread: one chunk, read as the two aligned blocks around it (the first again where it is
   // aligned) without a branch, so that a thread's chunks are all in flight at once; no 2-byte loads.
   CHECK(count("ld.global.v4.b32") == 2);

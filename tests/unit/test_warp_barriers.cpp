@@ -43,12 +43,6 @@ void check_warp_barrier(Device dev) {
   CHECK(got == want);
 }
 
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
-
 }  // namespace
 
 TEST_CASE("alloc_warp_barriers: every thread of two producer replicas arrives and the consumer sees both stages",
@@ -80,12 +74,12 @@ TEST_CASE("alloc_warp_barriers: each thread arrives with mbarrier.arrive, withou
     return k.ptx();
   };
   std::string per_thread = ptx_of(true), per_replica = ptx_of(false);
-  CHECK(count_of(per_thread, "mbarrier.arrive.shared::cta.b64") == 1);
-  CHECK(count_of(per_thread, "mbarrier.init.shared::cta.b64") == 1);
+  CHECK(count_occurrences(per_thread, "mbarrier.arrive.shared::cta.b64") == 1);
+  CHECK(count_occurrences(per_thread, "mbarrier.init.shared::cta.b64") == 1);
   CHECK(per_thread.find("bar.warp.sync") == std::string::npos);
   // The per-replica barrier (counted per warp here) syncs each warp before its lane 0 arrives; the
   // per-thread one syncs nothing: no more syncs than the per-replica kernel minus its warp syncs.
-  auto syncs = [&](const std::string& p) { return count_of(p, "bar.sync") + count_of(p, "barrier.sync"); };
+  auto syncs = [&](const std::string& p) { return count_occurrences(p, "bar.sync") + count_occurrences(p, "barrier.sync"); };
   CHECK(per_replica.find("bar.warp.sync") != std::string::npos);
   CHECK(syncs(per_thread) <= syncs(per_replica));
 }
