@@ -101,16 +101,16 @@ std::unordered_map<std::string, PtxEmitter::ParsedAsm>& PtxEmitter::parsed_asm_c
 
 // As LLVM prints PTX, so that text written for its PTX reads this one the same: "\topcode \toperands;", a guard
 // predicate ("@%p1 bra ...") staying with its opcode.
-void PtxEmitter::line(const std::string& text) {
+void PtxEmitter::line(std::string_view text) {
   size_t opcode = text[0] == '@' ? text.find(' ') + 1 : 0;
   size_t space = text.find(' ', opcode);
   body_ += '\t';
   if (space == std::string::npos) {
     body_ += text;
   } else {
-    body_.append(text, 0, space);
+    body_.append(text.substr(0, space));
     body_ += " \t";
-    body_.append(text, space + 1, std::string::npos);
+    body_.append(text.substr(space + 1));
   }
   body_ += ";\n";
 }
@@ -124,7 +124,7 @@ std::string PtxEmitter::fresh(Reg cls) {
 
 std::string PtxEmitter::extend_byte(const std::string& x, bool is_signed) {
   std::string w = fresh(Reg::b16);
-  line(fmt::format("cvt.{0}16.{0}8 {1}, {2}", is_signed ? 's' : 'u', w, x));
+  emit(FMT_COMPILE("cvt.{0}16.{0}8 {1}, {2}"), is_signed ? 's' : 'u', w, x);
   return w;
 }
 
@@ -289,14 +289,14 @@ std::string PtxEmitter::constant_address(const llvm::Constant* c) {
     if (made) {
       at->second = fresh(class_of(t));
       std::swap(body_, entry_prologue_);
-      line(fmt::format("mov.u{} {}, {}", bits_of(t), at->second, g->getName().str()));
+      emit(FMT_COMPILE("mov.u{} {}, {}"), bits_of(t), at->second, g->getName().str());
       std::swap(body_, entry_prologue_);
     }
     return at->second;
   }
   if (llvm::isa<llvm::ConstantPointerNull>(c) || llvm::isa<llvm::ConstantInt>(c) || llvm::isa<llvm::UndefValue>(c)) {
     std::string r = fresh(class_of(t));
-    line(fmt::format("mov.b{} {}, {}", mov_bits(class_of(t)), r, llvm::isa<llvm::ConstantInt>(c) ? immediate(c) : "0"));
+    emit(FMT_COMPILE("mov.b{} {}, {}"), mov_bits(class_of(t)), r, llvm::isa<llvm::ConstantInt>(c) ? immediate(c) : "0");
     return r;
   }
   auto* e = llvm::dyn_cast<llvm::ConstantExpr>(c);
@@ -307,7 +307,7 @@ std::string PtxEmitter::constant_address(const llvm::Constant* c) {
     std::string base = constant_address(llvm::cast<llvm::Constant>(gep->getPointerOperand()));
     if (offset.isZero()) return base;
     std::string r = fresh(class_of(t));
-    line(fmt::format("add.s{} {}, {}, {}", bits_of(t), r, base, offset.getSExtValue()));
+    emit(FMT_COMPILE("add.s{} {}, {}, {}"), bits_of(t), r, base, offset.getSExtValue());
     return r;
   }
   if (e->getNumOperands() == 2 && e->getType()->isIntegerTy() && !e->getType()->isIntegerTy(1)) {
@@ -325,7 +325,7 @@ std::string PtxEmitter::constant_address(const llvm::Constant* c) {
       };
       std::string a = side(0), b = side(1);
       std::string r = fresh(class_of(t));
-      line(fmt::format("{}{} {}, {}, {}", name, bits_of(t), r, a, b));
+      emit(FMT_COMPILE("{}{} {}, {}, {}"), name, bits_of(t), r, a, b);
       return r;
     }
   }
@@ -336,7 +336,7 @@ std::string PtxEmitter::constant_address(const llvm::Constant* c) {
     case llvm::Instruction::IntToPtr: {
       if (from == to) return src;
       std::string r = fresh(class_of(t));
-      line(fmt::format("cvt.u{}.u{} {}, {}", to, from, r, src));
+      emit(FMT_COMPILE("cvt.u{}.u{} {}, {}"), to, from, r, src);
       return r;
     }
     case llvm::Instruction::AddrSpaceCast: {
@@ -352,10 +352,10 @@ std::string PtxEmitter::generic_address(const std::string& addr, unsigned as) {
   std::string wide = addr;
   if (class_of_register(addr) == Reg::b32) {
     wide = fresh(Reg::b64);
-    line(fmt::format("cvt.u64.u32 {}, {}", wide, addr));
+    emit(FMT_COMPILE("cvt.u64.u32 {}, {}"), wide, addr);
   }
   std::string r = fresh(Reg::b64);
-  line(fmt::format("cvta{}.u64 {}, {}", space_name(as), r, wide));
+  emit(FMT_COMPILE("cvta{}.u64 {}, {}"), space_name(as), r, wide);
   return r;
 }
 
@@ -365,7 +365,7 @@ Parts PtxEmitter::materialize(const llvm::Constant* c) {
   if (t->isIntegerTy(1)) {
     std::string r = fresh(Reg::pred);
     bool value = !llvm::isa<llvm::UndefValue>(c) && !c->isNullValue();
-    line(fmt::format("setp.{}.s32 {}, 0, 0", value ? "eq" : "ne", r));
+    emit(FMT_COMPILE("setp.{}.s32 {}, 0, 0"), value ? "eq" : "ne", r);
     return {r};
   }
   auto lane_bits = [&](const llvm::Constant* lane) -> uint64_t {
@@ -381,12 +381,12 @@ Parts PtxEmitter::materialize(const llvm::Constant* c) {
     for (size_t p = 0; p < classes.size(); ++p) {
       std::string r = fresh(classes[p]);
       if (classes[p] == Reg::pred) {
-        line(fmt::format("setp.{}.s32 {}, 0, 0", lane_bits(c->getAggregateElement(unsigned(p))) ? "eq" : "ne", r));
+        emit(FMT_COMPILE("setp.{}.s32 {}, 0, 0"), lane_bits(c->getAggregateElement(unsigned(p))) ? "eq" : "ne", r);
       } else {
         uint64_t bits = pack ? lane_bits(c->getAggregateElement(unsigned(2 * p))) |
                                    lane_bits(c->getAggregateElement(unsigned(2 * p + 1))) << 16
                              : lane_bits(c->getAggregateElement(unsigned(p)));
-        line(fmt::format("mov.b{} {}, {}", mov_bits(classes[p]), r, bits));
+        emit(FMT_COMPILE("mov.b{} {}, {}"), mov_bits(classes[p]), r, bits);
       }
       out.push_back(r);
     }
@@ -395,7 +395,7 @@ Parts PtxEmitter::materialize(const llvm::Constant* c) {
   std::string r = fresh(class_of(t));
   std::string imm = immediate(c);
   if (imm.empty()) imm = fmt::format("{:#x}", lane_bits(c));
-  line(fmt::format("mov.b{} {}, {}", mov_bits(class_of(t)), r, imm));
+  emit(FMT_COMPILE("mov.b{} {}, {}"), mov_bits(class_of(t)), r, imm);
   return {r};
 }
 
@@ -446,9 +446,9 @@ std::string PtxEmitter::defined_part(const std::string& part, Reg cls) {
   if (!part.empty()) return part;
   std::string r = fresh(cls);
   if (cls == Reg::pred)
-    line(fmt::format("setp.ne.s32 {}, 0, 0", r));
+    emit(FMT_COMPILE("setp.ne.s32 {}, 0, 0"), r);
   else
-    line(fmt::format("mov.b{} {}, 0", mov_bits(cls), r));
+    emit(FMT_COMPILE("mov.b{} {}, 0"), mov_bits(cls), r);
   return r;
 }
 
@@ -486,15 +486,15 @@ std::string PtxEmitter::entry_signature(const llvm::Function& f) {
       uint64_t align = a.getParamAlign() ? a.getParamAlign()->value() : 4;
       decl = fmt::format(".param .align {} .b8 {}[{}]", align, param, dl_.getTypeAllocSize(a.getParamByValType()));
       std::string addr = fresh(Reg::b64), generic = fresh(Reg::b64);
-      line(fmt::format("mov.b64 {}, {}", addr, param));
-      line(fmt::format("cvta.param.u64 {}, {}", generic, addr));
+      emit(FMT_COMPILE("mov.b64 {}, {}"), addr, param);
+      emit(FMT_COMPILE("cvta.param.u64 {}, {}"), generic, addr);
       bind(&a, {generic});
     } else {
       int bits = bits_of(a.getType());
       if (bits == 1) throw Unsupported("a predicate parameter");
       decl = fmt::format(".param .u{} {}", bits, param);
       std::string r = fresh(class_of(a.getType()));
-      line(fmt::format("ld.param.b{} {}, [{}]", bits, r, param));
+      emit(FMT_COMPILE("ld.param.b{} {}, [{}]"), bits, r, param);
       bind(&a, {r});
     }
     sig += fmt::format("\t{}{}\n", decl, a.getArgNo() + 1 < f.arg_size() ? "," : "");

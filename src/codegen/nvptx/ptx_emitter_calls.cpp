@@ -49,7 +49,7 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
 
   if (starts(name, "llvm.nvvm.read.ptx.sreg.")) {
     llvm::StringRef reg_name = name.drop_front(std::strlen("llvm.nvvm.read.ptx.sreg."));
-    line(fmt::format("mov.u{} {}, {}", bits_of(t), result(), special_register(reg_name)));
+    emit(FMT_COMPILE("mov.u{} {}, {}"), bits_of(t), result(), special_register(reg_name));
     return;
   }
 
@@ -59,15 +59,15 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
     bool aligned = rest.contains(".aligned"), arrive = rest.starts_with("arrive");
     std::string op = fmt::format("{}.{}", aligned ? "bar" : "barrier", arrive ? "arrive" : "sync");
     if (rest.ends_with(".count"))
-      line(fmt::format("{} {}, {}", op, arg(0), arg(1)));
+      emit(FMT_COMPILE("{} {}, {}"), op, arg(0), arg(1));
     else if (rest.ends_with(".all"))
-      line(fmt::format("{} {}", op, arg(0)));
+      emit(FMT_COMPILE("{} {}"), op, arg(0));
     else
       throw Unsupported("the intrinsic " + name.str());
     return;
   }
   if (name == "llvm.nvvm.barrier0") return line("bar.sync 0");
-  if (name == "llvm.nvvm.bar.warp.sync") return line(fmt::format("bar.warp.sync {}", arg(0)));
+  if (name == "llvm.nvvm.bar.warp.sync") return emit(FMT_COMPILE("bar.warp.sync {}"), arg(0));
   if (starts(name, "llvm.nvvm.barrier.cluster.")) return line(name.drop_front(std::strlen("llvm.nvvm.")).str());
   static const std::pair<const char*, const char*> kFences[] = {
       {"llvm.nvvm.fence.proxy.async.shared_cta", "fence.proxy.async.shared::cta"},
@@ -84,7 +84,7 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
   for (auto [intrinsic, ptx] : kFences)
     if (name == intrinsic) return line(ptx);
   if (starts(name, "llvm.nvvm.setmaxnreg.")) {
-    line(fmt::format("{} {}", name.drop_front(std::strlen("llvm.nvvm.")).str(), arg(0)));
+    emit(FMT_COMPILE("{} {}"), name.drop_front(std::strlen("llvm.nvvm.")).str(), arg(0));
     return;
   }
 
@@ -93,17 +93,17 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
     llvm::StringRef rest = name.drop_front(std::strlen("llvm.nvvm.shfl.sync."));  // bfly.i32, idx.f32, ...
     auto [mode, type] = rest.split('.');
     if (type != "i32" && type != "f32") throw Unsupported("the intrinsic " + name.str());
-    line(fmt::format("shfl.sync.{}.b32 {}, {}, {}, {}, {}", mode.str(), result(), arg(1), arg(2), arg(3), arg(0)));
+    emit(FMT_COMPILE("shfl.sync.{}.b32 {}, {}, {}, {}, {}"), mode.str(), result(), arg(1), arg(2), arg(3), arg(0));
     return;
   }
   if (name == "llvm.nvvm.vote.ballot.sync") {
-    line(fmt::format("vote.sync.ballot.b32 {}, {}, {}", result(), reg(call.getArgOperand(1)), arg(0)));
+    emit(FMT_COMPILE("vote.sync.ballot.b32 {}, {}, {}"), result(), reg(call.getArgOperand(1)), arg(0));
     return;
   }
   if (name.starts_with("llvm.nvvm.vote.") && name.ends_with(".sync")) {  // any, all, uni
     llvm::StringRef mode = name.drop_front(std::strlen("llvm.nvvm.vote.")).drop_back(std::strlen(".sync"));
     if (mode != "any" && mode != "all" && mode != "uni") throw Unsupported("the intrinsic " + name.str());
-    line(fmt::format("vote.sync.{}.pred {}, {}, {}", mode.str(), result(), reg(call.getArgOperand(1)), arg(0)));
+    emit(FMT_COMPILE("vote.sync.{}.pred {}, {}, {}"), mode.str(), result(), reg(call.getArgOperand(1)), arg(0));
     return;
   }
 
@@ -113,20 +113,20 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
     llvm::StringRef rest = name;
     if (rest.consume_front("llvm.nvvm.ff.to.") && rest.consume_front(fp8) && rest.consume_front(".rn") &&
         (rest.empty() || rest == ".relu")) {
-      line(fmt::format("cvt.rn.satfinite{}.{}.f32 {}, {}, {}", rest.str(), fp8, result(), reg(call.getArgOperand(0)),
-                       reg(call.getArgOperand(1))));
+      emit(FMT_COMPILE("cvt.rn.satfinite{}.{}.f32 {}, {}, {}"), rest.str(), fp8, result(), reg(call.getArgOperand(0)),
+                       reg(call.getArgOperand(1)));
       return;
     }
     rest = name;
     if (rest.consume_front("llvm.nvvm.") && rest.consume_front(fp8) && rest.consume_front(".to.f16x2.rn") &&
         (rest.empty() || rest == ".relu")) {
-      line(fmt::format("cvt.rn{}.f16x2.{} {}, {}", rest.str(), fp8, result(), reg(call.getArgOperand(0))));
+      emit(FMT_COMPILE("cvt.rn{}.f16x2.{} {}, {}"), rest.str(), fp8, result(), reg(call.getArgOperand(0)));
       return;
     }
   }
   if (name == "llvm.nvvm.mapa.shared.cluster" || name == "llvm.nvvm.mapa") {
     const char* space = name == "llvm.nvvm.mapa" ? "" : ".shared::cluster";
-    line(fmt::format("mapa{}.u{} {}, {}, {}", space, bits_of(t), result(), reg(call.getArgOperand(0)), arg(1)));
+    emit(FMT_COMPILE("mapa{}.u{} {}, {}, {}"), space, bits_of(t), result(), reg(call.getArgOperand(0)), arg(1));
     return;
   }
 
@@ -170,11 +170,11 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
           emit_f64_maximum(call, u.ptx[1] == 'a');
           return;
         }
-        line(fmt::format("{}.f{} {}, {}, {}", u.ptx, bits, result(), arg(0), arg(1)));
+        emit(FMT_COMPILE("{}.f{} {}, {}, {}"), u.ptx, bits, result(), arg(0), arg(1));
         return;
       }
     if (base_is("llvm.fma") || base_is("llvm.fmuladd")) {
-      line(fmt::format("fma.rn.f{} {}, {}, {}, {}", bits, result(), arg(0), arg(1), arg(2)));
+      emit(FMT_COMPILE("fma.rn.f{} {}, {}, {}, {}"), bits, result(), arg(0), arg(1), arg(2));
       return;
     }
     // llvm.nvvm.<op>.approx[.ftz].f[32]: the PTX instruction of that name.
@@ -184,13 +184,13 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
       if (op.consume_back(".approx"))
         for (const char* known : {"ex2", "lg2", "rsqrt", "sqrt", "sin", "cos", "rcp", "tanh"})
           if (op == known) {
-            line(fmt::format("{}.approx{}.f32 {}, {}", known, ftz ? ".ftz" : "", result(), reg(call.getArgOperand(0))));
+            emit(FMT_COMPILE("{}.approx{}.f32 {}, {}"), known, ftz ? ".ftz" : "", result(), reg(call.getArgOperand(0)));
             return;
           }
     }
   }
   if (name == "llvm.fabs.f16" || name == "llvm.fabs.bf16") {
-    line(fmt::format("abs.{} {}, {}", float_type(t), result(), reg(call.getArgOperand(0))));
+    emit(FMT_COMPILE("abs.{} {}, {}"), float_type(t), result(), reg(call.getArgOperand(0)));
     return;
   }
   if (t->isIntegerTy() && bits >= 8) {
@@ -206,30 +206,30 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
       if (base_is(u.intrinsic)) {
         bool is_signed = u.ptx[4] == 's';
         std::string a = int_arg(0, is_signed), b = int_arg(1, is_signed);
-        line(fmt::format("{}{} {}, {}, {}", u.ptx, width, result(), a, b));
+        emit(FMT_COMPILE("{}{} {}, {}, {}"), u.ptx, width, result(), a, b);
         return;
       }
     if (base_is("llvm.abs")) {
       std::string a = bits == 8 ? int_arg(0, true) : reg(call.getArgOperand(0));
-      line(fmt::format("abs.s{} {}, {}", width, result(), a));
+      emit(FMT_COMPILE("abs.s{} {}, {}"), width, result(), a);
       return;
     }
     if ((base_is("llvm.ctpop") || base_is("llvm.ctlz")) && bits >= 32) {
       const char* op = base_is("llvm.ctpop") ? "popc" : "clz";
       std::string d = result();
       std::string count = bits == 32 ? d : fresh(Reg::b32);
-      line(fmt::format("{}.b{} {}, {}", op, bits, count, reg(call.getArgOperand(0))));
-      if (bits == 64) line(fmt::format("cvt.u64.u32 {}, {}", d, count));
+      emit(FMT_COMPILE("{}.b{} {}, {}"), op, bits, count, reg(call.getArgOperand(0)));
+      if (bits == 64) emit(FMT_COMPILE("cvt.u64.u32 {}, {}"), d, count);
       return;
     }
     // fshl(hi, lo, s): the high word of hi:lo shifted left by s % 32; fshr: the low word shifted right.
     if ((base_is("llvm.fshl") || base_is("llvm.fshr")) && bits == 32) {
-      line(fmt::format("shf.{}.wrap.b32 {}, {}, {}, {}", base_is("llvm.fshl") ? "l" : "r", result(), arg(1), arg(0),
-                       arg(2)));
+      emit(FMT_COMPILE("shf.{}.wrap.b32 {}, {}, {}, {}"), base_is("llvm.fshl") ? "l" : "r", result(), arg(1), arg(0),
+                       arg(2));
       return;
     }
     if (base_is("llvm.bitreverse") && bits >= 32) {
-      line(fmt::format("brev.b{} {}, {}", bits, result(), reg(call.getArgOperand(0))));
+      emit(FMT_COMPILE("brev.b{} {}, {}"), bits, result(), reg(call.getArgOperand(0)));
       return;
     }
   }
@@ -258,16 +258,16 @@ void PtxEmitter::emit_saturating_conversion(const llvm::CallInst& call, bool is_
   bool exact = top <= (fbits == 32 ? 24 : 53);  // 2^top - 1 is a float of the source type
   auto nan_to_zero = [&](const std::string& value) {
     std::string nan = fresh(Reg::pred);
-    line(fmt::format("setp.nan.f{0} {1}, {2}, {2}", fbits, nan, x));
-    line(fmt::format("selp.b{} {}, 0, {}, {}", width, d, value, nan));
+    emit(FMT_COMPILE("setp.nan.f{0} {1}, {2}, {2}"), fbits, nan, x);
+    emit(FMT_COMPILE("selp.b{} {}, 0, {}, {}"), width, d, value, nan);
   };
   if (exact) {
     std::string low = fresh(class_of(src)), clamped = fresh(class_of(src));
-    line(fmt::format("max.f{} {}, {}, {}", fbits, low, x, immediate_of(lo)));
-    line(fmt::format("min.f{} {}, {}, {}", fbits, clamped, low, immediate_of(std::ldexp(1.0, top) - 1)));
+    emit(FMT_COMPILE("max.f{} {}, {}, {}"), fbits, low, x, immediate_of(lo));
+    emit(FMT_COMPILE("min.f{} {}, {}, {}"), fbits, clamped, low, immediate_of(std::ldexp(1.0, top) - 1));
     // Unsigned: max(NaN, 0) is 0 already.
     std::string converted = is_signed ? fresh(cls) : d;
-    line(fmt::format("cvt.rzi.{}{}.f{} {}, {}", kind, width, fbits, converted, clamped));
+    emit(FMT_COMPILE("cvt.rzi.{}{}.f{} {}, {}"), kind, width, fbits, converted, clamped);
     if (is_signed) nan_to_zero(converted);
     return;
   }
@@ -278,11 +278,11 @@ void PtxEmitter::emit_saturating_conversion(const llvm::CallInst& call, bool is_
   std::string converted = fresh(cls), floored = fresh(cls), capped = is_signed ? fresh(cls) : d;
   std::string min_int = is_signed ? (n == 64 ? "-9223372036854775808" : "-2147483648") : "0";
   std::string max_int = is_signed ? (n == 64 ? "9223372036854775807" : "2147483647") : "-1";
-  line(fmt::format("setp.ltu.f{} {}, {}, {}", fbits, under, x, immediate_of(lo)));  // NaN too
-  line(fmt::format("cvt.rzi.{}{}.f{} {}, {}", kind, n, fbits, converted, x));
-  line(fmt::format("selp.b{} {}, {}, {}, {}", n, floored, min_int, converted, under));
-  line(fmt::format("setp.gt.f{} {}, {}, {}", fbits, over, x, immediate_of(below)));
-  line(fmt::format("selp.b{} {}, {}, {}, {}", n, capped, max_int, floored, over));
+  emit(FMT_COMPILE("setp.ltu.f{} {}, {}, {}"), fbits, under, x, immediate_of(lo));  // NaN too
+  emit(FMT_COMPILE("cvt.rzi.{}{}.f{} {}, {}"), kind, n, fbits, converted, x);
+  emit(FMT_COMPILE("selp.b{} {}, {}, {}, {}"), n, floored, min_int, converted, under);
+  emit(FMT_COMPILE("setp.gt.f{} {}, {}, {}"), fbits, over, x, immediate_of(below));
+  emit(FMT_COMPILE("selp.b{} {}, {}, {}, {}"), n, capped, max_int, floored, over);
   if (is_signed) nan_to_zero(capped);
 }
 
@@ -301,13 +301,13 @@ void PtxEmitter::emit_fpclass_test(const llvm::CallInst& call) {
   uint64_t exp_all = (bits == 32 ? uint64_t(0xff) : uint64_t(0x7ff)) << mantissa;  // the infinity's bits
   uint64_t quiet = exp_all | (uint64_t(1) << (mantissa - 1));                      // the first quiet NaN
   std::string abs = fresh(cls);
-  line(fmt::format("and.b{} {}, {}, {}", bits, abs, x, bits == 32 ? "2147483647" : "9223372036854775807"));
+  emit(FMT_COMPILE("and.b{} {}, {}, {}"), bits, abs, x, bits == 32 ? "2147483647" : "9223372036854775807");
   std::string negative, positive;  // the sign's predicates, made when needed
   auto sign = [&](bool neg) -> const std::string& {
     std::string& p = neg ? negative : positive;
     if (p.empty()) {
       p = fresh(Reg::pred);
-      line(fmt::format("setp.{}.s{} {}, {}, 0", neg ? "lt" : "ge", bits, p, x));
+      emit(FMT_COMPILE("setp.{}.s{} {}, {}, 0"), neg ? "lt" : "ge", bits, p, x);
     }
     return p;
   };
@@ -315,11 +315,11 @@ void PtxEmitter::emit_fpclass_test(const llvm::CallInst& call) {
   auto in_range = [&](uint64_t lo, uint64_t count) {
     std::string p = fresh(Reg::pred);
     if (lo == 0) {
-      line(fmt::format("setp.lt.u{} {}, {}, {}", bits, p, abs, count));
+      emit(FMT_COMPILE("setp.lt.u{} {}, {}, {}"), bits, p, abs, count);
     } else {
       std::string shifted = fresh(cls);
-      line(fmt::format("sub.s{} {}, {}, {}", bits, shifted, abs, lo));
-      line(fmt::format("setp.lt.u{} {}, {}, {}", bits, p, shifted, count));
+      emit(FMT_COMPILE("sub.s{} {}, {}, {}"), bits, shifted, abs, lo);
+      emit(FMT_COMPILE("setp.lt.u{} {}, {}, {}"), bits, p, shifted, count);
     }
     return p;
   };
@@ -327,7 +327,7 @@ void PtxEmitter::emit_fpclass_test(const llvm::CallInst& call) {
   auto add = [&](std::string p) { terms.push_back(std::move(p)); };
   auto one = [&](std::string p, bool neg) {
     std::string r = fresh(Reg::pred);
-    line(fmt::format("and.pred {}, {}, {}", r, p, sign(neg)));
+    emit(FMT_COMPILE("and.pred {}, {}, {}"), r, p, sign(neg));
     add(r);
   };
   // NaNs have no sign in the mask: signaling ones lie between the infinity and the first quiet NaN.
@@ -350,13 +350,13 @@ void PtxEmitter::emit_fpclass_test(const llvm::CallInst& call) {
     else one(p, neg);
   }
   if (terms.empty()) {
-    line(fmt::format("setp.ne.s32 {}, 0, 0", d));
+    emit(FMT_COMPILE("setp.ne.s32 {}, 0, 0"), d);
     return;
   }
   std::string acc = terms[0];
   for (size_t i = 1; i < terms.size(); ++i) {
     std::string next = i + 1 == terms.size() ? d : fresh(Reg::pred);
-    line(fmt::format("or.pred {}, {}, {}", next, acc, terms[i]));
+    emit(FMT_COMPILE("or.pred {}, {}, {}"), next, acc, terms[i]);
     acc = next;
   }
   if (terms.size() == 1) line(mov(Reg::pred, d, acc));
@@ -371,15 +371,15 @@ void PtxEmitter::emit_f64_maximum(const llvm::CallInst& call, bool is_max) {
   const char* zero_bits = is_max ? "0" : "-9223372036854775808";  // +0 for the maximum, -0 for the minimum
   std::string nan = fresh(Reg::pred), a_zero = fresh(Reg::pred), b_zero = fresh(Reg::pred), zero = fresh(Reg::pred);
   std::string m = fresh(Reg::b64), r = fresh(Reg::b64), ra = fresh(Reg::b64), rb = fresh(Reg::b64);
-  line(fmt::format("setp.nan.f64 {}, {}, {}", nan, a, b));
-  line(fmt::format("{}.f64 {}, {}, {}", is_max ? "max" : "min", m, a, b));
-  line(fmt::format("selp.f64 {}, 0d7FF8000000000000, {}, {}", r, m, nan));
-  line(fmt::format("setp.eq.b64 {}, {}, {}", a_zero, a, zero_bits));
-  line(fmt::format("selp.f64 {}, {}, {}, {}", ra, a, r, a_zero));
-  line(fmt::format("setp.eq.b64 {}, {}, {}", b_zero, b, zero_bits));
-  line(fmt::format("selp.f64 {}, {}, {}, {}", rb, b, ra, b_zero));
-  line(fmt::format("setp.eq.f64 {}, {}, 0d0000000000000000", zero, r));
-  line(fmt::format("selp.f64 {}, {}, {}, {}", d, rb, r, zero));
+  emit(FMT_COMPILE("setp.nan.f64 {}, {}, {}"), nan, a, b);
+  emit(FMT_COMPILE("{}.f64 {}, {}, {}"), is_max ? "max" : "min", m, a, b);
+  emit(FMT_COMPILE("selp.f64 {}, 0d7FF8000000000000, {}, {}"), r, m, nan);
+  emit(FMT_COMPILE("setp.eq.b64 {}, {}, {}"), a_zero, a, zero_bits);
+  emit(FMT_COMPILE("selp.f64 {}, {}, {}, {}"), ra, a, r, a_zero);
+  emit(FMT_COMPILE("setp.eq.b64 {}, {}, {}"), b_zero, b, zero_bits);
+  emit(FMT_COMPILE("selp.f64 {}, {}, {}, {}"), rb, b, ra, b_zero);
+  emit(FMT_COMPILE("setp.eq.f64 {}, {}, 0d0000000000000000"), zero, r);
+  emit(FMT_COMPILE("selp.f64 {}, {}, {}, {}"), d, rb, r, zero);
 }
 
 std::string PtxEmitter::phi_register_for_output(const llvm::CallInst& call, unsigned k, Reg cls,
@@ -540,11 +540,11 @@ void PtxEmitter::emit_inline_asm(const llvm::CallInst& call) {
       // register the constraint asks for.
       if (code == "l" && class_of_register(r) == Reg::b32) {
         std::string wide = fresh(Reg::b64);
-        line(fmt::format("cvt.u64.u32 {}, {}", wide, r));
+        emit(FMT_COMPILE("cvt.u64.u32 {}, {}"), wide, r);
         r = wide;
       } else if (code == "r" && class_of_register(r) == Reg::b64) {
         std::string low = fresh(Reg::b32);
-        line(fmt::format("cvt.u32.u64 {}, {}", low, r));
+        emit(FMT_COMPILE("cvt.u32.u64 {}, {}"), low, r);
         r = low;
       }
       operands.push_back(r);

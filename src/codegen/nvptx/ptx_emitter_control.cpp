@@ -266,11 +266,11 @@ void PtxEmitter::emit_terminator(const llvm::Instruction& inst) {
     for (const auto& c : sw->cases()) {
       std::string other = fresh_label();
       if (t->isIntegerTy(1)) {
-        line(fmt::format("@{}{} bra {}", c.getCaseValue()->isOne() ? "!" : "", x, other));
+        emit(FMT_COMPILE("@{}{} bra {}"), c.getCaseValue()->isOne() ? "!" : "", x, other);
       } else {
         std::string differs = fresh(Reg::pred);
-        line(fmt::format("setp.ne.b{} {}, {}, {}", mov_bits(class_of(t)), differs, x, immediate(c.getCaseValue())));
-        line(fmt::format("@{} bra {}", differs, other));
+        emit(FMT_COMPILE("setp.ne.b{} {}, {}, {}"), mov_bits(class_of(t)), differs, x, immediate(c.getCaseValue()));
+        emit(FMT_COMPILE("@{} bra {}"), differs, other);
       }
       emit_phi_copies(from, *c.getCaseSuccessor());
       line("bra.uni " + label(c.getCaseSuccessor()));
@@ -289,16 +289,16 @@ void PtxEmitter::emit_terminator(const llvm::Instruction& inst) {
     hoist_shared_copies(from, *no, *yes, inst);
   bool yes_phis = takes_copies(from, *yes), no_phis = takes_copies(from, *no);
   if (!yes_phis && (no_phis || yes != next_block_)) {
-    line(fmt::format("@{} bra {}", cond, label(yes)));
+    emit(FMT_COMPILE("@{} bra {}"), cond, label(yes));
     return go(no);
   }
   if (!no_phis) {
-    line(fmt::format("@!{} bra {}", cond, label(no)));
+    emit(FMT_COMPILE("@!{} bra {}"), cond, label(no));
     return go(yes);
   }
   // Both successors take values: the no-edge's copies get a block of their own.
   std::string no_edge = fresh_label();
-  line(fmt::format("@!{} bra {}", cond, no_edge));
+  emit(FMT_COMPILE("@!{} bra {}"), cond, no_edge);
   emit_phi_copies(from, *yes);
   line("bra.uni " + label(yes));
   body_ += no_edge + ":\n";

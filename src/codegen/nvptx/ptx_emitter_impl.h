@@ -2,6 +2,8 @@
 // liveness, control flow), ptx_emitter_ops.cpp (instructions) and ptx_emitter_calls.cpp (intrinsics, inline asm).
 #pragma once
 
+#include <fmt/compile.h>
+#include <fmt/format.h>
 #include <llvm/ADT/DenseMap.h>
 #include <llvm/ADT/DenseSet.h>
 #include <llvm/ADT/SmallPtrSet.h>
@@ -11,8 +13,10 @@
 #include <llvm/IR/IntrinsicInst.h>
 
 #include <deque>
+#include <iterator>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -134,7 +138,15 @@ class PtxEmitter {
   std::string phi_register_for_output(const llvm::CallInst& call, unsigned k, Reg cls,
                                       const llvm::DenseSet<unsigned>& taken,
                                       const llvm::DenseMap<unsigned, int>& input_reads);
-  void line(const std::string& text);
+  void line(std::string_view text);
+  // One instruction formatted by a compiled format (FMT_COMPILE: the format string is not parsed at each line)
+  // and written as line() writes it.
+  template <typename Format, typename... Args>
+  void emit(const Format& format, const Args&... args) {
+    fmt::memory_buffer text;
+    fmt::format_to(std::back_inserter(text), format, args...);
+    line(std::string_view(text.data(), text.size()));
+  }
 
   const llvm::Module& m_;
   const llvm::DataLayout& dl_;

@@ -46,7 +46,7 @@ void PtxEmitter::emit_instruction(const llvm::Instruction& inst) {
       llvm::Type* t = inst.getType();
       if (t->isVectorTy()) throw Unsupported("fneg of a vector");
       std::string a = reg(inst.getOperand(0));
-      line(fmt::format("neg.{} {}, {}", float_type(t), define(&inst)[0], a));
+      emit(FMT_COMPILE("neg.{} {}, {}"), float_type(t), define(&inst)[0], a);
       return;
     }
     case Instruction::Freeze: {
@@ -70,7 +70,7 @@ void PtxEmitter::emit_binary(const llvm::BinaryOperator& op) {
   if (bits == 1) {
     const char* name = opc == Instruction::And ? "and" : opc == Instruction::Or ? "or" : opc == Instruction::Xor ? "xor" : nullptr;
     if (!name) throw Unsupported(fmt::format("'{}' on predicates", op.getOpcodeName()));
-    line(fmt::format("{}.pred {}, {}, {}", name, d, reg(op.getOperand(0)), reg(op.getOperand(1))));
+    emit(FMT_COMPILE("{}.pred {}, {}, {}"), name, d, reg(op.getOperand(0)), reg(op.getOperand(1)));
     return;
   }
   if (t->isFloatingPointTy()) {
@@ -78,16 +78,16 @@ void PtxEmitter::emit_binary(const llvm::BinaryOperator& op) {
       std::string type = float_type(t);
       if (opc == Instruction::FDiv) {  // in f32 (enough bits that rounding twice changes nothing), rounded back
         std::string a = fresh(Reg::b32), b = fresh(Reg::b32), q = fresh(Reg::b32);
-        line(fmt::format("cvt.f32.{} {}, {}", type, a, reg(op.getOperand(0))));
-        line(fmt::format("cvt.f32.{} {}, {}", type, b, reg(op.getOperand(1))));
-        line(fmt::format("div.rn.f32 {}, {}, {}", q, a, b));
-        line(fmt::format("cvt.rn.{}.f32 {}, {}", type, d, q));
+        emit(FMT_COMPILE("cvt.f32.{} {}, {}"), type, a, reg(op.getOperand(0)));
+        emit(FMT_COMPILE("cvt.f32.{} {}, {}"), type, b, reg(op.getOperand(1)));
+        emit(FMT_COMPILE("div.rn.f32 {}, {}, {}"), q, a, b);
+        emit(FMT_COMPILE("cvt.rn.{}.f32 {}, {}"), type, d, q);
         return;
       }
       const char* name = opc == Instruction::FAdd ? "add.rn" : opc == Instruction::FSub ? "sub.rn"
                          : opc == Instruction::FMul ? "mul.rn" : nullptr;
       if (!name) throw Unsupported(fmt::format("the 16-bit float instruction '{}'", op.getOpcodeName()));
-      line(fmt::format("{}.{} {}, {}, {}", name, type, d, reg(op.getOperand(0)), reg(op.getOperand(1))));
+      emit(FMT_COMPILE("{}.{} {}, {}, {}"), name, type, d, reg(op.getOperand(0)), reg(op.getOperand(1)));
       return;
     }
     if (opc == Instruction::FRem) {
@@ -95,12 +95,12 @@ void PtxEmitter::emit_binary(const llvm::BinaryOperator& op) {
       std::string x = reg(op.getOperand(0)), y = reg(op.getOperand(1));
       std::string q = fresh(class_of(t)), whole = fresh(class_of(t)),
                   neg = fresh(class_of(t)), r = fresh(class_of(t)), inf = fresh(Reg::pred);
-      line(fmt::format("div.rn.f{0} {1}, {2}, {3}", bits, q, x, y));
-      line(fmt::format("cvt.rzi.f{0}.f{0} {1}, {2}", bits, whole, q));
-      line(fmt::format("neg.f{} {}, {}", bits, neg, whole));
-      line(fmt::format("fma.rn.f{} {}, {}, {}, {}", bits, r, neg, y, x));
-      line(fmt::format("testp.infinite.f{} {}, {}", bits, inf, y));
-      line(fmt::format("selp.f{} {}, {}, {}, {}", bits, d, x, r, inf));
+      emit(FMT_COMPILE("div.rn.f{0} {1}, {2}, {3}"), bits, q, x, y);
+      emit(FMT_COMPILE("cvt.rzi.f{0}.f{0} {1}, {2}"), bits, whole, q);
+      emit(FMT_COMPILE("neg.f{} {}, {}"), bits, neg, whole);
+      emit(FMT_COMPILE("fma.rn.f{} {}, {}, {}, {}"), bits, r, neg, y, x);
+      emit(FMT_COMPILE("testp.infinite.f{} {}, {}"), bits, inf, y);
+      emit(FMT_COMPILE("selp.f{} {}, {}, {}, {}"), bits, d, x, r, inf);
       return;
     }
     const char* name = nullptr;
@@ -114,10 +114,10 @@ void PtxEmitter::emit_binary(const llvm::BinaryOperator& op) {
     // 1 / x rounded to nearest is one rcp.rn (the same value as div.rn, fewer instructions in SASS).
     if (auto* one = llvm::dyn_cast<llvm::ConstantFP>(op.getOperand(0));
         opc == Instruction::FDiv && std::string_view(name) == "div.rn" && one && one->isExactlyValue(1.0)) {
-      line(fmt::format("rcp.rn.f{} {}, {}", bits, d, reg(op.getOperand(1))));
+      emit(FMT_COMPILE("rcp.rn.f{} {}, {}"), bits, d, reg(op.getOperand(1)));
       return;
     }
-    line(fmt::format("{}.f{} {}, {}, {}", name, bits, d, operand(op.getOperand(0)), operand(op.getOperand(1))));
+    emit(FMT_COMPILE("{}.f{} {}, {}, {}"), name, bits, d, operand(op.getOperand(0)), operand(op.getOperand(1)));
     return;
   }
   std::string a = operand(op.getOperand(0)), b = operand(op.getOperand(1));
@@ -157,18 +157,18 @@ void PtxEmitter::emit_binary(const llvm::BinaryOperator& op) {
       c && bits >= 16 && c->getValue().isPowerOf2() && !c->isOne() && c->getValue().logBase2() < unsigned(bits - 1) &&
       (opc == Instruction::SDiv || opc == Instruction::UDiv || opc == Instruction::SRem || opc == Instruction::URem)) {
     unsigned k = c->getValue().logBase2();
-    if (opc == Instruction::UDiv) return line(fmt::format("shr.u{} {}, {}, {}", bits, d, a, k));
-    if (opc == Instruction::URem) return line(fmt::format("and.b{} {}, {}, {}", bits, d, a, (uint64_t(1) << k) - 1));
+    if (opc == Instruction::UDiv) return emit(FMT_COMPILE("shr.u{} {}, {}, {}"), bits, d, a, k);
+    if (opc == Instruction::URem) return emit(FMT_COMPILE("and.b{} {}, {}, {}"), bits, d, a, (uint64_t(1) << k) - 1);
     // Signed: round toward zero by adding 2^k - 1 to negative values first.
     Reg cls = class_of(t);
     std::string sign = fresh(cls), bias = fresh(cls), biased = fresh(cls);
-    line(fmt::format("shr.s{} {}, {}, {}", bits, sign, a, bits - 1));
-    line(fmt::format("shr.u{} {}, {}, {}", bits, bias, sign, bits - int(k)));
-    line(fmt::format("add.s{} {}, {}, {}", bits, biased, a, bias));
-    if (opc == Instruction::SDiv) return line(fmt::format("shr.s{} {}, {}, {}", bits, d, biased, k));
+    emit(FMT_COMPILE("shr.s{} {}, {}, {}"), bits, sign, a, bits - 1);
+    emit(FMT_COMPILE("shr.u{} {}, {}, {}"), bits, bias, sign, bits - int(k));
+    emit(FMT_COMPILE("add.s{} {}, {}, {}"), bits, biased, a, bias);
+    if (opc == Instruction::SDiv) return emit(FMT_COMPILE("shr.s{} {}, {}, {}"), bits, d, biased, k);
     std::string rounded = fresh(cls);  // srem: a - (biased & -2^k)
-    line(fmt::format("and.b{} {}, {}, {}", bits, rounded, biased, -(int64_t(1) << k)));
-    return line(fmt::format("sub.s{} {}, {}, {}", bits, d, a, rounded));
+    emit(FMT_COMPILE("and.b{} {}, {}, {}"), bits, rounded, biased, -(int64_t(1) << k));
+    return emit(FMT_COMPILE("sub.s{} {}, {}, {}"), bits, d, a, rounded);
   }
   // Division of 32-bit values by another constant: a high multiply by a magic number and shifts, as LLVM's code
   // generator does (ptxas keeps div.s32 by an immediate a full division: a reciprocal and a correction, ~20
@@ -178,10 +178,10 @@ void PtxEmitter::emit_binary(const llvm::BinaryOperator& op) {
   if (op.isShift() && bits != 32 && !llvm::isa<llvm::Constant>(op.getOperand(1))) {
     // PTX shifts take a 32-bit amount.
     std::string amount = fresh(Reg::b32);
-    line(fmt::format("cvt.u32.u{} {}, {}", bits, amount, b));
+    emit(FMT_COMPILE("cvt.u32.u{} {}, {}"), bits, amount, b);
     b = amount;
   }
-  line(fmt::format("{}.{} {}, {}, {}", name, type, d, a, b));
+  emit(FMT_COMPILE("{}.{} {}, {}, {}"), name, type, d, a, b);
 }
 
 bool PtxEmitter::division_by_constant(const llvm::BinaryOperator& op, const llvm::ConstantInt* c, const std::string& a,
@@ -199,48 +199,48 @@ bool PtxEmitter::division_by_constant(const llvm::BinaryOperator& op, const llvm
     auto magic = llvm::SignedDivisionByConstantInfo::get(divisor);
     int32_t m = static_cast<int32_t>(magic.Magic.getSExtValue());
     std::string high = fresh(Reg::b32);
-    line(fmt::format("mul.hi.s32 {}, {}, {}", high, a, m));
+    emit(FMT_COMPILE("mul.hi.s32 {}, {}, {}"), high, a, m);
     if (divisor.isStrictlyPositive() && m < 0) {
       std::string sum = fresh(Reg::b32);
-      line(fmt::format("add.s32 {}, {}, {}", sum, high, a));
+      emit(FMT_COMPILE("add.s32 {}, {}, {}"), sum, high, a);
       high = sum;
     } else if (divisor.isNegative() && m > 0) {
       std::string difference = fresh(Reg::b32);
-      line(fmt::format("sub.s32 {}, {}, {}", difference, high, a));
+      emit(FMT_COMPILE("sub.s32 {}, {}, {}"), difference, high, a);
       high = difference;
     }
     std::string shifted = high, sign = fresh(Reg::b32);
     if (magic.ShiftAmount) {
       shifted = fresh(Reg::b32);
-      line(fmt::format("shr.s32 {}, {}, {}", shifted, high, magic.ShiftAmount));
+      emit(FMT_COMPILE("shr.s32 {}, {}, {}"), shifted, high, magic.ShiftAmount);
     }
-    line(fmt::format("shr.u32 {}, {}, 31", sign, shifted));  // round toward zero: +1 for a negative quotient
-    line(fmt::format("add.s32 {}, {}, {}", q, shifted, sign));
+    emit(FMT_COMPILE("shr.u32 {}, {}, 31"), sign, shifted);  // round toward zero: +1 for a negative quotient
+    emit(FMT_COMPILE("add.s32 {}, {}, {}"), q, shifted, sign);
   } else {
     auto magic = llvm::UnsignedDivisionByConstantInfo::get(divisor);
     std::string x = a;
     if (magic.PreShift) {
       x = fresh(Reg::b32);
-      line(fmt::format("shr.u32 {}, {}, {}", x, a, magic.PreShift));
+      emit(FMT_COMPILE("shr.u32 {}, {}, {}"), x, a, magic.PreShift);
     }
     std::string high = fresh(Reg::b32);
-    line(fmt::format("mul.hi.u32 {}, {}, {}", high, x, static_cast<uint32_t>(magic.Magic.getZExtValue())));
+    emit(FMT_COMPILE("mul.hi.u32 {}, {}, {}"), high, x, static_cast<uint32_t>(magic.Magic.getZExtValue()));
     if (magic.IsAdd) {  // the magic number needs 33 bits: q = (((a - high) >> 1) + high) >> PostShift
       std::string rest = fresh(Reg::b32), half = fresh(Reg::b32), sum = fresh(Reg::b32);
-      line(fmt::format("sub.s32 {}, {}, {}", rest, a, high));
-      line(fmt::format("shr.u32 {}, {}, 1", half, rest));
-      line(fmt::format("add.s32 {}, {}, {}", sum, half, high));
+      emit(FMT_COMPILE("sub.s32 {}, {}, {}"), rest, a, high);
+      emit(FMT_COMPILE("shr.u32 {}, {}, 1"), half, rest);
+      emit(FMT_COMPILE("add.s32 {}, {}, {}"), sum, half, high);
       high = sum;
     }
     if (magic.PostShift)
-      line(fmt::format("shr.u32 {}, {}, {}", q, high, magic.PostShift));
+      emit(FMT_COMPILE("shr.u32 {}, {}, {}"), q, high, magic.PostShift);
     else
-      line(fmt::format("mov.b32 {}, {}", q, high));
+      emit(FMT_COMPILE("mov.b32 {}, {}"), q, high);
   }
   if (q == d) return true;
   std::string product = fresh(Reg::b32);  // remainder: a - q * divisor
-  line(fmt::format("mul.lo.s32 {}, {}, {}", product, q, static_cast<int32_t>(divisor.getSExtValue())));
-  line(fmt::format("sub.s32 {}, {}, {}", d, a, product));
+  emit(FMT_COMPILE("mul.lo.s32 {}, {}, {}"), product, q, static_cast<int32_t>(divisor.getSExtValue()));
+  emit(FMT_COMPILE("sub.s32 {}, {}, {}"), d, a, product);
   return true;
 }
 
@@ -267,23 +267,23 @@ void PtxEmitter::emit_compare(const llvm::CmpInst& cmp) {
       case P::FCMP_UGE: cc = "geu"; break;
       case P::FCMP_ORD: cc = "num"; break;
       case P::FCMP_UNO: cc = "nan"; break;
-      case P::FCMP_TRUE: line(fmt::format("setp.eq.s32 {}, 0, 0", d)); return;
-      default: line(fmt::format("setp.ne.s32 {}, 0, 0", d)); return;
+      case P::FCMP_TRUE: emit(FMT_COMPILE("setp.eq.s32 {}, 0, 0"), d); return;
+      default: emit(FMT_COMPILE("setp.ne.s32 {}, 0, 0"), d); return;
     }
     // No 16-bit float immediates: 16-bit operands in registers.
     auto value = [&](const llvm::Value* v) { return bits == 16 ? reg(v) : operand(v); };
     std::string a = value(cmp.getOperand(0));
-    line(fmt::format("setp.{}.{} {}, {}, {}", cc, float_type(t), d, a, value(cmp.getOperand(1))));
+    emit(FMT_COMPILE("setp.{}.{} {}, {}, {}"), cc, float_type(t), d, a, value(cmp.getOperand(1)));
     return;
   }
   if (bits == 1) {
     std::string a = reg(cmp.getOperand(0)), b = reg(cmp.getOperand(1));
     if (cmp.getPredicate() == P::ICMP_NE) {
-      line(fmt::format("xor.pred {}, {}, {}", d, a, b));
+      emit(FMT_COMPILE("xor.pred {}, {}, {}"), d, a, b);
     } else if (cmp.getPredicate() == P::ICMP_EQ) {
       std::string x = fresh(Reg::pred);
-      line(fmt::format("xor.pred {}, {}, {}", x, a, b));
-      line(fmt::format("not.pred {}, {}", d, x));
+      emit(FMT_COMPILE("xor.pred {}, {}, {}"), x, a, b);
+      emit(FMT_COMPILE("not.pred {}, {}"), d, x);
     } else {
       throw Unsupported("an ordered compare of predicates");
     }
@@ -295,7 +295,7 @@ void PtxEmitter::emit_compare(const llvm::CmpInst& cmp) {
     for (auto [x, v] : {std::pair{&a, cmp.getOperand(0)}, std::pair{&b, cmp.getOperand(1)}}) {
       if (llvm::isa<llvm::Constant>(v)) continue;
       std::string w = fresh(Reg::b16);
-      line(fmt::format("cvt.{0}16.{0}8 {1}, {2}", sign ? 's' : 'u', w, *x));
+      emit(FMT_COMPILE("cvt.{0}16.{0}8 {1}, {2}"), sign ? 's' : 'u', w, *x);
       *x = w;
     }
     bits = 16;
@@ -315,7 +315,7 @@ void PtxEmitter::emit_compare(const llvm::CmpInst& cmp) {
     case P::ICMP_UGE: cc = "ge", kind = 'u'; break;
     default: throw Unsupported("an integer compare predicate");
   }
-  line(fmt::format("setp.{}.{} {}, {}, {}", cc, int_type(kind, bits), d, a, b));
+  emit(FMT_COMPILE("setp.{}.{} {}, {}, {}"), cc, int_type(kind, bits), d, a, b);
 }
 
 void PtxEmitter::emit_select(const llvm::SelectInst& sel) {
@@ -331,18 +331,18 @@ void PtxEmitter::emit_select(const llvm::SelectInst& sel) {
     if (classes[i] == Reg::pred) {
       // d = c & a | !c & b
       std::string x = fresh(Reg::pred), y = fresh(Reg::pred), nc = fresh(Reg::pred);
-      line(fmt::format("and.pred {}, {}, {}", x, c, defined_part(a[i], Reg::pred)));
-      line(fmt::format("not.pred {}, {}", nc, c));
-      line(fmt::format("and.pred {}, {}, {}", y, nc, defined_part(b[i], Reg::pred)));
-      line(fmt::format("or.pred {}, {}, {}", d[i], x, y));
+      emit(FMT_COMPILE("and.pred {}, {}, {}"), x, c, defined_part(a[i], Reg::pred));
+      emit(FMT_COMPILE("not.pred {}, {}"), nc, c);
+      emit(FMT_COMPILE("and.pred {}, {}, {}"), y, nc, defined_part(b[i], Reg::pred));
+      emit(FMT_COMPILE("or.pred {}, {}, {}"), d[i], x, y);
       continue;
     }
     // Floats select as floats, as LLVM's code generator writes them: ptxas makes selp.f32 an FSEL and selp.b32
     // an integer SEL, and attention's masks ran 0.5-1% slower as SELs (H100, benchmarks/NOTES.md session 17).
     llvm::Type* lane = t->getScalarType();
     std::string type = lane->isFloatTy() || lane->isDoubleTy() ? float_type(lane) : fmt::format("b{}", mov_bits(classes[i]));
-    line(fmt::format("selp.{} {}, {}, {}, {}", type, d[i], defined_part(a[i], classes[i]), defined_part(b[i], classes[i]),
-                     c));
+    emit(FMT_COMPILE("selp.{} {}, {}, {}, {}"), type, d[i], defined_part(a[i], classes[i]), defined_part(b[i], classes[i]),
+                     c);
   }
 }
 
@@ -357,12 +357,12 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
     Parts d = define(&cast);
     if (from_c.size() == to_c.size() && from_c[0] == to_c[0] && from_c[0] != Reg::pred) {
       for (size_t i = 0; i < d.size(); ++i)  // (a source computed into the phi register d took: no copy)
-        if (d[i] != src[i]) line(fmt::format("mov.b{} {}, {}", mov_bits(to_c[i]), d[i], defined_part(src[i], from_c[i])));
+        if (d[i] != src[i]) emit(FMT_COMPILE("mov.b{} {}, {}"), mov_bits(to_c[i]), d[i], defined_part(src[i], from_c[i]));
     } else if (to_c.size() == 1 && from_c.size() == 2 && mov_bits(to_c[0]) == 2 * mov_bits(from_c[0])) {
-      line(fmt::format("mov.b{} {}, {{{}, {}}}", mov_bits(to_c[0]), d[0], defined_part(src[0], from_c[0]),
-                       defined_part(src[1], from_c[1])));
+      emit(FMT_COMPILE("mov.b{} {}, {{{}, {}}}"), mov_bits(to_c[0]), d[0], defined_part(src[0], from_c[0]),
+                       defined_part(src[1], from_c[1]));
     } else if (from_c.size() == 1 && to_c.size() == 2 && mov_bits(from_c[0]) == 2 * mov_bits(to_c[0])) {
-      line(fmt::format("mov.b{} {{{}, {}}}, {}", mov_bits(from_c[0]), d[0], d[1], defined_part(src[0], from_c[0])));
+      emit(FMT_COMPILE("mov.b{} {{{}, {}}}, {}"), mov_bits(from_c[0]), d[0], d[1], defined_part(src[0], from_c[0]));
     } else if (from_t->getScalarType()->isIntegerTy(8) && to_c.size() == 1 && to_c[0] != Reg::pred &&
                int(from_c.size()) * 8 == mov_bits(to_c[0])) {
       // Bytes into one register: each lane zero-extended and shifted into place.
@@ -370,18 +370,18 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
       std::string acc;
       for (size_t i = 0; i < from_c.size(); ++i) {
         std::string lane = fresh(to_c[0]);
-        line(fmt::format("cvt.u{}.u8 {}, {}", b, lane, defined_part(src[i], Reg::b16)));
+        emit(FMT_COMPILE("cvt.u{}.u8 {}, {}"), b, lane, defined_part(src[i], Reg::b16));
         if (i > 0) {
           std::string shifted = fresh(to_c[0]);
-          line(fmt::format("shl.b{} {}, {}, {}", b, shifted, lane, 8 * i));
+          emit(FMT_COMPILE("shl.b{} {}, {}, {}"), b, shifted, lane, 8 * i);
           std::string merged = i + 1 == from_c.size() ? d[0] : fresh(to_c[0]);
-          line(fmt::format("or.b{} {}, {}, {}", b, merged, acc, shifted));
+          emit(FMT_COMPILE("or.b{} {}, {}, {}"), b, merged, acc, shifted);
           acc = merged;
         } else {
           acc = lane;
         }
       }
-      if (from_c.size() == 1) line(fmt::format("mov.b{} {}, {}", b, d[0], acc));
+      if (from_c.size() == 1) emit(FMT_COMPILE("mov.b{} {}, {}"), b, d[0], acc);
     } else if (to_t->getScalarType()->isIntegerTy(8) && from_c.size() == 1 && from_c[0] != Reg::pred &&
                int(to_c.size()) * 8 == mov_bits(from_c[0])) {
       int b = mov_bits(from_c[0]);
@@ -390,7 +390,7 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
         std::string shifted = x;
         if (i > 0) {
           shifted = fresh(from_c[0]);
-          line(fmt::format("shr.u{} {}, {}, {}", b, shifted, x, 8 * i));
+          emit(FMT_COMPILE("shr.u{} {}, {}, {}"), b, shifted, x, 8 * i);
         }
         line(b == 16 ? fmt::format("mov.b16 {}, {}", d[i], shifted) : fmt::format("cvt.u16.u{} {}, {}", b, d[i], shifted));
       }
@@ -406,8 +406,8 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
     Parts d = define(&cast);
     std::string type = float_type(to_t->getScalarType()) + "x2";
     for (size_t i = 0; i < d.size(); ++i)
-      line(fmt::format("cvt.rn.{}.f32 {}, {}, {}", type, d[i], defined_part(src[2 * i + 1], Reg::b32),
-                       defined_part(src[2 * i], Reg::b32)));
+      emit(FMT_COMPILE("cvt.rn.{}.f32 {}, {}, {}"), type, d[i], defined_part(src[2 * i + 1], Reg::b32),
+                       defined_part(src[2 * i], Reg::b32));
     return;
   }
   if (from_t->isVectorTy() || to_t->isVectorTy()) throw Unsupported(fmt::format("a vector '{}'", cast.getOpcodeName()));
@@ -422,13 +422,13 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
       if (to == 8) to = 16;  // a byte keeps the low bits of a 16-bit register
       if (from == 8) from = 16;
       if (to == from) {
-        line(fmt::format("mov.b16 {}, {}", d, a));
+        emit(FMT_COMPILE("mov.b16 {}, {}"), d, a);
       } else if (to == 1) {
         std::string low = fresh(class_of(from_t));
-        line(fmt::format("and.b{} {}, {}, 1", from, low, a));
-        line(fmt::format("setp.eq.b{} {}, {}, 1", from, d, low));
+        emit(FMT_COMPILE("and.b{} {}, {}, 1"), from, low, a);
+        emit(FMT_COMPILE("setp.eq.b{} {}, {}, 1"), from, d, low);
       } else {
-        line(fmt::format("cvt.u{}.u{} {}, {}", to, from, d, a));
+        emit(FMT_COMPILE("cvt.u{}.u{} {}, {}"), to, from, d, a);
       }
       return;
     case Instruction::ZExt:
@@ -436,28 +436,28 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
       bool sign = opc == Instruction::SExt;
       if (to == 8) to = 16;  // from a predicate: the byte in a 16-bit register
       if (from == 1)
-        line(fmt::format("selp.{} {}, {}, 0, {}", int_type(sign ? 's' : 'u', to), d, sign ? "-1" : "1", reg(cast.getOperand(0))));
+        emit(FMT_COMPILE("selp.{} {}, {}, 0, {}"), int_type(sign ? 's' : 'u', to), d, sign ? "-1" : "1", reg(cast.getOperand(0)));
       else
-        line(fmt::format("cvt.{}.{} {}, {}", int_type(sign ? 's' : 'u', to), int_type(sign ? 's' : 'u', from), d, a));
+        emit(FMT_COMPILE("cvt.{}.{} {}, {}"), int_type(sign ? 's' : 'u', to), int_type(sign ? 's' : 'u', from), d, a);
       return;
     }
     case Instruction::PtrToInt:
     case Instruction::IntToPtr:
       if (from == to)
-        line(fmt::format("mov.b{} {}, {}", to, d, a));
+        emit(FMT_COMPILE("mov.b{} {}, {}"), to, d, a);
       else
-        line(fmt::format("cvt.u{}.u{} {}, {}", to, from, d, a));
+        emit(FMT_COMPILE("cvt.u{}.u{} {}, {}"), to, from, d, a);
       return;
     case Instruction::FPTrunc:
-      line(fmt::format("cvt.rn.{}.{} {}, {}", float_type(to_t), float_type(from_t), d, a));
+      emit(FMT_COMPILE("cvt.rn.{}.{} {}, {}"), float_type(to_t), float_type(from_t), d, a);
       return;
     case Instruction::FPExt:
-      line(fmt::format("cvt.{}.{} {}, {}", float_type(to_t), float_type(from_t), d, a));
+      emit(FMT_COMPILE("cvt.{}.{} {}, {}"), float_type(to_t), float_type(from_t), d, a);
       return;
     case Instruction::FPToSI:
     case Instruction::FPToUI:
       if (from == 16) throw Unsupported("a conversion from a 16-bit float to an integer");
-      line(fmt::format("cvt.rzi.{}.f{} {}, {}", int_type(opc == Instruction::FPToSI ? 's' : 'u', to), from, d, a));
+      emit(FMT_COMPILE("cvt.rzi.{}.f{} {}, {}"), int_type(opc == Instruction::FPToSI ? 's' : 'u', to), from, d, a);
       return;
     case Instruction::SIToFP:
     case Instruction::UIToFP:
@@ -465,22 +465,22 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
       bool sign = opc == Instruction::SIToFP;
       if (from == 1) {  // a predicate: 0 or 1 (-1 signed) as a 32-bit integer first
         std::string i = fresh(Reg::b32);
-        line(fmt::format("selp.b32 {}, {}, 0, {}", i, sign ? "-1" : "1", a));
+        emit(FMT_COMPILE("selp.b32 {}, {}, 0, {}"), i, sign ? "-1" : "1", a);
         a = i, from = 32;
       } else if (from == 8) {  // a byte: its 16-bit register's upper bits are not defined
         a = extend_byte(a, sign), from = 16;
       }
-      line(fmt::format("cvt.rn.{}.{} {}, {}", float_type(to_t), int_type(sign ? 's' : 'u', from), d, a));
+      emit(FMT_COMPILE("cvt.rn.{}.{} {}, {}"), float_type(to_t), int_type(sign ? 's' : 'u', from), d, a);
       return;
     }
     case Instruction::AddrSpaceCast: {
       unsigned as_from = from_t->getPointerAddressSpace(), as_to = to_t->getPointerAddressSpace();
       if (as_to == 0 && as_from != 0) {
-        line(fmt::format("mov.b64 {}, {}", d, generic_address(a, as_from)));
+        emit(FMT_COMPILE("mov.b64 {}, {}"), d, generic_address(a, as_from));
       } else if (as_from == 0 && as_to != 0) {
         std::string specific = to == 64 ? d : fresh(Reg::b64);
-        line(fmt::format("cvta.to{}.u64 {}, {}", space_name(as_to), specific, a));
-        if (to != 64) line(fmt::format("cvt.u32.u64 {}, {}", d, specific));
+        emit(FMT_COMPILE("cvta.to{}.u64 {}, {}"), space_name(as_to), specific, a);
+        if (to != 64) emit(FMT_COMPILE("cvt.u32.u64 {}, {}"), d, specific);
       } else {
         throw Unsupported("an address space cast between two specific spaces");
       }
@@ -518,25 +518,25 @@ void PtxEmitter::emit_gep(const llvm::GetElementPtrInst& gep) {
       int index_bits = narrow ? 32 : bits_of(index->getType());
       if (index_bits != 32) {
         std::string low = fresh(Reg::b32);
-        line(fmt::format("cvt.{}32.{}{} {}, {}", index_bits < 32 ? 's' : 'u', index_bits < 32 ? 's' : 'u', index_bits,
-                         low, idx));
+        emit(FMT_COMPILE("cvt.{}32.{}{} {}, {}"), index_bits < 32 ? 's' : 'u', index_bits < 32 ? 's' : 'u', index_bits,
+                         low, idx);
         idx = low;
       }
-      line(fmt::format("mad.lo.s32 {}, {}, {}, {}", next, idx, size, acc));
+      emit(FMT_COMPILE("mad.lo.s32 {}, {}, {}, {}"), next, idx, size, acc);
     } else if (narrow) {
       std::string scaled = fresh(Reg::b64);
-      line(fmt::format("mul.wide.{}32 {}, {}, {}", llvm::isa<llvm::SExtInst>(ext) ? 's' : 'u', scaled,
-                       reg(ext->getOperand(0)), size));
-      line(fmt::format("add.s64 {}, {}, {}", next, acc, scaled));
+      emit(FMT_COMPILE("mul.wide.{}32 {}, {}, {}"), llvm::isa<llvm::SExtInst>(ext) ? 's' : 'u', scaled,
+                       reg(ext->getOperand(0)), size);
+      emit(FMT_COMPILE("add.s64 {}, {}, {}"), next, acc, scaled);
     } else {
       std::string idx = reg(index);
       int index_bits = bits_of(index->getType());
       if (index_bits != bits) {  // indices are signed
         std::string wide = fresh(class_of(gep.getType()));
-        line(fmt::format("cvt.s{}.s{} {}, {}", bits, index_bits, wide, idx));
+        emit(FMT_COMPILE("cvt.s{}.s{} {}, {}"), bits, index_bits, wide, idx);
         idx = wide;
       }
-      line(fmt::format("mad.lo.s{} {}, {}, {}, {}", bits, next, idx, size, acc));
+      emit(FMT_COMPILE("mad.lo.s{} {}, {}, {}, {}"), bits, next, idx, size, acc);
     }
     acc = next;
   }
@@ -569,13 +569,13 @@ void PtxEmitter::emit_memory(bool is_load, const llvm::Value* ptr, llvm::Type* t
       Reg half_cls = half == 32 ? Reg::b32 : Reg::b16;
       std::string lo = fresh(half_cls), hi = fresh(half_cls);
       if (is_load) {
-        line(fmt::format("{}.b{} {}, {}", op, half, lo, where(offset)));
-        line(fmt::format("{}.b{} {}, {}", op, half, hi, where(offset + part_bytes / 2)));
-        line(fmt::format("mov.b{} {}, {{{}, {}}}", part_bits, (*results)[i], lo, hi));
+        emit(FMT_COMPILE("{}.b{} {}, {}"), op, half, lo, where(offset));
+        emit(FMT_COMPILE("{}.b{} {}, {}"), op, half, hi, where(offset + part_bytes / 2));
+        emit(FMT_COMPILE("mov.b{} {}, {{{}, {}}}"), part_bits, (*results)[i], lo, hi);
       } else {
-        line(fmt::format("mov.b{} {{{}, {}}}, {}", part_bits, lo, hi, defined_part(values[i], classes[i])));
-        line(fmt::format("{}.b{} {}, {}", op, half, where(offset), lo));
-        line(fmt::format("{}.b{} {}, {}", op, half, where(offset + part_bytes / 2), hi));
+        emit(FMT_COMPILE("mov.b{} {{{}, {}}}, {}"), part_bits, lo, hi, defined_part(values[i], classes[i]));
+        emit(FMT_COMPILE("{}.b{} {}, {}"), op, half, where(offset), lo);
+        emit(FMT_COMPILE("{}.b{} {}, {}"), op, half, where(offset + part_bytes / 2), hi);
       }
       ++i;
       continue;
@@ -633,18 +633,18 @@ void PtxEmitter::emit_insert_element(const llvm::InsertElementInst& ins) {
         mine->getSrcTy()->isFloatTy() && theirs->getSrcTy()->isFloatTy() &&
         llvm::isa<llvm::UndefValue>(base_insert->getOperand(0))) {
       std::string x32 = reg(mine->getOperand(0)), y32 = reg(theirs->getOperand(0));
-      line(fmt::format("cvt.rn.{}x2.f32 {}, {}, {}", float_type(t->getScalarType()), part,
-                       lane % 2 ? x32 : y32, lane % 2 ? y32 : x32));
+      emit(FMT_COMPILE("cvt.rn.{}x2.f32 {}, {}, {}"), float_type(t->getScalarType()), part,
+                       lane % 2 ? x32 : y32, lane % 2 ? y32 : x32);
       old = part;
       bind(&ins, out);
       return;
     }
     if (old.empty()) {
-      line(fmt::format("mov.b32 {}, {{{}, {}}}", part, x, x));
+      emit(FMT_COMPILE("mov.b32 {}, {{{}, {}}}"), part, x, x);
     } else {
       std::string lo = fresh(Reg::b16), hi = fresh(Reg::b16);
-      line(fmt::format("mov.b32 {{{}, {}}}, {}", lo, hi, old));
-      line(fmt::format("mov.b32 {}, {{{}, {}}}", part, lane % 2 ? lo : x, lane % 2 ? x : hi));
+      emit(FMT_COMPILE("mov.b32 {{{}, {}}}, {}"), lo, hi, old);
+      emit(FMT_COMPILE("mov.b32 {}, {{{}, {}}}"), part, lane % 2 ? lo : x, lane % 2 ? x : hi);
     }
     old = part;
   } else {
@@ -695,7 +695,7 @@ void PtxEmitter::emit_shuffle(const llvm::ShuffleVectorInst& shuffle) {
     auto [at, fresh_pair] = unpacked.try_emplace(m - i % 2);
     if (fresh_pair) {
       at->second = {fresh(Reg::b16), fresh(Reg::b16)};
-      line(fmt::format("mov.b32 {{{}, {}}}, {}", at->second.first, at->second.second, p[i / 2]));
+      emit(FMT_COMPILE("mov.b32 {{{}, {}}}, {}"), at->second.first, at->second.second, p[i / 2]);
     }
     return i % 2 ? at->second.second : at->second.first;
   };
@@ -708,8 +708,8 @@ void PtxEmitter::emit_shuffle(const llvm::ShuffleVectorInst& shuffle) {
       line(mov(lane_class, d[i], defined_part(lanes[i], lane_class)));
       continue;
     }
-    line(fmt::format("mov.b32 {}, {{{}, {}}}", d[i], defined_part(lanes[2 * i], Reg::b16),
-                     defined_part(lanes[2 * i + 1], Reg::b16)));
+    emit(FMT_COMPILE("mov.b32 {}, {{{}, {}}}"), d[i], defined_part(lanes[2 * i], Reg::b16),
+                     defined_part(lanes[2 * i + 1], Reg::b16));
   }
 }
 
@@ -722,8 +722,8 @@ void PtxEmitter::emit_extract_element(const llvm::ExtractElementInst& ext) {
   std::string d = define(&ext)[0];
   if (packed16(vt)) {
     std::string lo = fresh(Reg::b16), hi = fresh(Reg::b16);
-    line(fmt::format("mov.b32 {{{}, {}}}, {}", lo, hi, defined_part(src[lane / 2], Reg::b32)));
-    line(fmt::format("mov.b16 {}, {}", d, lane % 2 ? hi : lo));
+    emit(FMT_COMPILE("mov.b32 {{{}, {}}}, {}"), lo, hi, defined_part(src[lane / 2], Reg::b32));
+    emit(FMT_COMPILE("mov.b16 {}, {}"), d, lane % 2 ? hi : lo);
     return;
   }
   Reg cls = class_of(ext.getType());
