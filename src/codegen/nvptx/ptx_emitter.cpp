@@ -51,14 +51,14 @@ const char* space_name(unsigned as) {
   throw Unsupported(fmt::format("a pointer in address space {}", as));
 }
 
-std::string int_type(char kind, int bits) { return fmt::format("{}{}", kind, bits); }
+std::string int_type(char kind, int bits) { return fmt::format(FMT_COMPILE("{}{}"), kind, bits); }
 
 std::string float_type(llvm::Type* t) {
-  return t->isBFloatTy() ? std::string("bf16") : fmt::format("f{}", t->getPrimitiveSizeInBits().getFixedValue());
+  return t->isBFloatTy() ? std::string("bf16") : fmt::format(FMT_COMPILE("f{}"), t->getPrimitiveSizeInBits().getFixedValue());
 }
 
 std::string float_immediate(uint64_t bits, int width) {
-  return width == 32 ? fmt::format("0f{:08X}", bits) : fmt::format("0d{:016X}", bits);
+  return width == 32 ? fmt::format(FMT_COMPILE("0f{:08X}"), bits) : fmt::format(FMT_COMPILE("0d{:016X}"), bits);
 }
 
 Reg class_of_register(const std::string& name) {
@@ -84,7 +84,7 @@ unsigned register_key(const std::string& name) {
 int mov_bits(Reg cls) { return cls == Reg::b16 ? 16 : cls == Reg::b32 ? 32 : 64; }
 
 std::string mov(Reg cls, const std::string& to, const std::string& from) {
-  return cls == Reg::pred ? fmt::format("mov.pred {}, {}", to, from) : fmt::format("mov.b{} {}, {}", mov_bits(cls), to, from);
+  return cls == Reg::pred ? fmt::format(FMT_COMPILE("mov.pred {}, {}"), to, from) : fmt::format(FMT_COMPILE("mov.b{} {}, {}"), mov_bits(cls), to, from);
 }
 
 PtxEmitter::PtxEmitter(const llvm::Module& m, const PtxTarget& target)
@@ -394,7 +394,7 @@ Parts PtxEmitter::materialize(const llvm::Constant* c) {
   }
   std::string r = fresh(class_of(t));
   std::string imm = immediate(c);
-  if (imm.empty()) imm = fmt::format("{:#x}", lane_bits(c));
+  if (imm.empty()) imm = fmt::format(FMT_COMPILE("{:#x}"), lane_bits(c));
   emit(FMT_COMPILE("mov.b{} {}, {}"), mov_bits(class_of(t)), r, imm);
   return {r};
 }
@@ -456,7 +456,7 @@ std::string PtxEmitter::space_of(const llvm::Value* ptr) const {
   return space_name(ptr->getType()->getPointerAddressSpace());
 }
 
-std::string PtxEmitter::label(const llvm::BasicBlock* bb) { return fmt::format("$L__BB{}", labels_.at(bb)); }
+std::string PtxEmitter::label(const llvm::BasicBlock* bb) { return fmt::format(FMT_COMPILE("$L__BB{}"), labels_.at(bb)); }
 
 // ---- the module -------------------------------------------------------------------------------------------
 
@@ -469,22 +469,22 @@ void PtxEmitter::emit_globals(std::string& out) {
     uint64_t size = dl_.getTypeAllocSize(g.getValueType());
     uint64_t align = g.getAlign() ? g.getAlign()->value() : 1;
     if (size == 0)
-      out += fmt::format(".extern .shared .align {} .b8 {}[];\n", align, g.getName().str());
+      out += fmt::format(FMT_COMPILE(".extern .shared .align {} .b8 {}[];\n"), align, g.getName().str());
     else
-      out += fmt::format(".shared .align {} .b8 {}[{}];\n", align, g.getName().str(), size);
+      out += fmt::format(FMT_COMPILE(".shared .align {} .b8 {}[{}];\n"), align, g.getName().str(), size);
   }
 }
 
 std::string PtxEmitter::entry_signature(const llvm::Function& f) {
   std::string name = f.getName().str();
-  std::string sig = fmt::format(".visible .entry {}(\n", name);
+  std::string sig = fmt::format(FMT_COMPILE(".visible .entry {}(\n"), name);
   for (const llvm::Argument& a : f.args()) {
-    std::string param = fmt::format("{}_param_{}", name, a.getArgNo());
+    std::string param = fmt::format(FMT_COMPILE("{}_param_{}"), name, a.getArgNo());
     std::string decl;
     if (a.hasByValAttr()) {
       if (!a.hasAttribute("nvvm.grid_constant")) throw Unsupported("a by-value parameter that is not a grid constant");
       uint64_t align = a.getParamAlign() ? a.getParamAlign()->value() : 4;
-      decl = fmt::format(".param .align {} .b8 {}[{}]", align, param, dl_.getTypeAllocSize(a.getParamByValType()));
+      decl = fmt::format(FMT_COMPILE(".param .align {} .b8 {}[{}]"), align, param, dl_.getTypeAllocSize(a.getParamByValType()));
       std::string addr = fresh(Reg::b64), generic = fresh(Reg::b64);
       emit(FMT_COMPILE("mov.b64 {}, {}"), addr, param);
       emit(FMT_COMPILE("cvta.param.u64 {}, {}"), generic, addr);
@@ -492,12 +492,12 @@ std::string PtxEmitter::entry_signature(const llvm::Function& f) {
     } else {
       int bits = bits_of(a.getType());
       if (bits == 1) throw Unsupported("a predicate parameter");
-      decl = fmt::format(".param .u{} {}", bits, param);
+      decl = fmt::format(FMT_COMPILE(".param .u{} {}"), bits, param);
       std::string r = fresh(class_of(a.getType()));
       emit(FMT_COMPILE("ld.param.b{} {}, [{}]"), bits, r, param);
       bind(&a, {r});
     }
-    sig += fmt::format("\t{}{}\n", decl, a.getArgNo() + 1 < f.arg_size() ? "," : "");
+    sig += fmt::format(FMT_COMPILE("\t{}{}\n"), decl, a.getArgNo() + 1 < f.arg_size() ? "," : "");
   }
   sig += ")\n";
   for (const llvm::Attribute& attr : f.getAttributes().getFnAttrs()) {
@@ -551,7 +551,7 @@ std::string PtxEmitter::run() {
     for (const llvm::PHINode& phi : bb->phis()) define(&phi);
   coalesce_phis(order);
   for (size_t i = 0; i < order.size(); ++i) {
-    if (i > 0) body_ += fmt::format("{}:\n", label(order[i]));
+    if (i > 0) body_ += fmt::format(FMT_COMPILE("{}:\n"), label(order[i]));
     next_block_ = i + 1 < order.size() ? order[i + 1] : nullptr;
     emit_block(*order[i]);
   }
@@ -562,7 +562,7 @@ std::string PtxEmitter::run() {
   emit_globals(out);
   out += "\n" + signature + "{\n";
   for (int c = 0; c < kRegClasses; ++c)
-    if (next_[c] > 1) out += fmt::format("\t.reg {} \t{}<{}>;\n", kRegDecl[c], kRegPrefix[c], next_[c]);
+    if (next_[c] > 1) out += fmt::format(FMT_COMPILE("\t.reg {} \t{}<{}>;\n"), kRegDecl[c], kRegPrefix[c], next_[c]);
   out += "\n" + entry_prologue_ + body_ + "}\n";
   return out;
 }

@@ -57,7 +57,7 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
   if (starts(name, "llvm.nvvm.barrier.cta.")) {
     llvm::StringRef rest = name.drop_front(std::strlen("llvm.nvvm.barrier.cta."));  // sync.aligned.all, ...
     bool aligned = rest.contains(".aligned"), arrive = rest.starts_with("arrive");
-    std::string op = fmt::format("{}.{}", aligned ? "bar" : "barrier", arrive ? "arrive" : "sync");
+    std::string op = fmt::format(FMT_COMPILE("{}.{}"), aligned ? "bar" : "barrier", arrive ? "arrive" : "sync");
     if (rest.ends_with(".count"))
       emit(FMT_COMPILE("{} {}, {}"), op, arg(0), arg(1));
     else if (rest.ends_with(".all"))
@@ -158,8 +158,8 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
     for (const Unary& u : kFloat)
       if (base_is(u.intrinsic)) {
         bool cvt = starts(u.ptx, "cvt");
-        line(cvt ? fmt::format("{}.f{}.f{} {}, {}", u.ptx, bits, bits, result(), reg(call.getArgOperand(0)))
-                 : fmt::format("{}.f{} {}, {}", u.ptx, bits, result(), reg(call.getArgOperand(0))));
+        line(cvt ? fmt::format(FMT_COMPILE("{}.f{}.f{} {}, {}"), u.ptx, bits, bits, result(), reg(call.getArgOperand(0)))
+                 : fmt::format(FMT_COMPILE("{}.f{} {}, {}"), u.ptx, bits, result(), reg(call.getArgOperand(0))));
         return;
       }
     static const Unary kBinary[] = {{"llvm.maxnum", "max"}, {"llvm.minnum", "min"}, {"llvm.maximum", "max.NaN"},

@@ -140,7 +140,7 @@ void PtxEmitter::emit_block(const llvm::BasicBlock& bb) {
   }
 }
 
-std::string PtxEmitter::fresh_label() { return fmt::format("$L__E{}", next_label_++); }
+std::string PtxEmitter::fresh_label() { return fmt::format(FMT_COMPILE("$L__E{}"), next_label_++); }
 
 // Out of SSA: a phi's register is written on each edge into its block, by copies that run only on that
 // edge (emit_terminator splits the edges of conditional branches), so no other path sees the new value.

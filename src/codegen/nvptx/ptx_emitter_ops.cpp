@@ -340,7 +340,7 @@ void PtxEmitter::emit_select(const llvm::SelectInst& sel) {
     // Floats select as floats, as LLVM's code generator writes them: ptxas makes selp.f32 an FSEL and selp.b32
     // an integer SEL, and attention's masks ran 0.5-1% slower as SELs (H100, benchmarks/NOTES.md session 17).
     llvm::Type* lane = t->getScalarType();
-    std::string type = lane->isFloatTy() || lane->isDoubleTy() ? float_type(lane) : fmt::format("b{}", mov_bits(classes[i]));
+    std::string type = lane->isFloatTy() || lane->isDoubleTy() ? float_type(lane) : fmt::format(FMT_COMPILE("b{}"), mov_bits(classes[i]));
     emit(FMT_COMPILE("selp.{} {}, {}, {}, {}"), type, d[i], defined_part(a[i], classes[i]), defined_part(b[i], classes[i]),
                      c);
   }
@@ -392,7 +392,7 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
           shifted = fresh(from_c[0]);
           emit(FMT_COMPILE("shr.u{} {}, {}, {}"), b, shifted, x, 8 * i);
         }
-        line(b == 16 ? fmt::format("mov.b16 {}, {}", d[i], shifted) : fmt::format("cvt.u16.u{} {}, {}", b, d[i], shifted));
+        line(b == 16 ? fmt::format(FMT_COMPILE("mov.b16 {}, {}"), d[i], shifted) : fmt::format(FMT_COMPILE("cvt.u16.u{} {}, {}"), b, d[i], shifted));
       }
     } else {
       throw Unsupported("a bitcast between these vector shapes");
@@ -541,7 +541,7 @@ void PtxEmitter::emit_gep(const llvm::GetElementPtrInst& gep) {
     acc = next;
   }
   std::string d = define(&gep)[0];
-  line(offset ? fmt::format("add.s{} {}, {}, {}", bits, d, acc, offset) : fmt::format("mov.b{} {}, {}", bits, d, acc));
+  line(offset ? fmt::format(FMT_COMPILE("add.s{} {}, {}, {}"), bits, d, acc, offset) : fmt::format(FMT_COMPILE("mov.b{} {}, {}"), bits, d, acc));
 }
 
 // Loads or stores `type` at `ptr` in accesses PTX allows: vectors of up to 16 bytes (v2, v4) aligned to their
@@ -555,8 +555,8 @@ void PtxEmitter::emit_memory(bool is_load, const llvm::Value* ptr, llvm::Type* t
   int part_bytes = part_bits / 8;
   std::string space = space_of(ptr);
   std::string addr = reg(ptr);
-  std::string op = fmt::format("{}{}{}", is_load ? "ld" : "st", is_volatile ? ".volatile" : "", space);
-  auto where = [&](uint64_t offset) { return offset ? fmt::format("[{}+{}]", addr, offset) : fmt::format("[{}]", addr); };
+  std::string op = fmt::format(FMT_COMPILE("{}{}{}"), is_load ? "ld" : "st", is_volatile ? ".volatile" : "", space);
+  auto where = [&](uint64_t offset) { return offset ? fmt::format(FMT_COMPILE("[{}+{}]"), addr, offset) : fmt::format(FMT_COMPILE("[{}]"), addr); };
   size_t n = classes.size();
   for (size_t i = 0; i < n;) {
     uint64_t offset = i * part_bytes;
@@ -592,9 +592,9 @@ void PtxEmitter::emit_memory(bool is_load, const llvm::Value* ptr, llvm::Type* t
       regs += (j ? ", " : "") + r;
     }
     if (k > 1) regs = "{" + regs + "}";
-    std::string vec = k > 1 ? fmt::format(".v{}", k) : "";
-    line(is_load ? fmt::format("{}{}.b{} {}, {}", op, vec, part_bits, regs, where(offset))
-                 : fmt::format("{}{}.b{} {}, {}", op, vec, part_bits, where(offset), regs));
+    std::string vec = k > 1 ? fmt::format(FMT_COMPILE(".v{}"), k) : "";
+    line(is_load ? fmt::format(FMT_COMPILE("{}{}.b{} {}, {}"), op, vec, part_bits, regs, where(offset))
+                 : fmt::format(FMT_COMPILE("{}{}.b{} {}, {}"), op, vec, part_bits, where(offset), regs));
     i += k;
   }
 }
