@@ -41,21 +41,22 @@ constexpr const char* kDefaultPipeline =
     "gvn<no-pre>,instcombine<no-verify-fixpoint>,infer-alignment,adce)";
 
 // For weft's own PTX emitter (ptx_emitter.h), which has no DAG combiner and no machine passes: the pipeline
-// above without adce (ptxas removes dead code itself: the same SASS over the unit suite's kernels), with a
-// second early-cse where gvn was, then four passes for what LLVM's code generator would have done: a
-// remainder next to its division becomes a multiply and a subtraction (div-rem-pairs), addresses that differ
-// by a constant share one base (separate-const-offset-from-gep, early-cse), and a value moves into the block
-// that uses it (weft-sink: LLVM's sink with a GPU's cost model, sink_values.h; without sinking ptxas spills
-// in attention's consumers). The second early-cse and instcombine
-// clean up what the first instcombine and licm exposed: without either, the small-M GEMM's SASS is up to 8%
-// longer and the swapped GEMM's 3% (an address recomputed in each guarded block). early-cse there instead of gvn
-// costs half as much (attention's optimization 11.4 -> 9.9 ms on the build machine) and leaves the SASS of the
-// 1543 kernels the ptxas test compiles byte-identical but for four 32-instruction toy kernels (+8 instructions;
-// benchmarks/NOTES.md, session 20).
+// above without adce (ptxas removes dead code itself: the same SASS over the unit suite's kernels), with
+// separate-const-offset-from-gep and a second early-cse where gvn was, then two passes for what LLVM's code
+// generator would have done: a remainder next to its division becomes a multiply and a subtraction
+// (div-rem-pairs), and a value moves into the block that uses it (weft-sink: LLVM's sink with a GPU's cost
+// model, sink_values.h; without sinking ptxas spills in attention's consumers). Addresses that differ by a
+// constant share one base (separate-const-offset-from-gep) before that early-cse and the second instcombine,
+// which merge the bases and clean up what the first instcombine and licm exposed (without either, the small-M
+// GEMM's SASS is up to 8% longer and the swapped GEMM's 3%: an address recomputed in each guarded block).
+// early-cse there instead of gvn costs half as much (benchmarks/NOTES.md, session 20); separate-const-offset
+// before it, not in a third early-cse's group at the end, saves that third run (attention D 128's compile -7%,
+// softmax's -5% by instruction count) and leaves the SASS of the bench kernels and the attention example as it
+// was, the op suite's 0.24% shorter (the fp8 block-scaled GEMMs 11%; benchmarks/NOTES.md, session 32).
 constexpr const char* kWeftEmitterPipeline =
     "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),"
-    "early-cse,instcombine<no-verify-fixpoint>,infer-alignment),"
-    "function(div-rem-pairs,separate-const-offset-from-gep,early-cse,weft-sink)";
+    "separate-const-offset-from-gep,early-cse,instcombine<no-verify-fixpoint>,infer-alignment),"
+    "function(div-rem-pairs,weft-sink)";
 
 // The code generator's own optional passes weft skips by default. A name alone skips every run of that
 // pass; "name#k" skips its k-th run on each function (from 1), for a pass the pipeline adds more than once.
