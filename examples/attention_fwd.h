@@ -238,22 +238,16 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
         }),
         task("consumer", {.warps = 4, .regs = CONS == 2 ? 240 : CONS == 3 ? 160 : 112, .replicas = CONS}, [&] {
           Int r = task_replica_id();
-          // Ping-pong: the consumers take turns issuing their wgmmas, in a ring (consumer i waits on named
-          // barrier 1 + i, then lets consumer i + 1 go), so that one's softmax runs while another's products
-          // occupy the tensor cores.
-          // body(i) as consumer i (barrier ids are constants): if r == 0 ... else if r == 1 ... else the last.
-          auto on_replica = [&](auto&& body) {
-            auto from = [&](auto&& self, int i) -> void {
-              if (i == CONS - 1) return body(i);
-              if_(r == i, [&] { body(i); }, [&] { self(self, i + 1); });
-            };
-            from(from, 0);
-          };
+          // Ping-pong: the consumers take turns issuing their wgmmas, in a ring (consumer r waits on named
+          // barrier 1 + r, then lets consumer r + 1 go), so that one's softmax runs while another's products
+          // occupy the tensor cores. The ids are computed from r: one bar.sync on a register each, where a
+          // branch per consumer to a constant id cost a consumer ~25 instructions of its ~350 per key block
+          // at D 64 with four consumers (benchmarks/NOTES.md, session 32).
           auto my_turn = [&] {
-            if (cfg.pingpong) on_replica([&](int i) { named_barrier_wait(1 + i, 256); });
+            if (cfg.pingpong) named_barrier_wait(1 + r, 256);
           };
           auto your_turn = [&] {
-            if (cfg.pingpong) on_replica([&](int i) { named_barrier_arrive(1 + (i + 1) % CONS, 256); });
+            if (cfg.pingpong) named_barrier_arrive(1 + (r + 1) % CONS, 256);
           };
           // The ring of turns runs through all of the program's tiles (every consumer takes one turn per key block
           // of each tile): it starts with consumer 0 (the last consumer's arrival opens its barrier) and, at the

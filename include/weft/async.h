@@ -397,6 +397,10 @@ inline void barrier_wait(const Barrier& bar, Operand<int32_t> phase) {
 
 // Named (hardware) barriers 0-15 among `threads` threads (bar.arrive / bar.sync). weft uses id 0 for the
 // whole block and the highest ids for each task replica's own syncs: the verifier says which are free.
+// The id may also be an i32 scalar computed in the kernel, as ping-pong consumers pick the barrier of their
+// turn (`named_barrier_wait(1 + task_replica_id(), 256)`: one bar.sync on a register, not a branch per
+// replica). Such an id must be built from constants and task_replica_id() with +, -, *, min, max, where and %
+// or / by a positive constant, so that the verifier can bound it and check that every id it can take is free.
 inline void named_barrier_arrive(int id, int threads, SourceLoc loc = SourceLoc::current()) {
   detail::Attrs a;
   a.ints = {id, threads};
@@ -406,6 +410,26 @@ inline void named_barrier_wait(int id, int threads, SourceLoc loc = SourceLoc::c
   detail::Attrs a;
   a.ints = {id, threads};
   detail::emit(detail::Op::NamedBarrierWait, {}, std::move(a), loc);
+}
+namespace detail {
+// A named barrier whose id is computed: ints = {-1, threads}, the id its operand.
+inline void named_barrier_at(Op op, const NodeRef& id, int threads, SourceLoc loc) {
+  Attrs a;
+  a.ints = {-1, threads};
+  emit(op, {id}, std::move(a), loc);
+}
+}  // namespace detail
+inline void named_barrier_arrive(const Tile<int32_t>& id, int threads, SourceLoc loc = SourceLoc::current()) {
+  detail::named_barrier_at(detail::Op::NamedBarrierArrive, detail::node_of(id, loc), threads, loc);
+}
+inline void named_barrier_arrive(const Var<int32_t>& id, int threads, SourceLoc loc = SourceLoc::current()) {
+  detail::named_barrier_at(detail::Op::NamedBarrierArrive, detail::node_of(id, loc), threads, loc);
+}
+inline void named_barrier_wait(const Tile<int32_t>& id, int threads, SourceLoc loc = SourceLoc::current()) {
+  detail::named_barrier_at(detail::Op::NamedBarrierWait, detail::node_of(id, loc), threads, loc);
+}
+inline void named_barrier_wait(const Var<int32_t>& id, int threads, SourceLoc loc = SourceLoc::current()) {
+  detail::named_barrier_at(detail::Op::NamedBarrierWait, detail::node_of(id, loc), threads, loc);
 }
 
 // A position in a ring of `stages` buffers: the stage index and the phase parity of its barriers. User

@@ -181,7 +181,9 @@ Type infer_hopper_construct(Op op, const std::vector<NodeRef>& operands, Attrs& 
     case Op::NamedBarrierArrive:
     case Op::NamedBarrierWait: {
       int64_t id = attrs.ints.at(0), threads = attrs.ints.at(1);
-      if (id < 0 || id > 15)
+      if (!operands.empty())  // an id computed in the kernel: its range is checked with the task plan's
+        require_i32_scalar(op, operands, 0, "the barrier id", loc);
+      else if (id < 0 || id > 15)
         fail(loc, fmt::format("{}: barrier id {} does not exist; the hardware has named barriers 0 to 15", name(op), id));
       if (threads < 32 || threads % 32 != 0 || threads > 1024)
         fail(loc, fmt::format("{}: {} threads; the count must be a multiple of 32 (whole warps) from 32 to 1024",

@@ -1,9 +1,14 @@
 #include "passes/task_plan.h"
 
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
 
+#include "ir/walk.h"
 #include "support/compile_timing.h"
 #include "weft/error.h"
 
@@ -33,21 +38,113 @@ std::string budget_table(const TaskPlan& plan) {
   return rows;
 }
 
-// Named barrier ids the user may take: 1 .. first_reserved - 1.
-void check_named_barrier_ids(const ir::Region& r, int first_reserved) {
-  for (const ir::NodeRef& n : r.body) {
-    if (n->op == ir::Op::NamedBarrierArrive || n->op == ir::Op::NamedBarrierWait) {
-      int64_t id = n->attrs.ints.at(0);
-      if (id == 0 || id >= first_reserved) {
-        std::string replicas = first_reserved > 15 ? ""
-                               : fmt::format(" and each of the {} task replicas with one of {} to 15", 16 - first_reserved,
-                                             first_reserved);
-        throw Error(fmt::format("named barrier {} is reserved: weft syncs the whole block with 0{}; use an id from 1 to {}",
-                                id, replicas, first_reserved - 1),
-                    n->loc);
+// The values a named barrier id computed in the kernel can take, [lo, hi], where weft can bound them: constants,
+// task_replica_id() (0 .. replicas - 1 of the task it runs in), and +, -, *, min, max, select of those, % and /
+// by a positive constant, integer casts. Otherwise nothing, and `culprit` the node that could not be bounded.
+struct IdRange {
+  int64_t lo, hi;
+};
+std::optional<IdRange> id_range(const ir::Node& id, int replicas, const ir::Node*& culprit) {
+  using ir::Op;
+  auto bounded = [](const ir::Node& n) {
+    switch (n.op) {
+      case Op::Add: case Op::Sub: case Op::Mul: case Op::Min: case Op::Max: case Op::Select: case Op::Cast: return true;
+      case Op::Rem: case Op::Div: return n.operands[1]->op == Op::Constant && n.operands[1]->attrs.number > 0;
+      default: return false;
+    }
+  };
+  std::unordered_map<const ir::Node*, IdRange> known;
+  auto deps = [&](const ir::Node& n) {
+    std::vector<const ir::Node*> out;
+    if (bounded(n))  // (a select's condition is not part of the id)
+      for (size_t i = n.op == ir::Op::Select ? 1 : 0; i < n.operands.size(); ++i) out.push_back(n.operands[i].get());
+    return out;
+  };
+  for (const ir::Node* n : ir::post_order(id, deps)) {
+    const bool integral = n->type.dtype.is_int();
+    auto at = [&](size_t i) { return known.find(n->operands[i].get()); };
+    std::optional<IdRange> r;
+    if (n->op == Op::Constant && integral && std::nearbyint(n->attrs.number) == n->attrs.number) {
+      r = IdRange{static_cast<int64_t>(n->attrs.number), static_cast<int64_t>(n->attrs.number)};
+    } else if (n->op == Op::TaskReplicaId) {
+      r = IdRange{0, replicas - 1};
+    } else if (integral && bounded(*n) && std::all_of(n->operands.begin() + (n->op == Op::Select), n->operands.end(),
+                                                      [&](const ir::NodeRef& o) { return known.count(o.get()); })) {
+      if (n->op == Op::Cast || n->op == Op::Select) {
+        IdRange a = at(n->op == Op::Select ? 1 : 0)->second;
+        if (n->op == Op::Select) {
+          IdRange b = at(2)->second;
+          a = {std::min(a.lo, b.lo), std::max(a.hi, b.hi)};
+        }
+        r = a;
+      } else {
+        IdRange a = at(0)->second, b = at(1)->second;
+        switch (n->op) {
+          case Op::Add: r = IdRange{a.lo + b.lo, a.hi + b.hi}; break;
+          case Op::Sub: r = IdRange{a.lo - b.hi, a.hi - b.lo}; break;
+          case Op::Min: r = IdRange{std::min(a.lo, b.lo), std::min(a.hi, b.hi)}; break;
+          case Op::Max: r = IdRange{std::max(a.lo, b.lo), std::max(a.hi, b.hi)}; break;
+          case Op::Mul: {
+            int64_t p[] = {a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi};
+            r = IdRange{*std::min_element(p, p + 4), *std::max_element(p, p + 4)};
+            break;
+          }
+          case Op::Div: r = IdRange{a.lo / b.lo, a.hi / b.lo}; break;  // truncating; b is a positive constant
+          case Op::Rem:  // the sign of the dividend
+            r = a.lo >= 0 && a.hi < b.lo ? a : IdRange{a.lo < 0 ? -(b.lo - 1) : 0, a.hi > 0 ? b.lo - 1 : 0};
+            break;
+          default: break;
+        }
       }
     }
-    for (const ir::Region& inner : n->regions) check_named_barrier_ids(inner, first_reserved);
+    if (!r) {
+      culprit = n;
+      return std::nullopt;
+    }
+    known[n] = *r;
+  }
+  return known.at(&id);
+}
+
+// Named barrier ids the user may take: 1 .. first_reserved - 1. An id computed in the kernel must be bounded
+// (id_range) within them; `replicas` are those of the task the region belongs to.
+void check_named_barrier_ids(const ir::Region& r, int first_reserved, int replicas = 1) {
+  auto reserved = [&] {
+    std::string replica_ids = first_reserved > 15 ? ""
+                              : fmt::format(" and each of the {} task replicas with one of {} to 15", 16 - first_reserved,
+                                            first_reserved);
+    return fmt::format("weft syncs the whole block with 0{}; use an id from 1 to {}", replica_ids, first_reserved - 1);
+  };
+  for (const ir::NodeRef& n : r.body) {
+    if (n->op == ir::Op::NamedBarrierArrive || n->op == ir::Op::NamedBarrierWait) {
+      const char* op = n->op == ir::Op::NamedBarrierWait ? "named_barrier_wait" : "named_barrier_arrive";
+      if (n->operands.empty()) {
+        int64_t id = n->attrs.ints.at(0);
+        if (id == 0 || id >= first_reserved)
+          throw Error(fmt::format("named barrier {} is reserved: {}", id, reserved()), n->loc);
+      } else {
+        const ir::Node* culprit = nullptr;
+        std::optional<IdRange> range = id_range(*n->operands[0], replicas, culprit);
+        if (!range)
+          throw Error(fmt::format("{}: weft cannot bound the barrier id this call computes ({} at {} is not among what "
+                                  "it follows); build the id from constants and task_replica_id() with +, -, *, min, "
+                                  "max, where and % or / by a positive constant, so that the verifier can check that "
+                                  "every id it takes is free",
+                                  op, ir::op_name(culprit->op), culprit->loc.str()),
+                      n->loc);
+        if (range->lo < 1 || range->hi >= first_reserved)
+          throw Error(fmt::format("{}: the barrier id this call computes takes values from {} to {}, not all of them "
+                                  "ids the user may take: {}",
+                                  op, range->lo, range->hi, reserved()),
+                      n->loc);
+      }
+    }
+    if (n->op == ir::Op::AsyncTasks) {
+      for (size_t t = 0; t < n->regions.size(); ++t)
+        check_named_barrier_ids(n->regions[t], first_reserved, static_cast<int>(n->attrs.ints.at(3 * t + 2)));
+      continue;
+    }
+    for (const ir::Region& inner : n->regions) check_named_barrier_ids(inner, first_reserved, replicas);
   }
 }
 

@@ -300,6 +300,68 @@ TEST_CASE("two consumers take alternate runs of one ring's stages, each passing 
   }
 }
 
+TEST_CASE("consumers take turns in a ring on named barriers whose ids they compute (1 + task_replica_id())",
+          "[async]") {
+  WEFT_SEEDED_RNG(rng);
+  // As ping-pong consumers pass their turn on (FA3's pattern): consumer r takes runs r, r + n, ... of a ring's
+  // stages, waits on barrier 1 + r for its turn and hands it to the next with barrier 1 + (r + 1) % n. Runs
+  // longer than the ring need the turns; each barrier id is one bar.sync on a register, not a branch per replica.
+  const int programs = 2, stages = 2, run = 3;
+  for (int n : {2, 3}) {
+    for (int runs : {7, 1, 0}) {
+      Kernel k("ring_turns_computed_ids", [=](Ptr<float> x, Ptr<float> out, Int runs_in) {
+        auto ring = local_alloc<float>({R, C}, stages, "ring");
+        auto full = alloc_barriers(stages, 1, "full");
+        auto empty = alloc_barriers(stages, 1, "empty");
+        Int offs = tile_offsets();
+        Int first = program_id(0) * run * runs_in;
+        async_tasks(
+            task("producer", {.warps = 1}, [&] {
+              Pipeline p(stages);
+              for_range(0, run * runs_in, [&](Int i) {
+                p.acquire(empty);
+                local_store(ring[p.index()], load(x + (first + i) * kTile + offs));
+                barrier_arrive(full[p.index()]);
+                p.advance();
+              });
+            }),
+            task("consumer", {.warps = 4, .replicas = n}, [&] {
+              Int r = task_replica_id();
+              Pipeline p(stages);
+              p.advance(r * run);
+              for_range(r, runs_in, n, [&](Int j) {
+                if_(j > 0, [&] { named_barrier_wait(1 + r, 256); });
+                for_range(0, run, [&](Int i) {
+                  p.wait(full);
+                  Tile<float> v = local_load(ring[p.index()]);
+                  p.release(empty);
+                  store(out + (first + j * run + i) * kTile + offs, v * 2.0f + cast<float>(r));
+                  p.advance();
+                });
+                if_(j + 1 < runs_in, [&] { named_barrier_arrive(1 + (r + 1) % n, 256); });
+                p.advance((n - 1) * run);
+              });
+            }));
+      });
+      const size_t items = size_t(programs) * run * runs;
+      std::vector<float> x = whole_floats(rng, std::max<size_t>(items * kTile, 1)), want(items * kTile);
+      for (size_t i = 0; i < want.size(); ++i) {
+        size_t item = i / kTile % (size_t(run) * runs);  // within its program
+        want[i] = static_cast<float>(double(x[i]) * 2 + double(item / run % n));
+      }
+      for (const auto& schedule : kSchedules) {
+        INFO(n << " consumers, " << runs << " runs of " << run << ", " << schedule_name(schedule));
+        ScopedEnv env("WEFT_CPU_SCHED_SEED", schedule);
+        Output<float> out(std::max<size_t>(want.size(), 1));
+        launch(k, Grid(programs), Input<float>(x), out, runs);
+        std::vector<float> got = out.read();
+        got.resize(want.size());
+        CHECK(got == want);
+      }
+    }
+  }
+}
+
 // ---- named barriers -------------------------------------------------------------------------------------
 
 TEST_CASE("named barriers hand one shared buffer back and forth between two tasks", "[async]") {

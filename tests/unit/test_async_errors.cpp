@@ -169,6 +169,38 @@ TEST_CASE("named barrier ids: reserved ones and ids past 15", "[errors]") {
   }
 }
 
+TEST_CASE("named barrier ids computed in the kernel: bounded, and only by free ids", "[errors]") {
+  int line = 0;
+  SECTION("from a kernel argument") {
+    Kernel k("faulty", [&](Ptr<float>, Int id) {
+      async_tasks(task("worker", {.warps = 4, .replicas = 2}, [&] {
+        Int mine = id + task_replica_id();
+        line = __LINE__; named_barrier_wait(mine, 256);
+      }));
+    });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "named_barrier_wait: weft cannot bound the barrier id this call computes (param at ");
+    REQUIRE_WEFT_ERROR(k.ir(), line, "build the id from constants and task_replica_id() with +, -, *, min, max, where and % or / by a positive constant");
+  }
+  SECTION("reaching the replicas' own ids") {
+    Kernel k = body_kernel([&](Ptr<float>) {
+      async_tasks(task("worker", {.warps = 4, .replicas = 2}, [&] { line = __LINE__; named_barrier_arrive(13 + task_replica_id(), 256); }));
+    });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "named_barrier_arrive: the barrier id this call computes takes values from 13 to 14, not all of them ids the user may take: weft syncs the whole block with 0 and each of the 2 task replicas with one of 14 to 15; use an id from 1 to 13");
+  }
+  SECTION("reaching 0") {
+    Kernel k = body_kernel([&](Ptr<float>) {
+      async_tasks(task("worker", {.warps = 4, .replicas = 3}, [&] { line = __LINE__; named_barrier_wait((task_replica_id() + 2) % 3, 256); }));
+    });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "takes values from 0 to 2");
+  }
+  SECTION("not an i32 scalar") {
+    Kernel k = body_kernel([&](Ptr<float>) {
+      async_tasks(task("worker", {.warps = 4}, [&] { line = __LINE__; named_barrier_wait(1 + arange(0, 4), 128); }));
+    });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "named_barrier_wait: the barrier id must be a scalar");
+  }
+}
+
 TEST_CASE("a named barrier's thread count must be whole warps", "[errors]") {
   int line = 0;
   Kernel k = body_kernel([&](Ptr<float>) { line = __LINE__; named_barrier_wait(1, 48); });

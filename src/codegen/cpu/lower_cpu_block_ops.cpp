@@ -204,9 +204,9 @@ void Lowering::barrier_wait(const NodeRef& n) {
 }
 void Lowering::named_barrier(const NodeRef& n) {
   const char* fn = n->op == Op::NamedBarrierWait ? block_fn::kNamedBarrierWait : block_fn::kNamedBarrierArrive;
-  runtime_call(fn, b_.getVoidTy(),
-               {ctx_, site(n), b_.getInt32(static_cast<int32_t>(n->attrs.ints.at(0))),
-                b_.getInt32(static_cast<int32_t>(n->attrs.ints.at(1)))});
+  llvm::Value* id = n->operands.empty() ? b_.getInt32(static_cast<int32_t>(n->attrs.ints.at(0)))
+                                        : scalar(n->operands[0]);  // computed in the kernel
+  runtime_call(fn, b_.getVoidTy(), {ctx_, site(n), id, b_.getInt32(static_cast<int32_t>(n->attrs.ints.at(1)))});
 }
 // Every fiber runs the kernel; each takes the branch of its own task.
 void Lowering::async_tasks(const NodeRef& n) {

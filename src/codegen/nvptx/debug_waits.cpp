@@ -47,7 +47,7 @@ void DebugWaits::poll_until(const std::function<llvm::Value*()>& done_now, uint3
   b_.SetInsertPoint(done);
 }
 
-void DebugWaits::named_barrier(llvm::Value* word, int64_t id, int64_t threads, bool wait, uint32_t site) {
+void DebugWaits::named_barrier(llvm::Value* word, llvm::Value* id, int64_t threads, bool wait, uint32_t site) {
   llvm::LLVMContext& c = b_.getContext();
   PtxInstructions ptx(b_);
   llvm::SyncScope::ID block = c.getOrInsertSyncScopeID("block");
@@ -70,7 +70,7 @@ void DebugWaits::named_barrier(llvm::Value* word, int64_t id, int64_t threads, b
       load->setAtomic(llvm::AtomicOrdering::Acquire, block);
       return load;
     };
-    llvm::Value* barrier = b_.getInt32(passes::kNamedBarrierFlag | static_cast<uint32_t>(id));
+    llvm::Value* barrier = b_.CreateOr(b_.getInt32(passes::kNamedBarrierFlag), id);
     // The threads of this phase that had arrived when the wait gave up.
     auto arrived = [&] { return b_.CreateTrunc(b_.CreateSub(count(), b_.CreateSub(end, total)), b_.getInt32Ty()); };
     poll_until([&] { return b_.CreateICmpUGE(count(), end); }, site, barrier, arrived, "named_barrier");

@@ -37,7 +37,7 @@ class DebugWaits {
 
   // named_barrier_arrive / named_barrier_wait (`wait`) on named barrier `id` of `threads` threads, whose
   // counter is the i64 at `word` (a shared-memory pointer); `site`: the wait's site (unused for arrivals).
-  void named_barrier(llvm::Value* word, int64_t id, int64_t threads, bool wait, uint32_t site);
+  void named_barrier(llvm::Value* word, llvm::Value* id, int64_t threads, bool wait, uint32_t site);
 
  private:
   // Polls until `done()` (i1) holds; once `timeout_ns_` has passed since the first failed poll, reports

@@ -90,7 +90,7 @@ void Lowering::init_barriers() {
     }
     if (any) ptx_.fence_mbarrier_init();
     for (int64_t id = 0; named && id < kNamedBarrierIds; ++id)
-      b_.CreateAlignedStore(b_.getInt64(0), debug_named_barrier(id), llvm::MaybeAlign(8));
+      b_.CreateAlignedStore(b_.getInt64(0), debug_named_barrier(i32c(id)), llvm::MaybeAlign(8));
     return nullptr;
   }, nullptr);
   if (clustered())
@@ -123,9 +123,9 @@ Value* Lowering::one_thread_of_group(bool same_thread) {
 
 // GPU debug mode: the counter of named barrier `id` (an i64 in shared memory, after everything else; its
 // offset is set in run()).
-Value* Lowering::debug_named_barrier(int64_t id) {
+Value* Lowering::debug_named_barrier(Value* id) {
   Value* base = b_.CreateLoad(b_.getInt32Ty(), debug_named_base_);
-  return shared_element(b_.getInt64Ty(), base, i32c(id));
+  return shared_element(b_.getInt64Ty(), base, id);
 }
 
 // Runs `body` on one thread of the group after all of the group's threads got here: how a task replica
@@ -269,13 +269,14 @@ void Lowering::hopper_node(const NodeRef& n) {
     }
     case Op::NamedBarrierWait:
     case Op::NamedBarrierArrive: {
-      int64_t id = n->attrs.ints[0], threads = n->attrs.ints[1];
+      int64_t threads = n->attrs.ints[1];
+      Value* id = o.empty() ? i32c(n->attrs.ints[0]) : regs(o[0]).v[0];  // a constant, or computed (bar.sync %r)
       bool wait = n->op == Op::NamedBarrierWait;
       if (debug_waits_)  // counters in shared memory that can time out (debug_waits.h)
         return debug_waits_->named_barrier(debug_named_barrier(id), id, threads, wait,
                                            wait ? wait_sites_->index.at(n.get()) : 0);
-      if (wait) ptx_.barrier(i32c(id), i32c(threads));
-      else ptx_.barrier_arrive(i32c(id), i32c(threads));
+      if (wait) ptx_.barrier(id, i32c(threads));
+      else ptx_.barrier_arrive(id, i32c(threads));
       return;
     }
     case Op::AsyncTasks: return async_tasks(n);

@@ -315,7 +315,7 @@ class Lowering {
   void init_barriers();
   static bool uses_named_barriers(const ir::Region& r);
   static bool writes_outside_block_shared_memory(const ir::Region& r);
-  Value* debug_named_barrier(int64_t id);
+  Value* debug_named_barrier(Value* id);
   void once_per_group(const std::function<void()>& body, bool same_thread = false);
   Value* one_thread_of_group(bool same_thread = false);  // i1: this thread performs what its group does once
   Value* l2_policy(const ir::Node& n);  // a TMA op's L2 eviction policy, or null without a hint

@@ -521,6 +521,11 @@ struct BlockState {
 
   // Adds the calling fiber's threads to barrier `id`; returns the generation it arrived in.
   uint32_t named_arrive(const ProgramCtx* ctx, int32_t site, int32_t id, int32_t threads, const char* op) {
+    if (id < 0 || id >= kNamedBarriers) {  // (the verifier bounds ids computed in the kernel: a safety net)
+      cluster.set_error(ctx, site, fmt::format("{}({}, {}): named barrier {} does not exist; the hardware has named "
+                                               "barriers 0 to {}", op, id, threads, id, kNamedBarriers - 1));
+      cluster.abandon();
+    }
     NamedBarrier& n = named[id];
     int32_t mine = cluster.fibers[ctx->fiber].threads;
     if (n.arrived > 0 && n.expected != threads) {
