@@ -50,6 +50,20 @@ std::string schedule_name(const std::optional<std::string>& s) { return s ? "WEF
 std::vector<float> whole_floats(Rng& rng, size_t n) { return generate<float>(rng, n, small_whole<float>(-1000, 1000)); }
 
 
+// A consumer's run of `run` ring stages: each waited for, read, released, and stored at `dst` (tile after
+// tile) doubled plus the consumer's replica id `r`.
+template <class Run>
+void take_run(Pipeline& p, const SharedBuffer<float>& ring, const Barriers& full, const Barriers& empty, Ptr<float> dst,
+              Run run, Int r) {
+  for_range(0, run, [&](Int i) {
+    p.wait(full);
+    Tile<float> v = local_load(ring[p.index()]);
+    p.release(empty);
+    store(dst + i * kTile, v * 2.0f + cast<float>(r));
+    p.advance();
+  });
+}
+
 std::string at(int line) { return std::string(__FILE__) + ":" + std::to_string(line); }
 
 }  // namespace
@@ -268,13 +282,7 @@ TEST_CASE("two consumers take alternate runs of one ring's stages, each passing 
               if_(j > 0, [&] {
                 if_(r == 0, [&] { named_barrier_wait(1, 256); }, [&] { named_barrier_wait(2, 256); });
               });
-              for_range(0, run, [&](Int i) {
-                p.wait(full);
-                Tile<float> v = local_load(ring[p.index()]);
-                p.release(empty);
-                store(out + (first + j * run + i) * kTile + offs, v * 2.0f + cast<float>(r));
-                p.advance();
-              });
+              take_run(p, ring, full, empty, out + (first + j * run) * kTile + offs, run, r);
               if_(j + 1 < runs, [&] {
                 if_(r == 0, [&] { named_barrier_arrive(2, 256); }, [&] { named_barrier_arrive(1, 256); });
               });
@@ -331,13 +339,7 @@ TEST_CASE("consumers take turns in a ring on named barriers whose ids they compu
               p.advance(r * run);
               for_range(r, runs_in, n, [&](Int j) {
                 if_(j > 0, [&] { named_barrier_wait(1 + r, 256); });
-                for_range(0, run, [&](Int i) {
-                  p.wait(full);
-                  Tile<float> v = local_load(ring[p.index()]);
-                  p.release(empty);
-                  store(out + (first + j * run + i) * kTile + offs, v * 2.0f + cast<float>(r));
-                  p.advance();
-                });
+                take_run(p, ring, full, empty, out + (first + j * run) * kTile + offs, run, r);
                 if_(j + 1 < runs_in, [&] { named_barrier_arrive(1 + (r + 1) % n, 256); });
                 p.advance((n - 1) * run);
               });
