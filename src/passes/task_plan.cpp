@@ -40,7 +40,7 @@ std::string budget_table(const TaskPlan& plan) {
 
 // The values a named barrier id computed in the kernel can take, [lo, hi], where weft can bound them: constants,
 // task_replica_id() (0 .. replicas - 1 of the task it runs in), and +, -, *, min, max, select of those, % and /
-// by a positive constant, integer casts. Otherwise nothing, and `culprit` the node that could not be bounded.
+// by a positive constant, casts between 32- and 64-bit integers. Otherwise nothing, and `culprit` the node that could not be bounded.
 struct IdRange {
   int64_t lo, hi;
 };
@@ -61,7 +61,9 @@ std::optional<IdRange> id_range(const ir::Node& id, int replicas, const ir::Node
     return out;
   };
   for (const ir::Node* n : ir::post_order(id, deps)) {
-    const bool integral = n->type.dtype.is_int();
+    // (32- and 64-bit integers only: a narrower type could wrap where the bounds do not.)
+    const DType t = n->type.dtype;
+    const bool integral = t == DType{ScalarType::i32, false} || t == DType{ScalarType::i64, false};
     auto at = [&](size_t i) { return known.find(n->operands[i].get()); };
     std::optional<IdRange> r;
     if (n->op == Op::Constant && integral && std::nearbyint(n->attrs.number) == n->attrs.number) {
