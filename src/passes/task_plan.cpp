@@ -53,35 +53,32 @@ std::optional<IdRange> id_range(const ir::Node& id, int replicas, const ir::Node
       default: return false;
     }
   };
-  std::unordered_map<const ir::Node*, IdRange> known;
-  auto deps = [&](const ir::Node& n) {
+  // The operands an id's node takes its range from (a select's condition is not one of them).
+  auto inputs = [&](const ir::Node& n) {
     std::vector<const ir::Node*> out;
-    if (bounded(n))  // (a select's condition is not part of the id)
-      for (size_t i = n.op == ir::Op::Select ? 1 : 0; i < n.operands.size(); ++i) out.push_back(n.operands[i].get());
+    if (bounded(n))
+      for (size_t i = n.op == Op::Select ? 1 : 0; i < n.operands.size(); ++i) out.push_back(n.operands[i].get());
     return out;
   };
-  for (const ir::Node* n : ir::post_order(id, deps)) {
+  std::unordered_map<const ir::Node*, IdRange> known;
+  for (const ir::Node* n : ir::post_order(id, inputs)) {
     // (32- and 64-bit integers only: a narrower type could wrap where the bounds do not.)
     const DType t = n->type.dtype;
     const bool integral = t == DType{ScalarType::i32, false} || t == DType{ScalarType::i64, false};
-    auto at = [&](size_t i) { return known.find(n->operands[i].get()); };
     std::optional<IdRange> r;
     if (n->op == Op::Constant && integral && std::nearbyint(n->attrs.number) == n->attrs.number) {
       r = IdRange{static_cast<int64_t>(n->attrs.number), static_cast<int64_t>(n->attrs.number)};
     } else if (n->op == Op::TaskReplicaId) {
       r = IdRange{0, replicas - 1};
-    } else if (integral && bounded(*n) && std::all_of(n->operands.begin() + (n->op == Op::Select), n->operands.end(),
-                                                      [&](const ir::NodeRef& o) { return known.count(o.get()); })) {
-      if (n->op == Op::Cast || n->op == Op::Select) {
-        IdRange a = at(n->op == Op::Select ? 1 : 0)->second;
-        if (n->op == Op::Select) {
-          IdRange b = at(2)->second;
-          a = {std::min(a.lo, b.lo), std::max(a.hi, b.hi)};
-        }
+    } else if (integral && bounded(*n)) {  // (its inputs came first, and are known: an unknown one returned)
+      std::vector<const ir::Node*> in = inputs(*n);
+      IdRange a = known.at(in[0]);
+      if (n->op == Op::Cast) {
         r = a;
       } else {
-        IdRange a = at(0)->second, b = at(1)->second;
+        IdRange b = known.at(in[1]);
         switch (n->op) {
+          case Op::Select: r = IdRange{std::min(a.lo, b.lo), std::max(a.hi, b.hi)}; break;
           case Op::Add: r = IdRange{a.lo + b.lo, a.hi + b.hi}; break;
           case Op::Sub: r = IdRange{a.lo - b.hi, a.hi - b.lo}; break;
           case Op::Min: r = IdRange{std::min(a.lo, b.lo), std::min(a.hi, b.hi)}; break;

@@ -158,8 +158,10 @@ void PtxEmitter::emit_intrinsic(const llvm::IntrinsicInst& call) {
     for (const Unary& u : kFloat)
       if (base_is(u.intrinsic)) {
         bool cvt = starts(u.ptx, "cvt");
-        line(cvt ? fmt::format(FMT_COMPILE("{}.f{}.f{} {}, {}"), u.ptx, bits, bits, result(), reg(call.getArgOperand(0)))
-                 : fmt::format(FMT_COMPILE("{}.f{} {}, {}"), u.ptx, bits, result(), reg(call.getArgOperand(0))));
+        if (cvt)
+          emit(FMT_COMPILE("{}.f{}.f{} {}, {}"), u.ptx, bits, bits, result(), reg(call.getArgOperand(0)));
+        else
+          emit(FMT_COMPILE("{}.f{} {}, {}"), u.ptx, bits, result(), reg(call.getArgOperand(0)));
         return;
       }
     static const Unary kBinary[] = {{"llvm.maxnum", "max"}, {"llvm.minnum", "min"}, {"llvm.maximum", "max.NaN"},

@@ -392,7 +392,10 @@ void PtxEmitter::emit_cast(const llvm::CastInst& cast) {
           shifted = fresh(from_c[0]);
           emit(FMT_COMPILE("shr.u{} {}, {}, {}"), b, shifted, x, 8 * i);
         }
-        line(b == 16 ? fmt::format(FMT_COMPILE("mov.b16 {}, {}"), d[i], shifted) : fmt::format(FMT_COMPILE("cvt.u16.u{} {}, {}"), b, d[i], shifted));
+        if (b == 16)
+          emit(FMT_COMPILE("mov.b16 {}, {}"), d[i], shifted);
+        else
+          emit(FMT_COMPILE("cvt.u16.u{} {}, {}"), b, d[i], shifted);
       }
     } else {
       throw Unsupported("a bitcast between these vector shapes");
@@ -541,7 +544,10 @@ void PtxEmitter::emit_gep(const llvm::GetElementPtrInst& gep) {
     acc = next;
   }
   std::string d = define(&gep)[0];
-  line(offset ? fmt::format(FMT_COMPILE("add.s{} {}, {}, {}"), bits, d, acc, offset) : fmt::format(FMT_COMPILE("mov.b{} {}, {}"), bits, d, acc));
+  if (offset)
+    emit(FMT_COMPILE("add.s{} {}, {}, {}"), bits, d, acc, offset);
+  else
+    emit(FMT_COMPILE("mov.b{} {}, {}"), bits, d, acc);
 }
 
 // Loads or stores `type` at `ptr` in accesses PTX allows: vectors of up to 16 bytes (v2, v4) aligned to their
@@ -593,8 +599,10 @@ void PtxEmitter::emit_memory(bool is_load, const llvm::Value* ptr, llvm::Type* t
     }
     if (k > 1) regs = "{" + regs + "}";
     std::string vec = k > 1 ? fmt::format(FMT_COMPILE(".v{}"), k) : "";
-    line(is_load ? fmt::format(FMT_COMPILE("{}{}.b{} {}, {}"), op, vec, part_bits, regs, where(offset))
-                 : fmt::format(FMT_COMPILE("{}{}.b{} {}, {}"), op, vec, part_bits, where(offset), regs));
+    if (is_load)
+      emit(FMT_COMPILE("{}{}.b{} {}, {}"), op, vec, part_bits, regs, where(offset));
+    else
+      emit(FMT_COMPILE("{}{}.b{} {}, {}"), op, vec, part_bits, where(offset), regs);
     i += k;
   }
 }
