@@ -438,12 +438,9 @@ void gemm_ws_body(const GemmConfig& cfg, bool b_is_nk, weft::TensorDesc<weft::bf
           // tile comes after the other consumer has waited on every stage of the tile before, so no stage
           // is then two fills behind (a parity wait cannot tell phase p from p - 2).
           Int programs = num_programs(0), first = program_id(0), total = tiles.count();
-          auto my_turn = [&] {
-            if_(r == 0, [&] { named_barrier_wait(1, 256); }, [&] { named_barrier_wait(2, 256); });
-          };
-          auto your_turn = [&] {
-            if_(r == 0, [&] { named_barrier_arrive(2, 256); }, [&] { named_barrier_arrive(1, 256); });
-          };
+          // Consumer r's barrier is 1 + r, the other's 2 - r: ids computed from r, one bar.sync on a register.
+          auto my_turn = [&] { named_barrier_wait(1 + r, 256); };
+          auto your_turn = [&] { named_barrier_arrive(2 - r, 256); };
           p.advance(r * k_tiles);
           done.advance(r * k_tiles);
           for_range(first + r * programs, total, 2 * programs, [&](Int t) {
