@@ -18,6 +18,37 @@ Value* Lowering::add_const(Value* x, int64_t c, bool nsw) {
   return nsw ? b_.CreateNSWAdd(x, i32c(c)) : b_.CreateAdd(x, i32c(c));
 }
 
+// a + b (or a - b) of two elements of integer index tiles. The layouts make each coordinate a per-thread
+// part plus a constant (`x | c`, `x + c`: acc_row, acc_col, flat_index), and the sum keeps that form: the
+// per-thread parts added once per block and the constants folded, so that the elements of `arange + scalar`,
+// or of rows + columns, share one add and differ by a constant. One add of the whole per element
+// ((x | c) + s) left instcombine to reassociate each element and CSE to merge what that exposed: without the
+// pipeline's first instcombine, D 64 attention's masks kept a copy of x + s per element (benchmarks/NOTES.md,
+// session 33).
+Value* Lowering::index_add(Value* a, Value* b, bool subtract) {
+  auto split = [](Value* v) {  // v as x + c, x == nullptr for a constant
+    int64_t c = 0;
+    for (int depth = 0; depth < 4; ++depth) {
+      if (auto* k = llvm::dyn_cast<llvm::ConstantInt>(v)) return std::make_pair<Value*, int64_t>(nullptr, c + k->getSExtValue());
+      auto* op = llvm::dyn_cast<llvm::BinaryOperator>(v);
+      auto* k = op ? llvm::dyn_cast<llvm::ConstantInt>(op->getOperand(1)) : nullptr;
+      bool offset = k && (op->getOpcode() == llvm::Instruction::Add ||
+                          (op->getOpcode() == llvm::Instruction::Or && llvm::cast<llvm::PossiblyDisjointInst>(op)->isDisjoint()));
+      if (!offset) break;
+      c += k->getSExtValue();
+      v = op->getOperand(0);
+    }
+    return std::make_pair(v, c);
+  };
+  auto [x, cx] = split(a);
+  auto [y, cy] = split(b);
+  if (!x || !y || a->getType() != b->getType() || !a->getType()->isIntegerTy(32))
+    return subtract ? b_.CreateSub(a, b) : b_.CreateAdd(a, b);  // (the IRBuilder folds constants)
+  Value*& sum = index_sums_[{b_.GetInsertBlock(), x, y, subtract}];
+  if (!sum) sum = subtract ? b_.CreateSub(x, y) : b_.CreateAdd(x, y);
+  return add_const(sum, subtract ? cx - cy : cx + cy);
+}
+
 // The per-thread parts of the layouts' index arithmetic (functions of tid_ alone: lane, warp, tid * V, the
 // accumulator layout's row and column of lane 0's element): made once per basic block and group, and
 // shared by every register of every tile the block handles, which then add only their constant offsets.
@@ -142,16 +173,19 @@ Value* Lowering::acc_row(int64_t block, bool lower_half) {
     Value* quad = b_.CreateLShr(b_.CreateAnd(t, i32c(31)), i32c(2));  // lane / 4: bits 0-2
     return disjoint_or(b_.CreateShl(b_.CreateLShr(t, i32c(5)), i32c(4)), quad);  // warp * 16: bits 4+
   });
-  Value* row = lower_half ? disjoint_or(base, i32c(8)) : base;
-  if (block == 0) return row;
-  return threads_ <= 128 ? disjoint_or(row, i32c(block * 64)) : add_const(row, block * 64);
+  if (block == 0 && !lower_half) return base;
+  return thread_value(kAccRow, block * 2 + lower_half, [&] {
+    Value* row = lower_half ? disjoint_or(base, i32c(8)) : base;
+    if (block == 0) return row;
+    return threads_ <= 128 ? disjoint_or(row, i32c(block * 64)) : add_const(row, block * 64);
+  });
 }
 Value* Lowering::acc_col(int64_t eighth, int64_t e) {
   Value* base = thread_value(kAccColBase, 0, [&] {
     return b_.CreateShl(b_.CreateAnd(tid_in_region(), i32c(3)), i32c(1));  // 2 (lane % 4): bits 1-2
   });
-  Value* col = e & 1 ? disjoint_or(base, i32c(1)) : base;
-  return eighth == 0 ? col : disjoint_or(col, i32c(8 * eighth));
+  if (eighth == 0 && !(e & 1)) return base;
+  return thread_value(kAccCol, eighth * 2 + (e & 1), [&] { return disjoint_or(base, i32c(8 * eighth + (e & 1))); });
 }
 // The flat index (row * cols + col) of register r of an Acc tile.
 Value* Lowering::acc_index(int64_t cols, int64_t r) {
@@ -422,7 +456,9 @@ Value* Lowering::compute_element(const ir::Node& n, const std::vector<Value*>& c
   DType d = n.type.dtype;
   switch (ir::op_category(n.op)) {
     case ir::OpCategory::Unary: return ops_.round(d, ops_.unary(n.op, d, args[0], approximate(n)));
-    case ir::OpCategory::Binary: return ops_.round(d, ops_.binary(n.op, d, args[0], args[1]));
+    case ir::OpCategory::Binary:
+      if ((n.op == Op::Add || n.op == Op::Sub) && d.is_int()) return index_add(args[0], args[1], n.op == Op::Sub);
+      return ops_.round(d, ops_.binary(n.op, d, args[0], args[1]));
     case ir::OpCategory::Compare: return ops_.compare(n.op, n.operands[0]->type.dtype, args[0], args[1]);
     default: break;
   }

@@ -165,9 +165,11 @@ class Lowering {
 
   Value* add_const(Value* x, int64_t c, bool nsw = false);
   Value* disjoint_or(Value* a, Value* b);
+  Value* index_add(Value* a, Value* b, bool subtract);
   // What thread_value makes (its `kind`).
   enum ThreadValue : int {
-    kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccStoreBase, kTidInRegion, kAccIndexBase
+    kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccRow, kAccCol, kAccStoreBase, kTidInRegion,
+    kAccIndexBase
   };
   Value* thread_value(int kind, int64_t arg, const std::function<Value*()>& make);
   Value* lane();
@@ -387,6 +389,7 @@ class Lowering {
   std::unordered_map<Value*, DescriptorParts> descriptor_parts_;
   // thread_value's memo: (block, tid_, kind, argument) -> value.
   std::map<std::tuple<llvm::BasicBlock*, Value*, int, int64_t>, Value*> thread_values_;
+  std::map<std::tuple<llvm::BasicBlock*, Value*, Value*, bool>, Value*> index_sums_;  // index_add's x + y
   // tid_in_region's memo for the region being lowered (tid_ -> value), and the block its current
   // statement began in.
   std::map<Value*, Value*> region_tids_;
