@@ -169,7 +169,7 @@ void Lowering::node(const NodeRef& n) {
     case ir::OpCategory::Unary:
       return elementwise(n, [&](size_t r) { return ops_.unary(n->op, d, at(0, r), approximate(*n)); }, layout);
     case ir::OpCategory::Binary:
-      return elementwise(n, [&](size_t r) { return ops_.binary(n->op, d, at(0, r), at(1, r)); }, layout);
+      return elementwise(n, [&](size_t r) { return binary_element(n->op, d, at(0, r), at(1, r)); }, layout);
     case ir::OpCategory::Compare:
       return elementwise(n, [&](size_t r) { return ops_.compare(n->op, o[0]->type.dtype, at(0, r), at(1, r)); },
                          layout);
@@ -190,7 +190,7 @@ void Lowering::node(const NodeRef& n) {
     case Op::PtrAdd: {
       llvm::Type* pointee = ops_.memory_type(DType{d.scalar, false});
       regs_[n.get()] = pointers_in_runs(*n, [&](int64_t r) {
-        return b_.CreateGEP(pointee, at(0, r), b_.CreateSExt(at(1, r), b_.getInt64Ty()));
+        return pointer_add(pointee, at(0, r), at(1, r));
       });
       return;
     }

@@ -18,35 +18,75 @@ Value* Lowering::add_const(Value* x, int64_t c, bool nsw) {
   return nsw ? b_.CreateNSWAdd(x, i32c(c)) : b_.CreateAdd(x, i32c(c));
 }
 
-// a + b (or a - b) of two elements of integer index tiles. The layouts make each coordinate a per-thread
-// part plus a constant (`x | c`, `x + c`: acc_row, acc_col, flat_index), and the sum keeps that form: the
-// per-thread parts added once per block and the constants folded, so that the elements of `arange + scalar`,
-// or of rows + columns, share one add and differ by a constant. One add of the whole per element
-// ((x | c) + s) left instcombine to reassociate each element and CSE to merge what that exposed: without the
-// pipeline's first instcombine, D 64 attention's masks kept a copy of x + s per element (benchmarks/NOTES.md,
-// session 33).
+// Integer index arithmetic (32-bit) in the form instcombine would give it: each value a part that varies
+// plus a constant (`x + c`, `x | c` with disjoint bits: the layouts' coordinates, acc_row and acc_col,
+// flat_index), the constants folded and kept outermost, the varying parts combined once per block. So
+// the elements of `arange + scalar`, rows + columns, or a ring slot's `(stage * panels + p) * bytes` share
+// one add or multiply and differ by a constant, with nothing for instcombine to reassociate element by
+// element nor for CSE to merge after it (without that, the pipeline's first instcombine was needed, and
+// D 64 attention's masks kept a copy of x + s per element: benchmarks/NOTES.md, session 33).
+std::pair<Value*, int64_t> Lowering::split_offset(Value* v) {
+  int64_t c = 0;
+  for (int depth = 0; depth < 4; ++depth) {
+    if (auto* k = llvm::dyn_cast<llvm::ConstantInt>(v)) return {nullptr, c + k->getSExtValue()};
+    auto* op = llvm::dyn_cast<llvm::BinaryOperator>(v);
+    auto* k = op ? llvm::dyn_cast<llvm::ConstantInt>(op->getOperand(1)) : nullptr;
+    bool offset = k && (op->getOpcode() == llvm::Instruction::Add ||
+                        (op->getOpcode() == llvm::Instruction::Or && llvm::cast<llvm::PossiblyDisjointInst>(op)->isDisjoint()));
+    if (!offset) break;
+    c += k->getSExtValue();
+    v = op->getOperand(0);
+  }
+  return {v, c};
+}
+
+// a + b, or a - b.
 Value* Lowering::index_add(Value* a, Value* b, bool subtract) {
-  auto split = [](Value* v) {  // v as x + c, x == nullptr for a constant
-    int64_t c = 0;
-    for (int depth = 0; depth < 4; ++depth) {
-      if (auto* k = llvm::dyn_cast<llvm::ConstantInt>(v)) return std::make_pair<Value*, int64_t>(nullptr, c + k->getSExtValue());
-      auto* op = llvm::dyn_cast<llvm::BinaryOperator>(v);
-      auto* k = op ? llvm::dyn_cast<llvm::ConstantInt>(op->getOperand(1)) : nullptr;
-      bool offset = k && (op->getOpcode() == llvm::Instruction::Add ||
-                          (op->getOpcode() == llvm::Instruction::Or && llvm::cast<llvm::PossiblyDisjointInst>(op)->isDisjoint()));
-      if (!offset) break;
-      c += k->getSExtValue();
-      v = op->getOperand(0);
-    }
-    return std::make_pair(v, c);
-  };
-  auto [x, cx] = split(a);
-  auto [y, cy] = split(b);
-  if (!x || !y || a->getType() != b->getType() || !a->getType()->isIntegerTy(32))
-    return subtract ? b_.CreateSub(a, b) : b_.CreateAdd(a, b);  // (the IRBuilder folds constants)
+  if (a->getType() != b->getType() || !a->getType()->isIntegerTy(32))
+    return subtract ? b_.CreateSub(a, b) : b_.CreateAdd(a, b);
+  auto [x, cx] = split_offset(a);
+  auto [y, cy] = split_offset(b);
+  int64_t c = subtract ? cx - cy : cx + cy;
+  if (!y) return cy == 0 ? a : x ? add_const(x, c) : i32c(c);
+  if (!x && !subtract) return cx == 0 ? b : add_const(y, c);
+  if (!x) return b_.CreateSub(a, b);  // c - y: no form to keep
   Value*& sum = index_sums_[{b_.GetInsertBlock(), x, y, subtract}];
   if (!sum) sum = subtract ? b_.CreateSub(x, y) : b_.CreateAdd(x, y);
-  return add_const(sum, subtract ? cx - cy : cx + cy);
+  return add_const(sum, c);
+}
+
+// a * k for a constant k: (x + c) k = x k + c k, and (y k') k = y (k' k).
+Value* Lowering::index_mul(Value* a, int64_t k) {
+  if (!a->getType()->isIntegerTy(32)) return b_.CreateMul(a, llvm::ConstantInt::get(a->getType(), k));
+  auto [x, c] = split_offset(a);
+  if (!x) return i32c(c * k);
+  auto* inner = llvm::dyn_cast<llvm::BinaryOperator>(x);
+  auto* k2 = inner && inner->getOpcode() == llvm::Instruction::Mul ? llvm::dyn_cast<llvm::ConstantInt>(inner->getOperand(1)) : nullptr;
+  Value* y = k2 ? inner->getOperand(0) : x;
+  int64_t factor = k2 ? k2->getSExtValue() * k : k;
+  Value*& product = index_products_[{b_.GetInsertBlock(), y, factor}];
+  if (!product) product = factor == 1 ? y : b_.CreateMul(y, i32c(factor));
+  return add_const(product, c * k);
+}
+
+// p + offset elements of `pointee`. An offset that is a 64-bit sum of two values (a row's start plus a
+// column, `row * n + cols` in Longs) becomes two steps, p + a + b, so that licm can hoist the step that does
+// not change in a loop (LLVM's own pipelines split such GEPs in instcombine first).
+Value* Lowering::pointer_add(llvm::Type* pointee, Value* p, Value* offset) {
+  Value* o = b_.CreateSExt(offset, b_.getInt64Ty());
+  auto* sum = llvm::dyn_cast<llvm::BinaryOperator>(o);
+  if (sum && sum->getOpcode() == llvm::Instruction::Add && !llvm::isa<llvm::Constant>(sum->getOperand(0)) &&
+      !llvm::isa<llvm::Constant>(sum->getOperand(1)))
+    return b_.CreateGEP(pointee, b_.CreateGEP(pointee, p, sum->getOperand(0)), sum->getOperand(1));
+  return b_.CreateGEP(pointee, p, o);
+}
+
+// One element of a binary op: 32-bit integer adds and subtractions in the form above (index_add), everything
+// else as the element ops make it. (Multiplications by a constant through index_mul as well cost the causal
+// attention kernels 8-48 SASS instructions: only ring slots' addresses take it, hopper_node.)
+Value* Lowering::binary_element(ir::Op op, DType d, Value* a, Value* b) {
+  if ((op == Op::Add || op == Op::Sub) && a->getType()->isIntegerTy(32)) return index_add(a, b, op == Op::Sub);
+  return ops_.round(d, ops_.binary(op, d, a, b));
 }
 
 // The per-thread parts of the layouts' index arithmetic (functions of tid_ alone: lane, warp, tid * V, the
@@ -457,8 +497,7 @@ Value* Lowering::compute_element(const ir::Node& n, const std::vector<Value*>& c
   switch (ir::op_category(n.op)) {
     case ir::OpCategory::Unary: return ops_.round(d, ops_.unary(n.op, d, args[0], approximate(n)));
     case ir::OpCategory::Binary:
-      if ((n.op == Op::Add || n.op == Op::Sub) && d.is_int()) return index_add(args[0], args[1], n.op == Op::Sub);
-      return ops_.round(d, ops_.binary(n.op, d, args[0], args[1]));
+      return binary_element(n.op, d, args[0], args[1]);
     case ir::OpCategory::Compare: return ops_.compare(n.op, n.operands[0]->type.dtype, args[0], args[1]);
     default: break;
   }
@@ -469,7 +508,7 @@ Value* Lowering::compute_element(const ir::Node& n, const std::vector<Value*>& c
     case Op::Select: return ops_.round(d, b_.CreateSelect(args[0], args[1], args[2]));
     case Op::Cast: return ops_.round(d, ops_.cast(n.operands[0]->type.dtype, d, args[0]));
     case Op::PtrAdd:
-      return b_.CreateGEP(ops_.memory_type(DType{d.scalar, false}), args[0], b_.CreateSExt(args[1], b_.getInt64Ty()));
+      return pointer_add(ops_.memory_type(DType{d.scalar, false}), args[0], args[1]);
     case Op::Broadcast:
     case Op::Reshape: return args[0];
     default: break;

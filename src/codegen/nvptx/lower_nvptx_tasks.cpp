@@ -148,7 +148,7 @@ void Lowering::hopper_node(const NodeRef& n) {
       return;
     case Op::LocalView: {
       int64_t stage_bytes = allocations_.of(o[0].get()).stage_bytes;
-      regs_[n.get()] = {{b_.CreateAdd(regs(o[0]).v[0], b_.CreateMul(regs(o[1]).v[0], i32c(stage_bytes)))}};
+      regs_[n.get()] = {{index_add(regs(o[0]).v[0], index_mul(regs(o[1]).v[0], stage_bytes), false)}};
       return;
     }
     case Op::LocalTrans: regs_[n.get()] = regs(o[0]); return;  // the same bytes

@@ -165,7 +165,11 @@ class Lowering {
 
   Value* add_const(Value* x, int64_t c, bool nsw = false);
   Value* disjoint_or(Value* a, Value* b);
+  std::pair<Value*, int64_t> split_offset(Value* v);
   Value* index_add(Value* a, Value* b, bool subtract);
+  Value* index_mul(Value* a, int64_t k);
+  Value* binary_element(ir::Op op, DType d, Value* a, Value* b);
+  Value* pointer_add(llvm::Type* pointee, Value* p, Value* offset);
   // What thread_value makes (its `kind`).
   enum ThreadValue : int {
     kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccRow, kAccCol, kAccStoreBase, kTidInRegion,
@@ -390,6 +394,7 @@ class Lowering {
   // thread_value's memo: (block, tid_, kind, argument) -> value.
   std::map<std::tuple<llvm::BasicBlock*, Value*, int, int64_t>, Value*> thread_values_;
   std::map<std::tuple<llvm::BasicBlock*, Value*, Value*, bool>, Value*> index_sums_;  // index_add's x + y
+  std::map<std::tuple<llvm::BasicBlock*, Value*, int64_t>, Value*> index_products_;   // index_mul's x k
   // tid_in_region's memo for the region being lowered (tid_ -> value), and the block its current
   // statement began in.
   std::map<Value*, Value*> region_tids_;
