@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <bit>
+
 #include "ir/walk.h"
 
 namespace weft::codegen::nvptx::detail {
@@ -305,10 +307,42 @@ std::vector<Value*> Lowering::coordinates(Layout layout, const ir::Shape& shape,
   Value* flat = flat_index(numel(shape), r);
   if (shape.size() == 1) return {flat};
   std::vector<int64_t> st = strides(shape);
+  if (std::optional<std::vector<Value*>> c = blocked_coordinates(shape, r)) return *c;
   std::vector<Value*> c;
   for (size_t k = 0; k < shape.size(); ++k)
     c.push_back(b_.CreateURem(b_.CreateUDiv(flat, i32c(st[k])), i32c(shape[k])));
   return c;
+}
+
+// The coordinates of register r of a blocked tile whose dimensions, like the block's threads, are powers of
+// two: its flat index is tid V (bits log2 V up to log2 (T V)) or'd with a constant (its chunk's start, bits from
+// log2 (T V) up, and its place in the chunk, bits under log2 V), so each coordinate, (flat >> s) & mask, is the
+// thread's part (tid V >> s) & mask, made once per block, or'd with the constant's. What instcombine makes of
+// the division and remainder of each register's flat index, written so (without it, the first instcombine of
+// the pipeline was needed to merge the registers' copies of the thread's part). nullopt where the tile's
+// threads hold copies (it wraps around) or a size is not a power of two.
+std::optional<std::vector<Value*>> Lowering::blocked_coordinates(const ir::Shape& shape, int64_t r) {
+  int64_t n = numel(shape), v = vector_width(n);
+  if (n < threads_ * v || !is_pow2(threads_)) return std::nullopt;
+  for (int64_t d : shape)
+    if (!is_pow2(d)) return std::nullopt;
+  int64_t c = r / v * threads_ * v + r % v;  // flat_index's constant
+  std::vector<int64_t> st = strides(shape);
+  std::vector<Value*> out;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    int s = std::countr_zero(static_cast<uint64_t>(st[k]));
+    int64_t mask = shape[k] - 1, constant = (c >> s) & mask;
+    if ((int64_t(1) << s) >= threads_ * v || mask == 0) {  // the thread's part is 0
+      out.push_back(i32c(constant));
+      continue;
+    }
+    Value* part = thread_value(kBlockedCoordinate, s * 64 + std::countr_zero(static_cast<uint64_t>(shape[k])), [&] {
+      Value* base = thread_value(kTidTimesNsw, v, [&] { return b_.CreateNSWMul(tid_, i32c(v)); });
+      return b_.CreateAnd(s == 0 ? base : b_.CreateLShr(base, i32c(s)), i32c(mask));
+    });
+    out.push_back(constant == 0 ? part : disjoint_or(part, i32c(constant)));
+  }
+  return out;
 }
 
 // The same tile in another layout, through the group's scratch shared memory.

@@ -173,7 +173,7 @@ class Lowering {
   // What thread_value makes (its `kind`).
   enum ThreadValue : int {
     kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccRow, kAccCol, kAccStoreBase, kTidInRegion,
-    kAccIndexBase
+    kAccIndexBase, kBlockedCoordinate
   };
   Value* thread_value(int kind, int64_t arg, const std::function<Value*()>& make);
   Value* lane();
@@ -196,6 +196,7 @@ class Lowering {
   Regs empty_regs(Layout layout, const ir::Shape& shape) const;
   Regs splat_in(Value* v, Layout layout, const ir::Shape& shape) const;
   std::vector<Value*> coordinates(Layout layout, const ir::Shape& shape, int64_t r);
+  std::optional<std::vector<Value*>> blocked_coordinates(const ir::Shape& shape, int64_t r);
   Regs relayout(const Regs& src, DType d, const ir::Shape& shape, Layout to, SourceLoc loc);
   Regs exchange(const Regs& src, DType d, int64_t n_src, int64_t n_dst, const std::function<Value*(Value*)>& source_of,
                 SourceLoc loc);
