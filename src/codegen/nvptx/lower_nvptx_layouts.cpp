@@ -336,7 +336,9 @@ std::optional<std::vector<Value*>> Lowering::blocked_coordinates(const ir::Shape
       out.push_back(i32c(constant));
       continue;
     }
-    Value* part = thread_value(kBlockedCoordinate, s * 64 + std::countr_zero(static_cast<uint64_t>(shape[k])), [&] {
+    // (keyed by V, s and the mask: tiles of other sizes have other parts)
+    int64_t key = (v * 64 + s) * 64 + std::countr_zero(static_cast<uint64_t>(shape[k]));
+    Value* part = thread_value(kBlockedCoordinate, key, [&] {
       Value* base = thread_value(kTidTimesNsw, v, [&] { return b_.CreateNSWMul(tid_, i32c(v)); });
       return b_.CreateAnd(s == 0 ? base : b_.CreateLShr(base, i32c(s)), i32c(mask));
     });
