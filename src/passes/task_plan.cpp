@@ -40,7 +40,9 @@ std::string budget_table(const TaskPlan& plan) {
 
 // The values a named barrier id computed in the kernel can take, [lo, hi], where weft can bound them: constants,
 // task_replica_id() (0 .. replicas - 1 of the task it runs in), and +, -, *, min, max, select of those, % and /
-// by a positive constant, casts between 32- and 64-bit integers. Otherwise nothing, and `culprit` the node that could not be bounded.
+// by a positive constant, casts between 32- and 64-bit integers, as long as no bound leaves the node's type (an
+// i32 past 2^31, an i64 past 2^61: the kernel's value could wrap there). Otherwise nothing, and `culprit` the node
+// that could not be bounded.
 struct IdRange {
   int64_t lo, hi;
 };
@@ -66,7 +68,8 @@ std::optional<IdRange> id_range(const ir::Node& id, int replicas, const ir::Node
     const DType t = n->type.dtype;
     const bool integral = t == DType{ScalarType::i32, false} || t == DType{ScalarType::i64, false};
     std::optional<IdRange> r;
-    if (n->op == Op::Constant && integral && std::nearbyint(n->attrs.number) == n->attrs.number) {
+    if (n->op == Op::Constant && integral && std::nearbyint(n->attrs.number) == n->attrs.number &&
+        std::abs(n->attrs.number) < 0x1p62) {
       r = IdRange{static_cast<int64_t>(n->attrs.number), static_cast<int64_t>(n->attrs.number)};
     } else if (n->op == Op::TaskReplicaId) {
       r = IdRange{0, replicas - 1};
@@ -79,13 +82,23 @@ std::optional<IdRange> id_range(const ir::Node& id, int replicas, const ir::Node
         IdRange b = known.at(in[1]);
         switch (n->op) {
           case Op::Select: r = IdRange{std::min(a.lo, b.lo), std::max(a.hi, b.hi)}; break;
-          case Op::Add: r = IdRange{a.lo + b.lo, a.hi + b.hi}; break;
-          case Op::Sub: r = IdRange{a.lo - b.hi, a.hi - b.lo}; break;
+          case Op::Add: {
+            IdRange s;
+            if (!__builtin_add_overflow(a.lo, b.lo, &s.lo) && !__builtin_add_overflow(a.hi, b.hi, &s.hi)) r = s;
+            break;
+          }
+          case Op::Sub: {
+            IdRange s;
+            if (!__builtin_sub_overflow(a.lo, b.hi, &s.lo) && !__builtin_sub_overflow(a.hi, b.lo, &s.hi)) r = s;
+            break;
+          }
           case Op::Min: r = IdRange{std::min(a.lo, b.lo), std::min(a.hi, b.hi)}; break;
           case Op::Max: r = IdRange{std::max(a.lo, b.lo), std::max(a.hi, b.hi)}; break;
           case Op::Mul: {
-            int64_t p[] = {a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi};
-            r = IdRange{*std::min_element(p, p + 4), *std::max_element(p, p + 4)};
+            int64_t p[4];
+            if (!__builtin_mul_overflow(a.lo, b.lo, &p[0]) && !__builtin_mul_overflow(a.lo, b.hi, &p[1]) &&
+                !__builtin_mul_overflow(a.hi, b.lo, &p[2]) && !__builtin_mul_overflow(a.hi, b.hi, &p[3]))
+              r = IdRange{*std::min_element(p, p + 4), *std::max_element(p, p + 4)};
             break;
           }
           case Op::Div: r = IdRange{a.lo / b.lo, a.hi / b.lo}; break;  // truncating; b is a positive constant
@@ -96,7 +109,9 @@ std::optional<IdRange> id_range(const ir::Node& id, int replicas, const ir::Node
         }
       }
     }
-    if (!r) {
+    // (Bounds past the node's own width would wrap in the kernel, where the exact range no longer holds.)
+    const int64_t width_max = t.scalar == ScalarType::i32 ? INT32_MAX : INT64_MAX / 4;
+    if (!r || r->lo < -width_max || r->hi > width_max) {
       culprit = n;
       return std::nullopt;
     }

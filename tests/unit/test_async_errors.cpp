@@ -193,6 +193,16 @@ TEST_CASE("named barrier ids computed in the kernel: bounded, and only by free i
     });
     REQUIRE_WEFT_ERROR(k.ir(), line, "takes values from 0 to 2");
   }
+  SECTION("wrapping past the id's 32 bits") {
+    // (replica * 2^30 * 4) / 2^28 + 1 would be 1 or 17 exactly, but the i32 product wraps to 0 in the kernel
+    Kernel k = body_kernel([&](Ptr<float>) {
+      async_tasks(task("worker", {.warps = 4, .replicas = 2}, [&] {
+        Int wide = task_replica_id() * 0x40000000 * 4;
+        line = __LINE__; named_barrier_wait(wide / 0x10000000 + 1, 256);
+      }));
+    });
+    REQUIRE_WEFT_ERROR(k.ir(), line, "named_barrier_wait: weft cannot bound the barrier id this call computes (mul at ");
+  }
   SECTION("not an i32 scalar") {
     Kernel k = body_kernel([&](Ptr<float>) {
       async_tasks(task("worker", {.warps = 4}, [&] { line = __LINE__; named_barrier_wait(1 + arange(0, 4), 128); }));
