@@ -71,6 +71,15 @@ Value* Lowering::index_mul(Value* a, int64_t k) {
   return add_const(product, c * k);
 }
 
+// sum of coords[k] * strides[k] in index_mul's and index_add's form: the coordinates' per-thread parts
+// scaled and summed once per block, their constants folded into one, so that the registers of a tile share
+// one index and differ by a constant (a row-major index of blocked or Acc coordinates, a gather's address).
+Value* Lowering::linear_index(const std::vector<Value*>& coords, const std::vector<int64_t>& strides) {
+  Value* at = i32c(0);
+  for (size_t k = 0; k < coords.size(); ++k) at = index_add(at, index_mul(coords[k], strides[k]), false);
+  return at;
+}
+
 // p + offset elements of `pointee`. An offset that is a 64-bit sum of two values (a row's start plus a
 // column, `row * n + cols` in Longs) becomes two steps, p + a + b, so that licm can hoist the step that does
 // not change in a loop (LLVM's own pipelines split such GEPs in instcombine first).
@@ -234,7 +243,7 @@ Value* Lowering::acc_index(int64_t cols, int64_t r) {
   int64_t per_block = cols / 2, block = r / per_block, q = r % per_block, i = q / 4, e = q % 4;
   Value* row = acc_row(block, e >= 2);
   Value* col = acc_col(i, e);
-  return b_.CreateAdd(b_.CreateMul(row, i32c(cols)), col);
+  return index_add(index_mul(row, cols), col, false);
 }
 
 Value* Lowering::index_of(const Regs& r, int64_t n, int64_t k) {
@@ -362,16 +371,17 @@ Regs Lowering::relayout(const Regs& src, DType d, const ir::Shape& shape, Layout
   return out;
 }
 
-// Moves a tile into another layout: dst element i takes src element source_of(i).
-Regs Lowering::exchange(const Regs& src, DType d, int64_t n_src, int64_t n_dst,
-                        const std::function<Value*(Value*)>& source_of, SourceLoc loc) {
+// Moves a tile into another layout: the element of `dst` (blocked) at coordinates c takes src element
+// source_of(c) (a flat index).
+Regs Lowering::exchange(const Regs& src, DType d, int64_t n_src, const ir::Shape& dst,
+                        const std::function<Value*(const std::vector<Value*>&)>& source_of, SourceLoc loc) {
   llvm::Type* t = shared_type(d);
   claim_shared(n_src * static_cast<int64_t>(mod_->getDataLayout().getTypeAllocSize(t)), loc);
   stage(src, d, n_src, 0);
   sync_group();
   Regs out;
-  for (int64_t r = 0; r < per_thread(n_dst); ++r)
-    out.v.push_back(from_shared(d, b_.CreateLoad(t, shared_at(t, 0, source_of(flat_index(n_dst, r))))));
+  for (int64_t r = 0; r < per_thread(numel(dst)); ++r)
+    out.v.push_back(from_shared(d, b_.CreateLoad(t, shared_at(t, 0, source_of(coordinates(Layout::Blocked, dst, r))))));
   sync_group();
   return out;
 }
@@ -516,8 +526,7 @@ std::vector<Lowering::ElementRequest> Lowering::element_reads(const ir::Node& n,
       for (size_t k = 0; k < from_dims.size(); ++k) c[from_dims[k]] = coords[to_dims[k]];
     } else {
       std::vector<int64_t> to_st = strides(to), from_st = strides(from);
-      Value* flat = i32c(0);
-      for (size_t k = 0; k < to.size(); ++k) flat = b_.CreateAdd(flat, b_.CreateMul(coords[k], i32c(to_st[k])));
+      Value* flat = linear_index(coords, to_st);
       for (size_t k = 0; k < from.size(); ++k) c[k] = b_.CreateURem(b_.CreateUDiv(flat, i32c(from_st[k])), i32c(from[k]));
     }
     reads.push_back({src, std::move(c)});
@@ -755,16 +764,12 @@ void Lowering::broadcast(const NodeRef& n) {
   }
   const ir::Shape& to = n->type.shape;
   const ir::Shape& from = src->type.shape;
-  std::vector<int64_t> to_st = strides(to), from_st = strides(from);
+  std::vector<int64_t> from_st = strides(from);
   size_t offset = to.size() - from.size();
-  regs_[n.get()] = exchange(regs(src), n->type.dtype, n_src, n->type.numel(), [&](Value* i) {
-    Value* j = i32c(0);
-    for (size_t k = offset; k < to.size(); ++k) {
-      if (from[k - offset] == 1) continue;
-      Value* c = b_.CreateURem(b_.CreateUDiv(i, i32c(to_st[k])), i32c(to[k]));
-      j = b_.CreateAdd(j, b_.CreateMul(c, i32c(from_st[k - offset])));
-    }
-    return j;
+  regs_[n.get()] = exchange(regs(src), n->type.dtype, n_src, to, [&](const std::vector<Value*>& c) {
+    std::vector<Value*> from_c;  // the source's coordinates: the destination's last ones, 0 where it has size 1
+    for (size_t k = offset; k < to.size(); ++k) from_c.push_back(from[k - offset] == 1 ? i32c(0) : c[k]);
+    return linear_index(from_c, from_st);
   }, n->loc);
 }
 
@@ -786,29 +791,20 @@ void Lowering::slice(const NodeRef& n) {
     return;
   }
   Regs blocked = r.layout != Layout::Blocked ? relayout(r, src->type.dtype, src->type.shape, Layout::Blocked, n->loc) : r;
-  std::vector<int64_t> src_st = strides(src->type.shape), dst_st = strides(n->type.shape);
-  regs_[n.get()] = exchange(blocked, n->type.dtype, src->type.numel(), n->type.numel(), [&](Value* i) {
-    Value* j = i32c(0);
-    for (size_t k = 0; k < n->type.shape.size(); ++k) {
-      Value* c = b_.CreateURem(b_.CreateUDiv(i, i32c(dst_st[k])), i32c(n->type.shape[k]));
-      if (static_cast<int64_t>(k) == axis) c = b_.CreateAdd(c, i32c(start));
-      j = b_.CreateAdd(j, b_.CreateMul(c, i32c(src_st[k])));
-    }
-    return j;
+  std::vector<int64_t> src_st = strides(src->type.shape);
+  regs_[n.get()] = exchange(blocked, n->type.dtype, src->type.numel(), n->type.shape, [&](const std::vector<Value*>& c) {
+    std::vector<Value*> from_c = c;
+    from_c[static_cast<size_t>(axis)] = index_add(c[static_cast<size_t>(axis)], i32c(start), false);
+    return linear_index(from_c, src_st);
   }, n->loc);
 }
 
 void Lowering::permute(const NodeRef& n) {
   const NodeRef& src = n->operands[0];
-  std::vector<int64_t> src_st = strides(src->type.shape), dst_st = strides(n->type.shape);
-  regs_[n.get()] = exchange(regs(src), n->type.dtype, src->type.numel(), n->type.numel(), [&](Value* i) {
-    Value* j = i32c(0);
-    for (size_t k = 0; k < n->type.shape.size(); ++k) {
-      Value* c = b_.CreateURem(b_.CreateUDiv(i, i32c(dst_st[k])), i32c(n->type.shape[k]));
-      j = b_.CreateAdd(j, b_.CreateMul(c, i32c(src_st[n->attrs.ints[k]])));
-    }
-    return j;
-  }, n->loc);
+  std::vector<int64_t> src_st = strides(src->type.shape), moved_st;  // the source's stride of each destination axis
+  for (size_t k = 0; k < n->type.shape.size(); ++k) moved_st.push_back(src_st[static_cast<size_t>(n->attrs.ints[k])]);
+  regs_[n.get()] = exchange(regs(src), n->type.dtype, src->type.numel(), n->type.shape,
+                            [&](const std::vector<Value*>& c) { return linear_index(c, moved_st); }, n->loc);
 }
 
 }  // namespace weft::codegen::nvptx::detail

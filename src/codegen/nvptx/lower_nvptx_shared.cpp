@@ -41,9 +41,9 @@ Value* Lowering::view_element(const NodeRef& view, DType d, Value* flat, Value* 
                                      b_.CreateMul(r, i32c(panel))),
                         b_.CreateURem(c, i32c(panel)));
   }
-  Value* byte = swizzle(b_.CreateMul(flat, i32c(d.bytes())), alloc.swizzle);
+  Value* byte = swizzle(index_mul(flat, d.bytes()), alloc.swizzle);
   return b_.CreateInBoundsGEP(b_.getInt8Ty(), base ? base : smem_,
-                              b_.CreateZExt(b_.CreateAdd(regs(view).v[0], byte), b_.getInt64Ty()));
+                              b_.CreateZExt(index_add(regs(view).v[0], byte, false), b_.getInt64Ty()));
 }
 
 // Where register r (the first of a column pair) of an Acc tile stored to `view` goes, computed from its row and
@@ -252,18 +252,13 @@ void Lowering::local_gather_scatter(const NodeRef& n) {
   const ir::Shape& vshape = view->type.shape;
   const int64_t axis = n->attrs.ints[0], count = indices->type.numel();
   const DType d = view->type.dtype;
-  std::vector<int64_t> ist = strides(ishape), vst = strides(vshape);
+  std::vector<int64_t> vst = strides(vshape);
   if (scatter) sync_group();
   Regs out;
   for (int64_t r = 0; r < per_thread(count); ++r) {
-    Value* flat = flat_index(count, r), *at = i32c(0);
-    for (size_t k = 0; k < ishape.size(); ++k) {
-      Value* c = static_cast<int64_t>(k) == axis
-                     ? b_.CreateAnd(reg_at(indices, r), i32c(vshape[k] - 1))
-                     : b_.CreateURem(b_.CreateUDiv(flat, i32c(ist[k])), i32c(ishape[k]));
-      at = b_.CreateAdd(at, b_.CreateMul(c, i32c(vst[k])));
-    }
-    Value* address = view_element(view, d, at);
+    std::vector<Value*> c = coordinates(Layout::Blocked, ishape, r);
+    c[static_cast<size_t>(axis)] = b_.CreateAnd(reg_at(indices, r), i32c(vshape[static_cast<size_t>(axis)] - 1));
+    Value* address = view_element(view, d, linear_index(c, vst));
     if (scatter)
       b_.CreateStore(ops_.to_memory(d, reg_at(o[1], r)), address);
     else

@@ -168,6 +168,7 @@ class Lowering {
   std::pair<Value*, int64_t> split_offset(Value* v);
   Value* index_add(Value* a, Value* b, bool subtract);
   Value* index_mul(Value* a, int64_t k);
+  Value* linear_index(const std::vector<Value*>& coords, const std::vector<int64_t>& strides);
   Value* binary_element(ir::Op op, DType d, Value* a, Value* b);
   Value* pointer_add(llvm::Type* pointee, Value* p, Value* offset);
   // What thread_value makes (its `kind`).
@@ -198,7 +199,8 @@ class Lowering {
   std::vector<Value*> coordinates(Layout layout, const ir::Shape& shape, int64_t r);
   std::optional<std::vector<Value*>> blocked_coordinates(const ir::Shape& shape, int64_t r);
   Regs relayout(const Regs& src, DType d, const ir::Shape& shape, Layout to, SourceLoc loc);
-  Regs exchange(const Regs& src, DType d, int64_t n_src, int64_t n_dst, const std::function<Value*(Value*)>& source_of,
+  Regs exchange(const Regs& src, DType d, int64_t n_src, const ir::Shape& dst,
+                const std::function<Value*(const std::vector<Value*>&)>& source_of,
                 SourceLoc loc);
   static bool elementwise_op(Op op);
   static bool uniform_node(const ir::Node& n);
