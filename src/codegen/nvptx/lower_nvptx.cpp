@@ -169,7 +169,8 @@ void Lowering::node(const NodeRef& n) {
     case ir::OpCategory::Unary:
       return elementwise(n, [&](size_t r) { return ops_.unary(n->op, d, at(0, r), approximate(*n)); }, layout);
     case ir::OpCategory::Binary:
-      return elementwise(n, [&](size_t r) { return binary_element(n->op, d, at(0, r), at(1, r)); }, layout);
+      return elementwise(n, [&](size_t r) { return binary_element(n->op, d, at(0, r), at(1, r), n->type.numel() > 1); },
+                         layout);
     case ir::OpCategory::Compare:
       return elementwise(n, [&](size_t r) { return ops_.compare(n->op, o[0]->type.dtype, at(0, r), at(1, r)); },
                          layout);

@@ -4,6 +4,8 @@
 #include "codegen/nvptx/lowering.h"
 
 #include <fmt/format.h>
+#include <llvm/Analysis/ValueTracking.h>
+#include <llvm/Support/KnownBits.h>
 
 #include <bit>
 
@@ -60,6 +62,7 @@ Value* Lowering::index_add(Value* a, Value* b, bool subtract) {
 // a * k for a constant k: (x + c) k = x k + c k, and (y k') k = y (k' k).
 Value* Lowering::index_mul(Value* a, int64_t k) {
   if (!a->getType()->isIntegerTy(32)) return b_.CreateMul(a, llvm::ConstantInt::get(a->getType(), k));
+  if (k == 0 || k == 1) return k == 0 ? i32c(0) : a;
   auto [x, c] = split_offset(a);
   if (!x) return i32c(c * k);
   auto* inner = llvm::dyn_cast<llvm::BinaryOperator>(x);
@@ -80,10 +83,36 @@ Value* Lowering::linear_index(const std::vector<Value*>& coords, const std::vect
   return at;
 }
 
+// Whether sext(x op k) = sext(x) + k for `op`, an add or a disjoint or of x and a constant k: the add cannot
+// overflow (nsw, or x known non-negative and small enough: LLVM's known bits of x, which the layouts' thread
+// parts and index_mul's products have), or the or's k sets no bit at or above bit 31.
+bool Lowering::sext_splits(llvm::BinaryOperator* op) {
+  auto* k = llvm::cast<llvm::ConstantInt>(op->getOperand(1));
+  if (op->getOpcode() == llvm::Instruction::Or)
+    return llvm::cast<llvm::PossiblyDisjointInst>(op)->isDisjoint() && !k->isNegative();
+  if (op->getOpcode() != llvm::Instruction::Add) return false;
+  if (op->hasNoSignedWrap()) return true;
+  llvm::KnownBits x = llvm::computeKnownBits(op->getOperand(0), mod_->getDataLayout());
+  return x.isNonNegative() && static_cast<int64_t>(x.getMaxValue().getZExtValue()) + k->getSExtValue() <= INT32_MAX;
+}
+
 // p + offset elements of `pointee`. An offset that is a 64-bit sum of two values (a row's start plus a
 // column, `row * n + cols` in Longs) becomes two steps, p + a + b, so that licm can hoist the step that does
-// not change in a loop (LLVM's own pipelines split such GEPs in instcombine first).
+// not change in a loop (LLVM's own pipelines split such GEPs in instcombine first); a 32-bit offset that is a
+// varying part plus constants (index_add's form, the layouts' coordinates) becomes p + x, then the constant,
+// so that the registers of a tile share p + x.
 Value* Lowering::pointer_add(llvm::Type* pointee, Value* p, Value* offset) {
+  if (offset->getType()->isIntegerTy(32)) {  // x + c or x | c: p + x, then + c (a constant offset of the access)
+    int64_t c = 0;
+    Value* x = offset;
+    while (auto* op = llvm::dyn_cast<llvm::BinaryOperator>(x)) {
+      auto* k = llvm::dyn_cast<llvm::ConstantInt>(op->getOperand(1));
+      if (!k || !sext_splits(op)) break;
+      c += k->getSExtValue();
+      x = op->getOperand(0);
+    }
+    if (x != offset) return b_.CreateConstGEP1_64(pointee, pointer_add(pointee, p, x), static_cast<uint64_t>(c));
+  }
   Value* o = b_.CreateSExt(offset, b_.getInt64Ty());
   auto* sum = llvm::dyn_cast<llvm::BinaryOperator>(o);
   if (sum && sum->getOpcode() == llvm::Instruction::Add && !llvm::isa<llvm::Constant>(sum->getOperand(0)) &&
@@ -92,11 +121,16 @@ Value* Lowering::pointer_add(llvm::Type* pointee, Value* p, Value* offset) {
   return b_.CreateGEP(pointee, p, o);
 }
 
-// One element of a binary op: 32-bit integer adds and subtractions in the form above (index_add), everything
-// else as the element ops make it. (Multiplications by a constant through index_mul as well cost the causal
-// attention kernels 8-48 SASS instructions: only ring slots' addresses take it, hopper_node.)
-Value* Lowering::binary_element(ir::Op op, DType d, Value* a, Value* b) {
+// One element of a binary op: 32-bit integer adds and subtractions in the form above (index_add), and a tile's
+// multiplications by a constant (index_mul: `rows * n + cols` then shares one product per block), everything
+// else as the element ops make it. (Scalars' products stay plain: index_mul on them, `j * BN` in attention's
+// loop, cost the D 64 causal kernels 16 SASS instructions and 4 bytes of spill.)
+Value* Lowering::binary_element(ir::Op op, DType d, Value* a, Value* b, bool tile) {
   if ((op == Op::Add || op == Op::Sub) && a->getType()->isIntegerTy(32)) return index_add(a, b, op == Op::Sub);
+  if (op == Op::Mul && tile && a->getType()->isIntegerTy(32)) {
+    if (auto* k = llvm::dyn_cast<llvm::ConstantInt>(b)) return index_mul(a, k->getSExtValue());
+    if (auto* k = llvm::dyn_cast<llvm::ConstantInt>(a)) return index_mul(b, k->getSExtValue());
+  }
   return ops_.round(d, ops_.binary(op, d, a, b));
 }
 
@@ -542,7 +576,7 @@ Value* Lowering::compute_element(const ir::Node& n, const std::vector<Value*>& c
   switch (ir::op_category(n.op)) {
     case ir::OpCategory::Unary: return ops_.round(d, ops_.unary(n.op, d, args[0], approximate(n)));
     case ir::OpCategory::Binary:
-      return binary_element(n.op, d, args[0], args[1]);
+      return binary_element(n.op, d, args[0], args[1], /*tile=*/true);
     case ir::OpCategory::Compare: return ops_.compare(n.op, n.operands[0]->type.dtype, args[0], args[1]);
     default: break;
   }

@@ -169,7 +169,8 @@ class Lowering {
   Value* index_add(Value* a, Value* b, bool subtract);
   Value* index_mul(Value* a, int64_t k);
   Value* linear_index(const std::vector<Value*>& coords, const std::vector<int64_t>& strides);
-  Value* binary_element(ir::Op op, DType d, Value* a, Value* b);
+  Value* binary_element(ir::Op op, DType d, Value* a, Value* b, bool tile);
+  bool sext_splits(llvm::BinaryOperator* op);
   Value* pointer_add(llvm::Type* pointee, Value* p, Value* offset);
   // What thread_value makes (its `kind`).
   enum ThreadValue : int {

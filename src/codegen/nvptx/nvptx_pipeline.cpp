@@ -40,22 +40,20 @@ constexpr const char* kDefaultPipeline =
     "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),"
     "gvn<no-pre>,instcombine<no-verify-fixpoint>,infer-alignment,adce)";
 
-// For weft's own PTX emitter (ptx_emitter.h), which has no DAG combiner and no machine passes: the pipeline
-// above without adce (ptxas removes dead code itself: the same SASS over the unit suite's kernels), with
-// separate-const-offset-from-gep and a second early-cse where gvn was, then two passes for what LLVM's code
-// generator would have done: a remainder next to its division becomes a multiply and a subtraction
+// For weft's own PTX emitter (ptx_emitter.h), which has no DAG combiner and no machine passes: thread indices
+// get their ranges, Vars become SSA values, simplifycfg, licm; then addresses that differ by a constant share
+// one base (separate-const-offset-from-gep), one early-cse merges the bases and what the lowering made twice,
+// one instcombine cleans up, infer-alignment lets ptxas see vector accesses; then two passes for what LLVM's
+// code generator would have done: a remainder next to its division becomes a multiply and a subtraction
 // (div-rem-pairs), and a value moves into the block that uses it (weft-sink: LLVM's sink with a GPU's cost
-// model, sink_values.h; without sinking ptxas spills in attention's consumers). Addresses that differ by a
-// constant share one base (separate-const-offset-from-gep) before that early-cse and the second instcombine,
-// which merge the bases and clean up what the first instcombine and licm exposed (without either, the small-M
-// GEMM's SASS is up to 8% longer and the swapped GEMM's 3%: an address recomputed in each guarded block).
-// early-cse there instead of gvn costs half as much (benchmarks/NOTES.md, session 20); separate-const-offset
-// before it, not in a third early-cse's group at the end, saves that third run (attention D 128's compile -7%,
-// softmax's -5% by instruction count) and leaves the SASS of the bench kernels and the attention example as it
-// was, the op suite's 0.24% shorter (the fp8 block-scaled GEMMs 11%; benchmarks/NOTES.md, session 32).
+// model, sink_values.h; without sinking ptxas spills in attention's consumers). No early-cse and instcombine
+// before licm, as the default pipeline has: the lowering writes index arithmetic in the form that first
+// instcombine gave it (index_add, index_mul, linear_index, blocked_coordinates, pointer_add: lowering.h), so
+// dropping that pair leaves the bench kernels' and the attention example's SASS as it was and costs 29% less
+// compile time for attention (benchmarks/NOTES.md, sessions 33-34). No adce: ptxas removes dead code itself.
 constexpr const char* kWeftEmitterPipeline =
-    "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(licm),"
-    "separate-const-offset-from-gep,early-cse,instcombine<no-verify-fixpoint>,infer-alignment),"
+    "function(nvvm-intr-range,sroa,simplifycfg,loop-mssa(licm),separate-const-offset-from-gep,early-cse,"
+    "instcombine<no-verify-fixpoint>,infer-alignment),"
     "function(div-rem-pairs,weft-sink)";
 
 // The code generator's own optional passes weft skips by default. A name alone skips every run of that

@@ -16,7 +16,14 @@ using llvm::Intrinsic::ID;
 
 static llvm::Value* read_special(llvm::IRBuilder<>& b, ID id) { return b.CreateIntrinsic(b.getInt32Ty(), id, {}); }
 
-llvm::Value* PtxInstructions::thread_index() { return read_special(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x); }
+// With its range (a block has at most 1024 threads) from the start, so that the lowering's known-bits questions
+// (sext_splits) see thread indices as small and non-negative before nvvm-intr-range runs.
+llvm::Value* PtxInstructions::thread_index() {
+  auto* tid = llvm::cast<llvm::CallInst>(read_special(b_, llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x));
+  tid->addRetAttr(llvm::Attribute::get(b_.getContext(), llvm::Attribute::Range,
+                                       llvm::ConstantRange(llvm::APInt(32, 0), llvm::APInt(32, 1024))));
+  return tid;
+}
 
 llvm::Value* PtxInstructions::block_index(int axis) {
   static const ID ids[3] = {llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y,
