@@ -29,14 +29,18 @@ Value* Lowering::add_const(Value* x, int64_t c, bool nsw) {
 // one add or multiply and differ by a constant, with nothing for instcombine to reassociate element by
 // element nor for CSE to merge after it (without that, the pipeline's first instcombine was needed, and
 // D 64 attention's masks kept a copy of x + s per element: benchmarks/NOTES.md, session 33).
-std::pair<Value*, int64_t> Lowering::split_offset(Value* v) {
+// split_offset(v) = {x, c} with v = x + c (x null where v is a constant); with `sext_exact`, only through the
+// steps where sext(x + c) = sext(x) + c (sext_splits: pointer_add's offsets).
+std::pair<Value*, int64_t> Lowering::split_offset(Value* v, bool sext_exact) {
   int64_t c = 0;
   for (int depth = 0; depth < 4; ++depth) {
     if (auto* k = llvm::dyn_cast<llvm::ConstantInt>(v)) return {nullptr, c + k->getSExtValue()};
     auto* op = llvm::dyn_cast<llvm::BinaryOperator>(v);
     auto* k = op ? llvm::dyn_cast<llvm::ConstantInt>(op->getOperand(1)) : nullptr;
-    bool offset = k && (op->getOpcode() == llvm::Instruction::Add ||
-                        (op->getOpcode() == llvm::Instruction::Or && llvm::cast<llvm::PossiblyDisjointInst>(op)->isDisjoint()));
+    bool offset = k && (sext_exact ? sext_splits(op)
+                                   : op->getOpcode() == llvm::Instruction::Add ||
+                                         (op->getOpcode() == llvm::Instruction::Or &&
+                                          llvm::cast<llvm::PossiblyDisjointInst>(op)->isDisjoint()));
     if (!offset) break;
     c += k->getSExtValue();
     v = op->getOperand(0);
@@ -103,15 +107,8 @@ bool Lowering::sext_splits(llvm::BinaryOperator* op) {
 // so that the registers of a tile share p + x.
 Value* Lowering::pointer_add(llvm::Type* pointee, Value* p, Value* offset) {
   if (offset->getType()->isIntegerTy(32)) {  // x + c or x | c: p + x, then + c (a constant offset of the access)
-    int64_t c = 0;
-    Value* x = offset;
-    while (auto* op = llvm::dyn_cast<llvm::BinaryOperator>(x)) {
-      auto* k = llvm::dyn_cast<llvm::ConstantInt>(op->getOperand(1));
-      if (!k || !sext_splits(op)) break;
-      c += k->getSExtValue();
-      x = op->getOperand(0);
-    }
-    if (x != offset) return b_.CreateConstGEP1_64(pointee, pointer_add(pointee, p, x), static_cast<uint64_t>(c));
+    auto [x, c] = split_offset(offset, /*sext_exact=*/true);
+    if (x && x != offset) return b_.CreateConstGEP1_64(pointee, pointer_add(pointee, p, x), static_cast<uint64_t>(c));
   }
   Value* o = b_.CreateSExt(offset, b_.getInt64Ty());
   auto* sum = llvm::dyn_cast<llvm::BinaryOperator>(o);
@@ -347,10 +344,11 @@ std::vector<Value*> Lowering::coordinates(Layout layout, const ir::Shape& shape,
     Value* row = acc_row(r / 2, r % 2 == 1);
     return shape.size() == 1 ? std::vector<Value*>{row} : std::vector<Value*>{row, i32c(0)};
   }
+  if (shape.size() > 1)
+    if (std::optional<std::vector<Value*>> c = blocked_coordinates(shape, r)) return *c;
   Value* flat = flat_index(numel(shape), r);
   if (shape.size() == 1) return {flat};
   std::vector<int64_t> st = strides(shape);
-  if (std::optional<std::vector<Value*>> c = blocked_coordinates(shape, r)) return *c;
   std::vector<Value*> c;
   for (size_t k = 0; k < shape.size(); ++k)
     c.push_back(b_.CreateURem(b_.CreateUDiv(flat, i32c(st[k])), i32c(shape[k])));

@@ -165,7 +165,7 @@ class Lowering {
 
   Value* add_const(Value* x, int64_t c, bool nsw = false);
   Value* disjoint_or(Value* a, Value* b);
-  std::pair<Value*, int64_t> split_offset(Value* v);
+  std::pair<Value*, int64_t> split_offset(Value* v, bool sext_exact = false);
   Value* index_add(Value* a, Value* b, bool subtract);
   Value* index_mul(Value* a, int64_t k);
   Value* linear_index(const std::vector<Value*>& coords, const std::vector<int64_t>& strides);
