@@ -89,6 +89,9 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
   k.time_passes = parse_flag("WEFT_TIME_PASSES", get("WEFT_TIME_PASSES"), false,
                              "use WEFT_TIME_PASSES=1 to print each kernel's compile time by stage, 0 (or unset it) for "
                              "none");
+  k.verify_llvm = parse_flag("WEFT_VERIFY_LLVM", get("WEFT_VERIFY_LLVM"), kVerifyLlvmByDefault,
+                             "use WEFT_VERIFY_LLVM=1 to check each lowered LLVM module, 0 for no check (unset: on in "
+                             "debug builds of weft, off in release builds)");
   k.nvptx_passes = get("WEFT_NVPTX_PASSES");
   if (std::string v = get("WEFT_NVPTX_SKIP"); !v.empty()) k.nvptx_skip = v == "none" ? "" : v;
   if (std::string v = get("WEFT_PTX_EMITTER"); !v.empty()) {

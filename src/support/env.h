@@ -21,6 +21,9 @@
 //                                     architecture and assemble it with ptxas (from PATH, else
 //                                     /usr/local/cuda/bin/ptxas), on any backend: ptxas's refusal, or no
 //                                     ptxas, is an Error (src/driver/ptx_check.h)
+//   WEFT_VERIFY_LLVM=1|0              run LLVM's verifier on each lowered module before its passes (an invalid
+//                                     one is an InternalError; default: on in builds without NDEBUG, off in
+//                                     release builds, where it cost a tenth of a compile; the tests turn it on)
 //   WEFT_TIME_PASSES=1                print each kernel's compile time by stage on stderr, one line per
 //                                     compiled kernel (src/support/compile_timing.h)
 //   WEFT_NVPTX_PASSES=pipeline        the LLVM passes run on NVPTX modules instead of weft's own
@@ -41,6 +44,12 @@
 
 namespace weft::support {
 
+#ifdef NDEBUG
+inline constexpr bool kVerifyLlvmByDefault = false;
+#else
+inline constexpr bool kVerifyLlvmByDefault = true;
+#endif
+
 struct Knobs {
   std::string dump;  // comma-separated stages
   std::string dump_dir;
@@ -53,6 +62,7 @@ struct Knobs {
   int64_t debug_timeout_ms = 5000;
   std::string check_ptx;  // an architecture, e.g. sm_90a; empty: no check
   bool time_passes = false;
+  bool verify_llvm = kVerifyLlvmByDefault;  // WEFT_VERIFY_LLVM
   std::string nvptx_passes;  // an LLVM pass pipeline; empty: weft's (codegen/nvptx/nvptx_pipeline.h)
   std::optional<std::string> nvptx_skip;  // code generator passes to skip; unset: weft's list (same header)
   bool weft_ptx_emitter = true;            // WEFT_PTX_EMITTER=weft (the default) or llvm

@@ -848,6 +848,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   setenv("WEFT_BACKEND", "cpu", 1);
   setenv("WEFT_CACHE", "0", 1);  // compile every program: the cache would hide the code generator
   setenv("WEFT_CPU_THREADS", "1", 1);
+  setenv("WEFT_VERIFY_LLVM", "1", 1);  // an invalid module is a finding, not a crash later
   return 0;
 }
 

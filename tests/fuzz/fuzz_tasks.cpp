@@ -137,6 +137,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   setenv("WEFT_BACKEND", "cpu", 1);
   setenv("WEFT_CACHE", "0", 1);
   setenv("WEFT_CPU_THREADS", "1", 1);
+  setenv("WEFT_VERIFY_LLVM", "1", 1);
   return 0;
 }
 

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   // out-of-bounds access fails its test with the kernel's line instead of damaging the heap. The
   // environment may still say WEFT_CHECK_BOUNDS=0.
   setenv("WEFT_CHECK_BOUNDS", "1", /*overwrite=*/0);
+  // Every lowered LLVM module goes through LLVM's verifier (off by default in release builds): a lowering that
+  // makes invalid IR fails its test with an InternalError.
+  setenv("WEFT_VERIFY_LLVM", "1", /*overwrite=*/0);
   const char* backend = std::getenv("WEFT_BACKEND");
   if (backend && std::string(backend) == "cuda") {
     std::string why;

@@ -59,6 +59,11 @@ TEST_CASE("knobs: numbers that are not numbers, or out of range, and unknown wor
   CHECK_THROWS_WITH(parse({{"WEFT_TIME_PASSES", "yes"}}),
                     Catch::Contains("WEFT_TIME_PASSES=yes is not a setting; use WEFT_TIME_PASSES=1"));
   CHECK(parse({{"WEFT_TIME_PASSES", "1"}}).time_passes);
+  CHECK(parse({}).verify_llvm == weft::support::kVerifyLlvmByDefault);
+  CHECK(parse({{"WEFT_VERIFY_LLVM", "1"}}).verify_llvm);
+  CHECK_FALSE(parse({{"WEFT_VERIFY_LLVM", "0"}}).verify_llvm);
+  CHECK_THROWS_WITH(parse({{"WEFT_VERIFY_LLVM", "on"}}),
+                    Catch::Contains("WEFT_VERIFY_LLVM=on is not a setting; use WEFT_VERIFY_LLVM=1"));
   CHECK(parse({{"WEFT_NVPTX_PASSES", "default<O3>"}}).nvptx_passes == "default<O3>");
   CHECK(!parse({}).nvptx_skip);
   CHECK(parse({{"WEFT_NVPTX_SKIP", "slsr,consthoist"}}).nvptx_skip == "slsr,consthoist");

@@ -16,6 +16,7 @@
 
 #include "codegen/cpu/lowering.h"
 #include "ir/atomics.h"
+#include "support/env.h"
 #include "ir/copy_hints.h"
 #include "passes/kernel_plans.h"
 
@@ -108,7 +109,7 @@ CpuModule Lowering::run() {
   b_.CreateRetVoid();
   std::string problems;
   llvm::raw_string_ostream os(problems);
-  if (llvm::verifyModule(*mod_, &os))
+  if (support::knobs().verify_llvm && llvm::verifyModule(*mod_, &os))
     throw InternalError(fmt::format("CPU lowering of kernel '{}' produced invalid LLVM IR: {}", f_.name, problems));
   CpuModule out;
   out.symbol = fn_->getName().str();

@@ -12,6 +12,7 @@
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/lowering.h"
 #include "ir/atomics.h"
+#include "support/env.h"
 
 namespace weft::codegen::nvptx::detail {
 
@@ -101,7 +102,7 @@ LoweredKernel Lowering::run() {
     }
   std::string problems;
   llvm::raw_string_ostream os(problems);
-  if (llvm::verifyModule(*mod_, &os))
+  if (support::knobs().verify_llvm && llvm::verifyModule(*mod_, &os))
     throw InternalError(fmt::format("NVPTX lowering of kernel '{}' produced invalid LLVM IR: {}", f_.name, problems));
   LoweredKernel out;
   out.symbol = fn_->getName().str();
