@@ -141,13 +141,9 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
     auto v_full = alloc_barriers(S, 1, "v_full");
     auto k_empty = alloc_barriers(S, CONS, "k_empty");  // every consumer releases each stage
     auto v_empty = alloc_barriers(S, CONS, "v_empty");
-    // With sums_on_tensor_cores: per consumer, [8, BN] stages of ones, read as wgmma's K-major B (local_trans).
-    // Three or four consumers (160 or 112 registers) take one per V stage and the stage V's: a view that changes
-    // with the step keeps its BN / 16 wgmma descriptors (64 bits each) out of the registers the whole loop would
-    // hold otherwise (ptxas: 180 instead of 28 bytes of spill at D 64 BM 192); two take one stage.
-    const int ONES = CONS > 2 ? S : 1;
+    // With sums_on_tensor_cores: per consumer, an [8, BN] stage of ones, read as wgmma's K-major B (local_trans).
     std::optional<SharedBuffer<T>> ones_s;
-    if (tc_sums) ones_s = local_alloc<T>({8, BN}, CONS * ONES, "ones_s");
+    if (tc_sums) ones_s = local_alloc<T>({8, BN}, CONS, "ones_s");
 
     // Output tiles: (query block of BM rows, batch * Hq + head), M * BH of them, taken in turn by the programs
     // of the grid (program p: tiles p, p + programs, ...; a grid of one program per tile runs each once).
@@ -302,14 +298,13 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           // With sums_on_tensor_cores, the running row sums in its place: P times ones, eight equal columns.
           Var<float> l_tc = zeros<float>({HALF, tc_sums ? 8 : 1});
           if (tc_sums) {
-            for (int st = 0; st < ONES; ++st) local_store((*ones_s)[r * ONES + st], full<T>({8, BN}, 1.0));
+            local_store((*ones_s)[r], full<T>({8, BN}, 1.0));
             fence_async_shared();
           }
           // O += P V (and, with sums_on_tensor_cores, l += P 1), issued (pending until async_dot_wait).
           auto issue_pv = [&](const Tile<T>& p_tile, const Tile<float>& acc_in, const Tile<float>& l_in) {
             acc = async_dot(p_tile, v_s[vp.index()], acc_in);
-            if (tc_sums)
-              l_tc = async_dot(p_tile, local_trans((*ones_s)[ONES == 1 ? r : r * ONES + vp.index()]), l_in);
+            if (tc_sums) l_tc = async_dot(p_tile, local_trans((*ones_s)[r]), l_in);
           };
           auto wait_pv = [&] {
             acc = async_dot_wait(0, acc);
