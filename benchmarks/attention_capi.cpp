@@ -32,13 +32,12 @@ void run(const weft::Device& device, void* q, void* k, void* v, void* o, float* 
   auto vb = device.wrap(static_cast<T*>(v), kv_count);
   auto ob = device.wrap(static_cast<T*>(o), q_count);
   auto lb = device.wrap(lse, lse_count);
-  // WEFT_ATTENTION_CONFIG="BN,stages,pingpong,overlap,persistent[,BM[,across_tiles[,sums_on_tensor_cores]]]"
-  // (e.g. "128,2,1,1,1"; the flags may be left off) overrides the tiling, for tuning.
+  // WEFT_ATTENTION_CONFIG="BN,stages,pingpong,overlap,persistent[,BM[,across_tiles]]" (e.g. "128,2,1,1,1"; the
+  // flags may be left off) overrides the tiling, for tuning.
   AttentionConfig cfg = attention_config(p);
   if (const char* env = std::getenv("WEFT_ATTENTION_CONFIG")) {
-    int bn = 0, stages = 0, pingpong = 1, overlap = 1, persistent = 1, bm = 128, across = 1, tc_sums = 0;
-    if (std::sscanf(env, "%d,%d,%d,%d,%d,%d,%d,%d", &bn, &stages, &pingpong, &overlap, &persistent, &bm, &across,
-                    &tc_sums) >= 2) {
+    int bn = 0, stages = 0, pingpong = 1, overlap = 1, persistent = 1, bm = 128, across = 1;
+    if (std::sscanf(env, "%d,%d,%d,%d,%d,%d,%d", &bn, &stages, &pingpong, &overlap, &persistent, &bm, &across) >= 2) {
       cfg.BN = bn;
       cfg.stages = stages;
       cfg.pingpong = pingpong != 0;
@@ -46,7 +45,6 @@ void run(const weft::Device& device, void* q, void* k, void* v, void* o, float* 
       cfg.persistent = persistent != 0;
       cfg.BM = bm;
       cfg.across_tiles = across != 0;
-      cfg.sums_on_tensor_cores = tc_sums != 0;
     }
   }
   attention_fwd<T>(device.wrap_stream(cuda_stream), qb, kb, vb, ob, lb, p, &cfg);

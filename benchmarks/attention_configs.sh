@@ -2,7 +2,7 @@
 # On the GPU machine, from the repository root (after scripts/gpu-suite, or with carry/build staged): times
 # weft's attention under several tilings, each against cuDNN and FlashAttention-2 in the same process, on the
 # shapes SHAPES (bench_attention --shapes globs, comma-separated). A configuration is a WEFT_ATTENTION_CONFIG
-# value "BN,stages,pingpong,overlap,persistent[,BM[,across_tiles[,sums_on_tensor_cores]]]", or "default" (attention_config(D)). One line per shape and
+# value "BN,stages,pingpong,overlap,persistent[,BM[,across_tiles]]", or "default" (attention_config(D)). One line per shape and
 # configuration goes to stdout and to $OUT/attention-configs.log.
 # Usage: benchmarks/attention_configs.sh SHAPES CONFIG...
 #   e.g. benchmarks/attention_configs.sh 'd128-bf16-*-s512,d128-bf16-*-s1024' default 128,2,1,1,1

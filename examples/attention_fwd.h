@@ -63,11 +63,6 @@ struct AttentionConfig {
   // next tile's Q and first K ahead. Four D 64 consumers of 112 registers spill fewer bytes without it and ran
   // 3-6% faster at S 512-1024 than with it (benchmarks/NOTES.md, session 18); at D 128 it is up to 3% faster on.
   bool across_tiles = true;
-  // The row sums l of P on the tensor cores: each P V is issued with P times a column of ones (a second wgmma,
-  // m64n8), rescaled with O, instead of a tree of adds and shuffles per row and key block on the CUDA cores
-  // (at D 64 the softmax's instructions, not the products, set the pace). l then sums the 16-bit P that O
-  // sums. Not with across_tiles in a persistent kernel (its last P V of a tile runs under the next tile's softmax).
-  bool sums_on_tensor_cores = false;
 };
 
 // The tiling weft uses for head dimension D at any sequence length (what fits 227 KB of shared memory and
@@ -116,7 +111,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
                      (cfg.BM != 128 ? "_bm" + std::to_string(cfg.BM) : "") + "_bn" +
                      std::to_string(cfg.BN) + "_s" + std::to_string(cfg.stages) + (cfg.pingpong ? "_pingpong" : "") +
                      (cfg.overlap ? "_overlap" : "") + (cfg.persistent ? "_persistent" : "") +
-                     (cfg.persistent && !cfg.across_tiles ? "_tilewise" : "") + (cfg.sums_on_tensor_cores ? "_tcsum" : "");
+                     (cfg.persistent && !cfg.across_tiles ? "_tilewise" : "");
   return Kernel(name, [cfg, D, causal](TensorDesc<T, 3> Q, TensorDesc<T, 3> K, TensorDesc<T, 3> V, TensorDesc<T, 3> O,
                                        Ptr<float> LSE, Int Sq, Int Sk, Int BH, Int group, Float scale_log2,
                                        Int resident) {
@@ -129,9 +124,6 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
     // the next tile's S_0 with this tile's last P V, runs the next tile's first softmax while that P V is in
     // flight, and writes this tile's O only then.
     const bool across = QB == 2 && cfg.overlap && cfg.across_tiles;
-    const bool tc_sums = cfg.sums_on_tensor_cores;
-    if (tc_sums && across)
-      throw Error("attention: sums_on_tensor_cores needs across_tiles = false in a persistent kernel");
     auto q_s = local_alloc<T>({HALF, D}, QB * CONS, "q_s");  // stage b * CONS + r: consumer r's rows
     auto k_s = local_alloc<T>({BN, D}, S, "k_s");
     auto v_s = local_alloc<T>({BN, D}, S, "v_s");
@@ -141,9 +133,6 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
     auto v_full = alloc_barriers(S, 1, "v_full");
     auto k_empty = alloc_barriers(S, CONS, "k_empty");  // every consumer releases each stage
     auto v_empty = alloc_barriers(S, CONS, "v_empty");
-    // With sums_on_tensor_cores: per consumer, an [8, BN] stage of ones, read as wgmma's K-major B (local_trans).
-    std::optional<SharedBuffer<T>> ones_s;
-    if (tc_sums) ones_s = local_alloc<T>({8, BN}, CONS, "ones_s");
 
     // Output tiles: (query block of BM rows, batch * Hq + head), M * BH of them, taken in turn by the programs
     // of the grid (program p: tiles p, p + programs, ...; a grid of one program per tile runs each once).
@@ -295,21 +284,6 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           Var<float> acc = zeros<float>({HALF, D});
           Var<T> p_prev = zeros<T>({HALF, BN});  // P of the block whose P V is still to issue
           Var<int32_t> begun = 0;                // this tile's block 0 was done by the last tile's last step
-          // With sums_on_tensor_cores, the running row sums in its place: P times ones, eight equal columns.
-          Var<float> l_tc = zeros<float>({HALF, tc_sums ? 8 : 1});
-          if (tc_sums) {
-            local_store((*ones_s)[r], full<T>({8, BN}, 1.0));
-            fence_async_shared();
-          }
-          // O += P V (and, with sums_on_tensor_cores, l += P 1), issued (pending until async_dot_wait).
-          auto issue_pv = [&](const Tile<T>& p_tile, const Tile<float>& acc_in, const Tile<float>& l_in) {
-            acc = async_dot(p_tile, v_s[vp.index()], acc_in);
-            if (tc_sums) l_tc = async_dot(p_tile, local_trans((*ones_s)[r]), l_in);
-          };
-          auto wait_pv = [&] {
-            acc = async_dot_wait(0, acc);
-            if (tc_sums) l_tc = async_dot_wait(0, l_tc);
-          };
           enum class Mask { none, always, if_partial };
           // The online softmax of block j's scores s: updates the row maxima and sums, returns P (f32) and the
           // factor alpha that rescales acc.
@@ -328,7 +302,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
             Tile<float> m_use = where(m_new == -INFINITY, 0.f, m_new);  // a row that has seen no key yet
             Tile<float> p = fast::exp2(fma(s, scale_log2, -expand_dims(m_use, 1)));  // 2^(s * scale * log2 e - m)
             Tile<float> alpha = fast::exp2(m_i - m_use);
-            if (!tc_sums) l_i = l_i * alpha + sum(p, 1);
+            l_i = l_i * alpha + sum(p, 1);
             m_i = m_new;
             return std::pair{p, alpha};
           };
@@ -347,7 +321,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
           // products: a division per element of O is ~10 instructions (rcp, its refinement and checks), a tenth of
           // a short tile's work. A row that saw no key gets O = 0 and LSE = +inf.
           auto finish_rows = [&](const OutputTile& tile, Int row0) {
-            Tile<float> l = tc_sums ? max(l_tc, 1) : Tile<float>(l_i);
+            Tile<float> l = l_i;
             Bool empty_row = l == 0.f;
             Tile<float> lse = where(empty_row, INFINITY, (m_i + log2(where(empty_row, 1.f, l))) * float(M_LN2));
             Int rows = arange(0, HALF) + row0;
@@ -384,7 +358,6 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               q_ready.advance();
               m_i = full<float>({HALF}, -INFINITY);
               l_i = zeros<float>({HALF});
-              if (tc_sums) l_tc = zeros<float>({HALF, 8});
             };
             // One turn on the tensor cores: S = Q K^T (Q from `q_view`) issued with O += P_prev V, then S waited for
             // (P V may still run).
@@ -393,9 +366,9 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               vp.wait(v_full);
               my_turn();
               Tile<float> s = issue_scores(q_view);
-              issue_pv(p_prev, acc, l_tc);
+              acc = async_dot(p_prev, v_s[vp.index()], acc);
               your_turn();
-              Tile<float> scores = async_dot_wait(tc_sums ? 2 : 1, s);
+              Tile<float> scores = async_dot_wait(1, s);
               next_k();
               return scores;
             };
@@ -414,8 +387,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
                 auto [p, alpha] = softmax(rows, j, scores_alone(), mask);
                 free_previous(i, j);  // before V_j: the producer loads the next Q ahead of it
                 vp.wait(v_full);
-                issue_pv(cast<T>(p), acc * expand_dims(alpha, 1), l_tc * expand_dims(alpha, 1));
-                wait_pv();
+                acc = async_dot_wait(0, async_dot(cast<T>(p), v_s[vp.index()], acc * expand_dims(alpha, 1)));
                 next_v();
               };
               for_range(0, rows.n_full, [&](Int j) { step(j, Mask::none); });
@@ -434,10 +406,9 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               auto step = [&](Int j, Mask mask) {
                 auto [p, alpha] = softmax(rows, j, scores_with_pv(q), mask);
                 free_previous(i, j);
-                wait_pv();
+                acc = async_dot_wait(0, acc);
                 next_v();
                 acc = acc * expand_dims(alpha, 1);
-                if (tc_sums) l_tc = l_tc * expand_dims(alpha, 1);
                 // P_j packed only now: its registers may be P_{j-1}'s, which the wgmma above read until it ended.
                 p_prev = cast<T>(p);
               };
@@ -450,8 +421,7 @@ weft::Kernel make_attention_fwd(AttentionConfig cfg, int D, bool causal) {
               if (!cfg.overlap) return;
               if_(when, [&] {
                 vp.wait(v_full);
-                issue_pv(p_prev, acc, l_tc);
-                wait_pv();
+                acc = async_dot_wait(0, async_dot(p_prev, v_s[vp.index()], acc));
                 next_v();
               });
             };
@@ -549,19 +519,16 @@ void attention_fwd(const weft::Stream& stream, const weft::Buffer<T>& q, const w
   if (cfg.BM > 128 && p.D > 64)
     fail("config: BM = " + std::to_string(cfg.BM) + " (" + (cfg.BM == 192 ? "three consumers of 160" : "four of 112") +
          " registers) needs D <= 64; D = " + std::to_string(p.D) + " takes BM = 128");
-  if (cfg.sums_on_tensor_cores && cfg.persistent && cfg.across_tiles && cfg.overlap)
-    fail("config: sums_on_tensor_cores needs across_tiles = false in a persistent kernel (a tile's last P V runs "
-         "under the next tile's softmax there, and its row sums would not be done in time)");
   if (cfg.BM == 256 && cfg.BN > 64)
     fail("config: BM = 256 (four consumers of 112 registers) needs BN <= 64: S and P of BN = " + std::to_string(cfg.BN) +
          " keys do not fit beside O");
   static std::mutex mutex;
-  static std::map<std::tuple<int, bool, int, int, int, bool, bool, bool, bool, bool>, Kernel> kernels;
+  static std::map<std::tuple<int, bool, int, int, int, bool, bool, bool, bool>, Kernel> kernels;
   const Kernel* kernel;
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto key = std::make_tuple(p.D, p.causal, cfg.BM, cfg.BN, cfg.stages, cfg.pingpong, cfg.overlap, cfg.persistent,
-                             cfg.across_tiles, cfg.sums_on_tensor_cores);
+                             cfg.across_tiles);
     auto it = kernels.find(key);
     if (it == kernels.end()) it = kernels.emplace(key, make_attention_fwd<T>(cfg, p.D, p.causal)).first;
     kernel = &it->second;

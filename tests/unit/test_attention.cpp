@@ -191,34 +191,6 @@ TEST_CASE("ptxas: the D 64 and D 128 attention kernels compile without spills (b
   }
 }
 
-TEST_CASE("attention forward: row sums on the tensor cores, every schedule that takes them", "[attention][async]") {
-  WEFT_SEEDED_RNG(rng);
-  Device dev = Device::current();
-  auto with_sums = [](AttentionConfig c) {
-    c.sums_on_tensor_cores = true;
-    return c;
-  };
-  for (AttentionConfig cfg : {with_sums({128, 128, 2, true, true}), with_sums({128, 64, 3, false, true}),
-                              with_sums({128, 128, 2, true, false}), with_sums({192, 128, 3, true, true}),
-                              with_sums({256, 64, 3, true, true, true, false}),
-                              with_sums({128, 64, 2, true, true, true, false})}) {
-    INFO("BM " << cfg.BM << " BN " << cfg.BN << " stages " << cfg.stages << " pingpong " << cfg.pingpong << " overlap "
-               << cfg.overlap << " persistent " << cfg.persistent);
-    // Causal with Sq < Sk and Sq > Sk (rows that see no key: l stays 0), GQA, ragged lengths, both 16-bit types.
-    check_attention<bf16>(dev, {1, 2, 1, 130, 200, 64, true}, rng, 0, &cfg);
-    check_attention<f16>(dev, {2, 2, 2, 300, 77, 64, true}, rng, 0, &cfg);
-    if (cfg.BM == 128) check_attention<f16>(dev, {1, 2, 1, 150, 130, 128, false}, rng, 0, &cfg);
-  }
-  // A persistent kernel that runs on across tiles issues a tile's last P V under the next tile's softmax: its row
-  // sums would not be done when the tile's O is written.
-  AttentionConfig across{128, 128, 2, true, true, true, true};
-  across.sums_on_tensor_cores = true;
-  Buffer<bf16> q = dev.alloc<bf16>(64 * 128), o = dev.alloc<bf16>(64 * 128);
-  Buffer<float> lse = dev.alloc<float>(64);
-  CHECK_THROWS_WITH(attention_fwd(dev.stream(), q, q, q, o, lse, AttentionParams{1, 1, 1, 64, 64, 128, false}, &across),
-                    Catch::Contains("sums_on_tensor_cores needs across_tiles = false"));
-}
-
 TEST_CASE("attention forward: three and four consumers (BM 192, BM 256) at D 64, every schedule", "[attention][async]") {
   WEFT_SEEDED_RNG(rng);
   Device dev = Device::current();
