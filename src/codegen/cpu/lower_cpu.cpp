@@ -16,9 +16,9 @@
 
 #include "codegen/cpu/lowering.h"
 #include "ir/atomics.h"
-#include "support/env.h"
 #include "ir/copy_hints.h"
 #include "passes/kernel_plans.h"
+#include "support/env.h"
 
 namespace weft::codegen::cpu::detail {
 namespace {
