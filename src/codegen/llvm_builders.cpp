@@ -1,8 +1,22 @@
 #include "codegen/llvm_builders.h"
 
+#include <fmt/format.h>
+#include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include "support/env.h"
+#include "weft/error.h"
 
 namespace weft::codegen {
+
+void check_lowered_module(const llvm::Module& m, const char* backend, const std::string& kernel) {
+  if (!support::knobs().verify_llvm) return;
+  std::string problems;
+  llvm::raw_string_ostream os(problems);
+  if (llvm::verifyModule(m, &os))
+    throw InternalError(fmt::format("{} lowering of kernel '{}' produced invalid LLVM IR: {}", backend, kernel, problems));
+}
 
 void emit_loop(llvm::IRBuilder<>& b, llvm::Value* begin, llvm::Value* end, llvm::Value* step,
                const std::function<void(llvm::Value*)>& body) {

@@ -1,5 +1,5 @@
 // Small LLVM IR building blocks that every backend's lowering uses the same way: counted loops, the
-// structured for/if of the tile IR, and the optimization pipeline.
+// structured for/if of the tile IR, the check of a lowered module, and the optimization pipeline.
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>
@@ -7,6 +7,7 @@
 #include <llvm/Passes/PassBuilder.h>
 
 #include <functional>
+#include <string>
 
 namespace llvm {
 class TargetMachine;
@@ -30,6 +31,11 @@ void emit_while(llvm::IRBuilder<>& b, const std::function<llvm::Value*()>& cond,
 
 void emit_if(llvm::IRBuilder<>& b, llvm::Value* cond, const std::function<void()>& then_body,
              const std::function<void()>& else_body);
+
+// LLVM's verifier on the module `backend` (e.g. "NVPTX") lowered for `kernel`, when WEFT_VERIFY_LLVM says so
+// (support/env.h: on in debug builds and weft's tests, off in release builds): an invalid module is an
+// InternalError naming both and what the verifier found.
+void check_lowered_module(const llvm::Module& m, const char* backend, const std::string& kernel);
 
 // LLVM's default module pipeline at `level`, tuned for `target`.
 void optimize_module(llvm::Module& m, llvm::TargetMachine* target, llvm::OptimizationLevel level,

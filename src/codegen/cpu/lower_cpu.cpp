@@ -7,8 +7,6 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
-#include <llvm/IR/Verifier.h>
-#include <llvm/Support/raw_ostream.h>
 
 #include <cstddef>
 #include <functional>
@@ -18,7 +16,6 @@
 #include "ir/atomics.h"
 #include "ir/copy_hints.h"
 #include "passes/kernel_plans.h"
-#include "support/env.h"
 
 namespace weft::codegen::cpu::detail {
 namespace {
@@ -107,10 +104,7 @@ CpuModule Lowering::run() {
   plan_fusion(f_.body);
   region(f_.body);
   b_.CreateRetVoid();
-  std::string problems;
-  llvm::raw_string_ostream os(problems);
-  if (support::knobs().verify_llvm && llvm::verifyModule(*mod_, &os))
-    throw InternalError(fmt::format("CPU lowering of kernel '{}' produced invalid LLVM IR: {}", f_.name, problems));
+  check_lowered_module(*mod_, "CPU", f_.name);
   CpuModule out;
   out.symbol = fn_->getName().str();
   out.module = std::move(mod_);

@@ -5,14 +5,11 @@
 #include <fmt/format.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
-#include <llvm/IR/Verifier.h>
 #include <llvm/Transforms/Utils/Local.h>
-#include <llvm/Support/raw_ostream.h>
 
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/lowering.h"
 #include "ir/atomics.h"
-#include "support/env.h"
 
 namespace weft::codegen::nvptx::detail {
 
@@ -100,10 +97,7 @@ LoweredKernel Lowering::run() {
       llvm::Instruction& inst = *it++;
       if (llvm::isInstructionTriviallyDead(&inst)) inst.eraseFromParent();
     }
-  std::string problems;
-  llvm::raw_string_ostream os(problems);
-  if (support::knobs().verify_llvm && llvm::verifyModule(*mod_, &os))
-    throw InternalError(fmt::format("NVPTX lowering of kernel '{}' produced invalid LLVM IR: {}", f_.name, problems));
+  check_lowered_module(*mod_, "NVPTX", f_.name);
   LoweredKernel out;
   out.symbol = fn_->getName().str();
   out.module = std::move(mod_);
