@@ -94,23 +94,42 @@ Value* ElementOps::to_memory_pair(DType d, Value* lo, Value* hi) {
         v = x;
       return v;
     };
-    llvm::Type* pair = llvm::FixedVectorType::get(b_.getFloatTy(), 2);
-    Value* both = b_.CreateInsertElement(b_.CreateInsertElement(llvm::PoisonValue::get(pair), unrounded(lo), uint64_t(0)),
-                                         unrounded(hi), uint64_t(1));
-    return b_.CreateBitCast(b_.CreateFPTrunc(both, llvm::FixedVectorType::get(narrow, 2)), b_.getInt32Ty());
+    lo = unrounded(lo);
+    hi = unrounded(hi);
+    // Two values loaded as 16-bit floats and not changed since (a copy, a relayout) are packed as they are.
+    Value* lo16 = widened_from(lo, narrow);
+    Value* hi16 = widened_from(hi, narrow);
+    bool exact = lo16 && hi16 && !llvm::isa<llvm::FPTruncInst>(lo16) && !llvm::isa<llvm::FPTruncInst>(hi16);
+    llvm::Type* pair = llvm::FixedVectorType::get(exact ? narrow : b_.getFloatTy(), 2);
+    Value* both = b_.CreateInsertElement(b_.CreateInsertElement(llvm::PoisonValue::get(pair), exact ? lo16 : lo, uint64_t(0)),
+                                         exact ? hi16 : hi, uint64_t(1));
+    if (!exact) both = b_.CreateFPTrunc(both, llvm::FixedVectorType::get(narrow, 2));
+    return b_.CreateBitCast(both, b_.getInt32Ty());
   }
   auto bits = [&](Value* v) { return b_.CreateZExt(b_.CreateBitCast(to_memory(d, v), b_.getInt16Ty()), b_.getInt32Ty()); };
   return b_.CreateOr(bits(lo), b_.CreateShl(bits(hi), 16));
+}
+
+// x where v = fpext(x) from `narrow` (a 16-bit float widened for arithmetic), else null: narrowing v again gives x
+// exactly, with no conversion for the optimizer to fold.
+Value* ElementOps::widened_from(Value* v, llvm::Type* narrow) {
+  auto* ext = llvm::dyn_cast<llvm::FPExtInst>(v);
+  return ext && ext->getSrcTy() == narrow ? ext->getOperand(0) : nullptr;
 }
 
 Value* ElementOps::to_memory(DType d, Value* v) {
   if (d.pointer) return v;
   switch (d.scalar) {
     case ScalarType::i1: return b_.CreateZExt(v, b_.getInt8Ty());
-    case ScalarType::f16: return b_.CreateFPTrunc(v, b_.getHalfTy());
+    case ScalarType::f16:
+      if (Value* x = widened_from(v, b_.getHalfTy())) return x;
+      return b_.CreateFPTrunc(v, b_.getHalfTy());
     case ScalarType::bf16:
       // The GPU rounds to bf16 in one instruction (cvt.rn.bf16.f32); hosts without it would need a libcall.
-      if (target_ == MathTarget::Nvptx) return b_.CreateBitCast(b_.CreateFPTrunc(v, b_.getBFloatTy()), b_.getInt16Ty());
+      if (target_ == MathTarget::Nvptx) {
+        Value* x = widened_from(v, b_.getBFloatTy());
+        return b_.CreateBitCast(x ? x : b_.CreateFPTrunc(v, b_.getBFloatTy()), b_.getInt16Ty());
+      }
       return float_to_bf16_bits(v);
     case ScalarType::f8e4m3:
     case ScalarType::f8e5m2: return float_to_fp8_bits(d.scalar, v, /*keep_infinity=*/true);

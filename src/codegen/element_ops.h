@@ -59,6 +59,7 @@ class ElementOps {
   llvm::Value* arg_same(DType d, llvm::Value* b, llvm::Value* a);
 
  private:
+  llvm::Value* widened_from(llvm::Value* v, llvm::Type* narrow);
   llvm::Value* bf16_bits_to_float(llvm::Value* bits16);
   llvm::Value* float_to_bf16_bits(llvm::Value* f);
   llvm::Value* fp8_bits_to_float(ScalarType s, llvm::Value* code);

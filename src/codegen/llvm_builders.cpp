@@ -1,6 +1,7 @@
 #include "codegen/llvm_builders.h"
 
 #include <fmt/format.h>
+#include <llvm/Analysis/ValueTracking.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/raw_ostream.h>
@@ -9,6 +10,39 @@
 #include "weft/error.h"
 
 namespace weft::codegen {
+
+llvm::KnownBits known_bits_while_building(llvm::Value* v, const llvm::DataLayout& dl, unsigned depth) {
+  unsigned width = dl.getTypeSizeInBits(v->getType());
+  if (auto* k = llvm::dyn_cast<llvm::ConstantInt>(v)) return llvm::KnownBits::makeConstant(k->getValue());
+  auto* inst = llvm::dyn_cast<llvm::Instruction>(v);
+  if (!inst || depth >= llvm::MaxAnalysisRecursionDepth || !v->getType()->isIntegerTy()) return llvm::KnownBits(width);
+  if (auto* call = llvm::dyn_cast<llvm::CallBase>(inst)) {  // a thread index with its range, or nothing known
+    std::optional<llvm::ConstantRange> range = call->getRange();
+    return range ? range->toKnownBits() : llvm::KnownBits(width);
+  }
+  auto operand = [&](unsigned i) { return known_bits_while_building(inst->getOperand(i), dl, depth + 1); };
+  using I = llvm::Instruction;
+  switch (inst->getOpcode()) {
+    case I::And: return operand(0) & operand(1);
+    case I::Or: return operand(0) | operand(1);
+    case I::Xor: return operand(0) ^ operand(1);
+    case I::Add:
+    case I::Sub:
+      return llvm::KnownBits::computeForAddSub(inst->getOpcode() == I::Add, inst->hasNoSignedWrap(),
+                                               inst->hasNoUnsignedWrap(), operand(0), operand(1));
+    case I::Mul: return llvm::KnownBits::mul(operand(0), operand(1));
+    case I::Shl: return llvm::KnownBits::shl(operand(0), operand(1));
+    case I::LShr: return llvm::KnownBits::lshr(operand(0), operand(1));
+    case I::AShr: return llvm::KnownBits::ashr(operand(0), operand(1));
+    case I::UDiv: return llvm::KnownBits::udiv(operand(0), operand(1));
+    case I::URem: return llvm::KnownBits::urem(operand(0), operand(1));
+    case I::ZExt: return operand(0).zext(width);
+    case I::SExt: return operand(0).sext(width);
+    case I::Trunc: return operand(0).trunc(width);
+    case I::Select: return operand(1).intersectWith(operand(2));
+    default: return llvm::KnownBits(width);  // a phi among them: its back edge's value may not be there yet
+  }
+}
 
 void check_lowered_module(const llvm::Module& m, const char* backend, const std::string& kernel) {
   if (!support::knobs().verify_llvm) return;

@@ -5,6 +5,7 @@
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/Passes/OptimizationLevel.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/KnownBits.h>
 
 #include <functional>
 #include <string>
@@ -31,6 +32,12 @@ void emit_while(llvm::IRBuilder<>& b, const std::function<llvm::Value*()>& cond,
 
 void emit_if(llvm::IRBuilder<>& b, llvm::Value* cond, const std::function<void()>& then_body,
              const std::function<void()>& else_body);
+
+// The known bits of the integer v in IR still being built, by LLVM's rules for each operation (KnownBits) down
+// to LLVM's usual depth: constants, bit operations, sums, products, shifts, extensions, selects, calls with a
+// range. A phi is unknown: a loop's phi gets its back edge's value only after the body is lowered, and LLVM's
+// own analysis (computeKnownBits) would take its first value for all of them.
+llvm::KnownBits known_bits_while_building(llvm::Value* v, const llvm::DataLayout& dl, unsigned depth = 0);
 
 // LLVM's verifier on the module `backend` (e.g. "NVPTX") lowered for `kernel`, when WEFT_VERIFY_LLVM says so
 // (support/env.h: on in debug builds and weft's tests, off in release builds): an invalid module is an

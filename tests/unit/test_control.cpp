@@ -177,6 +177,30 @@ TEST_CASE("tile Vars carried through for_range: running sum and maximum of block
   check_near<int32_t>(maxima, want_max, {}, "maxima");
 }
 
+// The GPU lowering writes index arithmetic by the bits it proves (a constant added to a value whose low bits are
+// zero becomes an `or`). A Var carried through a loop must count as unknown there: while the body is lowered its
+// phi has only its first value (0 here, every bit zero), not the ones the back edge brings later.
+TEST_CASE("index arithmetic on a Var carried through for_range sees its later values", "[control]") {
+  WEFT_SEEDED_RNG(rng);
+  constexpr int kWidth = 8;
+  Kernel k("loop_carried_index", [](Ptr<int32_t> out, Int steps, Int wrap) {
+    Int lanes = arange(0, kWidth) * 4;  // low two bits zero
+    Var<int32_t> stage = 0;
+    for_range(0, steps, [&](Int i) {
+      store(out + i * kWidth + arange(0, kWidth), lanes + stage + 1);
+      stage = where(stage == wrap - 1, 0, stage + 1);
+    });
+  });
+  int32_t steps = pick(rng, 5, 12), wrap = pick(rng, 2, 3);
+  INFO("steps " << steps << ", wrap " << wrap);
+  Output<int32_t> out(steps * kWidth);
+  launch(k, Grid(1), out, steps, wrap);
+  Ints want(steps * kWidth);
+  for (int i = 0; i < steps; ++i)
+    for (int l = 0; l < kWidth; ++l) want[i * kWidth + l] = l * 4 + i % wrap + 1;
+  check_near<int32_t>(out, want, {}, "out");
+}
+
 // ---- if_ ----------------------------------------------------------------------------------------------
 
 TEST_CASE("if_ with and without else: program instances take different branches", "[control]") {

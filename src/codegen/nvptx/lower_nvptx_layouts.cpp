@@ -4,11 +4,10 @@
 #include "codegen/nvptx/lowering.h"
 
 #include <fmt/format.h>
-#include <llvm/Analysis/ValueTracking.h>
-#include <llvm/Support/KnownBits.h>
 
 #include <bit>
 
+#include "codegen/llvm_builders.h"
 #include "ir/walk.h"
 
 namespace weft::codegen::nvptx::detail {
@@ -16,9 +15,20 @@ namespace weft::codegen::nvptx::detail {
 // a | b where no bit is set in both (`or disjoint`: an add, known to carry nothing).
 Value* Lowering::disjoint_or(Value* a, Value* b) { return b_.CreateOr(a, b, "", /*IsDisjoint=*/true); }
 
-// x + c, or x itself when c is 0 (no `add x, 0` for the optimizer to delete).
+// The bits LLVM's known-bits analysis proves zero in the 32-bit integer x (known_bits_while_building; once per
+// value: a tile's registers share their varying part).
+const llvm::APInt& Lowering::known_zeros(Value* x) {
+  auto [at, added] = known_zeros_.try_emplace(x);
+  if (added) at->second = known_bits_while_building(x, mod_->getDataLayout()).Zero;
+  return at->second;
+}
+
+// x + c, or x itself when c is 0 (no `add x, 0` for the optimizer to delete); `or disjoint` where c sets only
+// bits that are zero in x (what instcombine would make of the add: the registers of a tile then differ from
+// their shared part by bits or'd in).
 Value* Lowering::add_const(Value* x, int64_t c, bool nsw) {
   if (c == 0) return x;
+  if (c > 0 && c <= INT32_MAX && (llvm::APInt(32, uint64_t(c)) & ~known_zeros(x)).isZero()) return disjoint_or(x, i32c(c));
   return nsw ? b_.CreateNSWAdd(x, i32c(c)) : b_.CreateAdd(x, i32c(c));
 }
 
@@ -59,7 +69,8 @@ Value* Lowering::index_add(Value* a, Value* b, bool subtract) {
   if (!x && !subtract) return cx == 0 ? b : add_const(y, c);
   if (!x) return b_.CreateSub(a, b);  // c - y: no form to keep
   Value*& sum = index_sums_[{b_.GetInsertBlock(), x, y, subtract}];
-  if (!sum) sum = subtract ? b_.CreateSub(x, y) : b_.CreateAdd(x, y);
+  if (!sum)
+    sum = subtract ? b_.CreateSub(x, y) : (known_zeros(x) | known_zeros(y)).isAllOnes() ? disjoint_or(x, y) : b_.CreateAdd(x, y);
   return add_const(sum, c);
 }
 
@@ -96,7 +107,7 @@ bool Lowering::sext_splits(llvm::BinaryOperator* op) {
     return llvm::cast<llvm::PossiblyDisjointInst>(op)->isDisjoint() && !k->isNegative();
   if (op->getOpcode() != llvm::Instruction::Add) return false;
   if (op->hasNoSignedWrap()) return true;
-  llvm::KnownBits x = llvm::computeKnownBits(op->getOperand(0), mod_->getDataLayout());
+  llvm::KnownBits x = known_bits_while_building(op->getOperand(0), mod_->getDataLayout());
   return x.isNonNegative() && static_cast<int64_t>(x.getMaxValue().getZExtValue()) + k->getSExtValue() <= INT32_MAX;
 }
 
@@ -154,10 +165,12 @@ Value* Lowering::thread_value(int kind, int64_t arg, const std::function<Value*(
 // regions join again), else once per block.
 Value* Lowering::tid_in_region() {
   auto make = [&] {
-    Value* group_start = b_.CreateSub(block_tid_, tid_);  // 0, or what instcombine folds to the group's start
-    Value* t = b_.CreateSub(ptx_.thread_index_in_place(), group_start);
-    // t < threads_: the mask tells LLVM so (and drops a group start that is a multiple of threads_).
-    return threads_ & (threads_ - 1) ? t : b_.CreateAnd(t, i32c(threads_ - 1));
+    Value* t = ptx_.thread_index_in_place();
+    bool power_of_two = (threads_ & (threads_ - 1)) == 0;
+    // With threads_ a power of two and a group start that is a multiple of it, the mask alone gives t.
+    if (!power_of_two || !group_starts_at_multiple_of(threads_)) t = b_.CreateSub(t, group_start());
+    // t < threads_: the mask tells LLVM so.
+    return power_of_two ? b_.CreateAnd(t, i32c(threads_ - 1)) : t;
   };
   if (b_.GetInsertBlock() != statement_block_) return thread_value(kTidInRegion, 0, make);
   Value*& v = region_tids_[tid_];
@@ -165,7 +178,26 @@ Value* Lowering::tid_in_region() {
   return v;
 }
 
-Value* Lowering::lane() { return thread_value(kLane, 0, [&] { return b_.CreateAnd(tid_, i32c(31)); }); }
+// The first thread of the group tid_ counts from: 0 outside tasks, else what async_tasks subtracted from
+// block_tid_.
+Value* Lowering::group_start() {
+  if (tid_ == block_tid_) return i32c(0);
+  auto* sub = llvm::dyn_cast<llvm::BinaryOperator>(tid_);
+  if (sub && sub->getOpcode() == llvm::Instruction::Sub && sub->getOperand(0) == block_tid_) return sub->getOperand(1);
+  return b_.CreateSub(block_tid_, tid_);
+}
+
+// Whether the group starts at a multiple of n (a power of two): then tid_ and block_tid_ agree in their low
+// log2(n) bits, and what uses only those bits need not keep the group's start live (a warp group's lane).
+bool Lowering::group_starts_at_multiple_of(int64_t n) {
+  if (tid_ == block_tid_) return true;
+  return known_bits_while_building(group_start(), mod_->getDataLayout()).countMinTrailingZeros() >=
+         unsigned(std::countr_zero(uint64_t(n)));
+}
+
+Value* Lowering::lane() {
+  return thread_value(kLane, 0, [&] { return b_.CreateAnd(group_starts_at_multiple_of(32) ? block_tid_ : tid_, i32c(31)); });
+}
 Value* Lowering::warp() { return thread_value(kWarp, 0, [&] { return b_.CreateLShr(tid_, i32c(5)); }); }
 
 // Flat element index of register r of this thread, in a tile of n elements.

@@ -189,7 +189,8 @@ std::vector<Value*> Lowering::funnel_words(const std::vector<Value*>& w, Value* 
   for (int j = 0; j < 7; ++j) by_one.push_back(b_.CreateSelect(odd_word, w[j + 1], w[j]));
   for (int i = 0; i < 5; ++i) by_q.push_back(b_.CreateSelect(two_words, by_one[i + 2], by_one[i]));
   for (int i = 0; i < 4; ++i) {
-    Value* joined = b_.CreateOr(b_.CreateLShr(by_q[i], 16), b_.CreateShl(by_q[i + 1], 16));
+    // (by_q[i] >> 16) | (by_q[i + 1] << 16): one funnel shift (shf.r.wrap).
+    Value* joined = b_.CreateIntrinsic(llvm::Intrinsic::fshr, {b_.getInt32Ty()}, {by_q[i + 1], by_q[i], i32c(16)});
     out.push_back(b_.CreateSelect(half, joined, by_q[i]));
   }
   return out;

@@ -172,7 +172,7 @@ Lowering::Partial Lowering::combine_warps(Op op, DType d, Partial p, int64_t gro
   llvm::Type* t = ops_.compute_type(d);
   Value* warp = b_.CreateUDiv(tid_, i32c(32));
   int64_t values_at = at, indices_at = at + threads_ * 8;
-  guarded(b_.CreateICmpEQ(b_.CreateURem(tid_, i32c(32)), i32c(0)), [&]() -> Value* {
+  guarded(b_.CreateICmpEQ(lane(), i32c(0)), [&]() -> Value* {
     b_.CreateStore(p.value, shared_at(t, values_at, warp));
     if (p.index) b_.CreateStore(p.index, shared_at(b_.getInt32Ty(), indices_at, warp));
     return nullptr;

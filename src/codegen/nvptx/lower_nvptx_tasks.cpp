@@ -250,7 +250,7 @@ void Lowering::hopper_node(const NodeRef& n) {
       if (per_thread_barriers(*barrier_array(o[0]))) return ptx_.mbarrier_arrive(bar);
       if (!warp_arrivals_.count(barrier_array(o[0]))) return once_per_group([&] { ptx_.mbarrier_arrive(bar); });
       ptx_.warp_sync();  // the warp's earlier accesses, ordered before its one arrival
-      guarded(b_.CreateICmpEQ(b_.CreateAnd(tid_, i32c(31)), i32c(0)), [&]() -> Value* {
+      guarded(b_.CreateICmpEQ(lane(), i32c(0)), [&]() -> Value* {
         ptx_.mbarrier_arrive(bar);
         return nullptr;
       }, nullptr);

@@ -165,6 +165,7 @@ class Lowering {
 
   Value* add_const(Value* x, int64_t c, bool nsw = false);
   Value* disjoint_or(Value* a, Value* b);
+  const llvm::APInt& known_zeros(Value* x);
   std::pair<Value*, int64_t> split_offset(Value* v, bool sext_exact = false);
   Value* index_add(Value* a, Value* b, bool subtract);
   Value* index_mul(Value* a, int64_t k);
@@ -181,6 +182,8 @@ class Lowering {
   Value* lane();
   Value* warp();
   Value* tid_in_region();
+  Value* group_start();
+  bool group_starts_at_multiple_of(int64_t n);
   Value* flat_index(int64_t n, int64_t r);
   Value* same_value_reg(const NodeRef& x, size_t r);
   struct RunStep {
@@ -399,6 +402,7 @@ class Lowering {
   std::map<std::tuple<llvm::BasicBlock*, Value*, int, int64_t>, Value*> thread_values_;
   std::map<std::tuple<llvm::BasicBlock*, Value*, Value*, bool>, Value*> index_sums_;  // index_add's x + y
   std::map<std::tuple<llvm::BasicBlock*, Value*, int64_t>, Value*> index_products_;   // index_mul's x k
+  std::unordered_map<Value*, llvm::APInt> known_zeros_;                                  // known_zeros' memo
   // tid_in_region's memo for the region being lowered (tid_ -> value), and the block its current
   // statement began in.
   std::map<Value*, Value*> region_tids_;
