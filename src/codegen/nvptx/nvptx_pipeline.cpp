@@ -18,6 +18,7 @@
 #include "codegen/deferred_math.h"
 #include "codegen/llvm_builders.h"
 #include "codegen/nvptx/compile_ptx.h"
+#include "codegen/nvptx/divisions_by_constants.h"
 #include "codegen/nvptx/redundant_syncs.h"
 #include "codegen/nvptx/sink_values.h"
 #include "support/env.h"
@@ -43,18 +44,19 @@ constexpr const char* kDefaultPipeline =
 // For weft's own PTX emitter (ptx_emitter.h), which has no DAG combiner and no machine passes: thread indices
 // get their ranges, Vars become SSA values, simplifycfg, licm; then addresses that differ by a constant share
 // one base (separate-const-offset-from-gep), one early-cse merges the bases and what the lowering made twice,
-// one instcombine cleans up, infer-alignment lets ptxas see vector accesses; then two passes for what LLVM's
-// code generator would have done: a remainder next to its division becomes a multiply and a subtraction
-// (div-rem-pairs), and a value moves into the block that uses it (weft-sink: LLVM's sink with a GPU's cost
-// model, sink_values.h; without sinking ptxas spills in attention's consumers). No early-cse and instcombine
-// before licm, as the default pipeline has: the lowering writes index arithmetic in the form that first
-// instcombine gave it (index_add, index_mul, linear_index, blocked_coordinates, pointer_add: lowering.h), so
-// dropping that pair leaves the bench kernels' and the attention example's SASS as it was and costs 29% less
-// compile time for attention (benchmarks/NOTES.md, sessions 33-34). No adce: ptxas removes dead code itself.
+// infer-alignment lets ptxas see vector accesses; then what LLVM's code generator would have done: divisions
+// by constants in their cheaper forms (weft-divisions: divisions_by_constants.h), a remainder next to its
+// division becomes a multiply and a subtraction (div-rem-pairs), and a value moves into the block that uses it
+// (weft-sink: LLVM's sink with a GPU's cost model, sink_values.h; without sinking ptxas spills in attention's
+// consumers). No instcombine: the lowering writes the forms it gave (index_add, index_mul, linear_index,
+// blocked_coordinates, pointer_add, add_const's `or disjoint`, tid_in_region without a group start that its
+// mask drops: lowering.h; 16-bit floats stored as loaded: ElementOps::to_memory), and what it still changed
+// ptxas does as well (a product by a power of two, an `icmp eq` for an `icmp ne`); without it attention compiles
+// in 27% fewer instructions (benchmarks/NOTES.md, sessions 33-36). No adce: ptxas removes dead code itself.
 constexpr const char* kWeftEmitterPipeline =
     "function(nvvm-intr-range,sroa,simplifycfg,loop-mssa(licm),separate-const-offset-from-gep,early-cse,"
-    "instcombine<no-verify-fixpoint>,infer-alignment),"
-    "function(div-rem-pairs,weft-sink)";
+    "infer-alignment),"
+    "function(weft-divisions,div-rem-pairs,weft-sink)";
 
 // The code generator's own optional passes weft skips by default. A name alone skips every run of that
 // pass; "name#k" skips its k-th run on each function (from 1), for a pass the pipeline adds more than once.
@@ -135,8 +137,9 @@ void optimize_for_nvptx(llvm::Module& m, llvm::TargetMachine* target) {
   run_passes(m, target, [&](llvm::PassBuilder& pb) {
     pb.registerPipelineParsingCallback([](llvm::StringRef name, llvm::FunctionPassManager& fpm,
                                           llvm::ArrayRef<llvm::PassBuilder::PipelineElement>) {
-      if (name != "weft-sink") return false;
-      fpm.addPass(SinkValuesPass());
+      if (name == "weft-sink") fpm.addPass(SinkValuesPass());
+      else if (name == "weft-divisions") fpm.addPass(DivisionsByConstantsPass());
+      else return false;
       return true;
     });
     llvm::ModulePassManager mpm;
