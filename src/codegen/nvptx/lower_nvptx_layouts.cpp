@@ -168,7 +168,7 @@ Value* Lowering::tid_in_region() {
     Value* t = ptx_.thread_index_in_place();
     bool power_of_two = (threads_ & (threads_ - 1)) == 0;
     // With threads_ a power of two and a group start that is a multiple of it, the mask alone gives t.
-    if (!power_of_two || !group_starts_at_multiple_of(threads_)) t = b_.CreateSub(t, group_start());
+    if (tid_ != block_tid_ && (!power_of_two || !group_starts_at_multiple_of(threads_))) t = b_.CreateSub(t, group_start());
     // t < threads_: the mask tells LLVM so.
     return power_of_two ? b_.CreateAnd(t, i32c(threads_ - 1)) : t;
   };
