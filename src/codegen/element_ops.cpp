@@ -99,7 +99,7 @@ Value* ElementOps::to_memory_pair(DType d, Value* lo, Value* hi) {
     // Two values loaded as 16-bit floats and not changed since (a copy, a relayout) are packed as they are.
     Value* lo16 = widened_from(lo, narrow);
     Value* hi16 = widened_from(hi, narrow);
-    bool exact = lo16 && hi16 && !llvm::isa<llvm::FPTruncInst>(lo16) && !llvm::isa<llvm::FPTruncInst>(hi16);
+    bool exact = lo16 && hi16;
     llvm::Type* pair = llvm::FixedVectorType::get(exact ? narrow : b_.getFloatTy(), 2);
     Value* both = b_.CreateInsertElement(b_.CreateInsertElement(llvm::PoisonValue::get(pair), exact ? lo16 : lo, uint64_t(0)),
                                          exact ? hi16 : hi, uint64_t(1));
@@ -138,17 +138,16 @@ Value* ElementOps::to_memory(DType d, Value* v) {
 }
 
 Value* ElementOps::round(DType d, Value* v) {
-  // On the GPU, bf16 rounds as fptrunc + fpext: a store's to_memory of the result then folds away
-  // (fptrunc(fpext(x)) == x) instead of rounding a second time. A value that is already such an fpext
-  // (a cast's result, rounded again by the op that made it) is returned as it is.
+  // On the GPU, bf16 rounds as fptrunc + fpext: a store's to_memory of the result then takes the bf16 value
+  // (widened_from) instead of rounding a second time. A value that is already such an fpext (a cast's result,
+  // rounded again by the op that made it) is returned as it is.
   if (!d.pointer && d.scalar == ScalarType::bf16 && target_ == MathTarget::Nvptx) {
-    if (auto* ext = llvm::dyn_cast<llvm::FPExtInst>(v); ext && ext->getSrcTy()->isBFloatTy()) return v;
+    if (widened_from(v, b_.getBFloatTy())) return v;
     return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getBFloatTy()), b_.getFloatTy());
   }
   // fp8 rounds as cvt.rn.satfinite does: an e5m2 infinity becomes the largest finite value here.
   if (d.is_fp8()) return to_compute(d, float_to_fp8_bits(d.scalar, v, /*keep_infinity=*/false));
-  if (!d.pointer && d.scalar == ScalarType::f16)
-    if (auto* ext = llvm::dyn_cast<llvm::FPExtInst>(v); ext && ext->getSrcTy()->isHalfTy()) return v;
+  if (!d.pointer && d.scalar == ScalarType::f16 && widened_from(v, b_.getHalfTy())) return v;
   if (!d.pointer && (d.scalar == ScalarType::f16 || d.scalar == ScalarType::bf16)) return to_compute(d, to_memory(d, v));
   return v;
 }

@@ -190,9 +190,7 @@ Value* Lowering::group_start() {
 // Whether the group starts at a multiple of n (a power of two): then tid_ and block_tid_ agree in their low
 // log2(n) bits, and what uses only those bits need not keep the group's start live (a warp group's lane).
 bool Lowering::group_starts_at_multiple_of(int64_t n) {
-  if (tid_ == block_tid_) return true;
-  return known_bits_while_building(group_start(), mod_->getDataLayout()).countMinTrailingZeros() >=
-         unsigned(std::countr_zero(uint64_t(n)));
+  return tid_ == block_tid_ || known_zeros(group_start()).countr_one() >= unsigned(std::countr_zero(uint64_t(n)));
 }
 
 Value* Lowering::lane() {
