@@ -45,7 +45,7 @@ unsigned register_key(const std::string& name);
 // A value's registers. A scalar has one part. A vector has one part per lane, except 16-bit lanes, which go
 // two to a b32 part (as wgmma, cvt.rn.bf16x2 and the stores take them). An aggregate (inline asm's results)
 // has one part per field. "" stands for a lane nobody defined (poison), made 0 where it is read.
-using Parts = std::vector<std::string>;
+using Parts = llvm::SmallVector<std::string, 1>;
 
 class PtxEmitter {
  public:

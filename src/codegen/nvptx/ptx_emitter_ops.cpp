@@ -31,7 +31,9 @@ void PtxEmitter::emit_instruction(const llvm::Instruction& inst) {
       auto& ev = llvm::cast<llvm::ExtractValueInst>(inst);
       if (ev.getNumIndices() != 1 || !ev.getType()->isSingleValueType() || ev.getType()->isVectorTy())
         throw Unsupported("an extractvalue of a nested aggregate");
-      std::string field = parts_in_place(ev.getAggregateOperand()).at(ev.getIndices()[0]);
+      const Parts& fields = parts_in_place(ev.getAggregateOperand());
+      if (ev.getIndices()[0] >= fields.size()) throw Unsupported("an extractvalue past its aggregate's fields");
+      std::string field = fields[ev.getIndices()[0]];
       // A phi's registers change on the edges into its block: a field still needed there gets its own copy.
       // (Else it shares the register: a copy could read a wgmma's accumulator while the wgmma is in flight.)
       if (auto* phi = llvm::dyn_cast<llvm::PHINode>(ev.getAggregateOperand()); phi && live_into(&ev, phi->getParent())) {
