@@ -162,8 +162,8 @@ TEST_CASE("weft's PTX emitter: expansions written as LLVM's code generator write
 
 TEST_CASE("weft's PTX emitter: a test of a float's class (llvm.is.fpclass)", "[ptx][emitter][cpu-only]") {
   // instcombine folds "below zero and above -inf" (as pow's special cases make it) into llvm.is.fpclass
-  // (negative, finite, not zero), which the emitter writes as a test of |x|'s bits. weft's own pipeline has no
-  // instcombine; ctest runs this case again under one that has (WEFT_NVPTX_PASSES, tests/CMakeLists.txt).
+  // (negative, finite, not zero), which the emitter writes as a test of |x|'s bits. Without instcombine the two
+  // compares stay; ctest runs this case again under a pipeline without it (WEFT_NVPTX_PASSES, tests/CMakeLists.txt).
   Kernel p("fp_classes", [](Ptr<float> x) {
     Tile<float> v = load(x + arange(0, 128));
     store(x + arange(0, 128), where((v < 0.0f) && (v > -INFINITY), v * 2.0f, v));
