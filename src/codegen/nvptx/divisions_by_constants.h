@@ -1,7 +1,8 @@
 // weft's pass for divisions by constants in NVPTX modules ("weft-divisions" in a pipeline): what instcombine
 // does for them, without the rest of instcombine (a quarter of attention's compile time), for pipelines without
-// it; in weft's own it takes what instcombine's one round left. weft's PTX emitter has no DAG combiner, and div-rem-pairs, which runs after this pass, turns a remainder next to
-// its division into a product and a subtraction; so the forms are made here, before it:
+// it; in weft's own it takes what instcombine's one round left. weft's PTX emitter has no DAG combiner, and
+// div-rem-pairs, which runs after this pass, turns a remainder next to its division into a product and a
+// subtraction; so the forms are made here, before it:
 //  - an integer division or remainder of a value known to be non-negative by a positive constant is unsigned
 //    (the same result; ptxas's unsigned sequences are shorter);
 //  - an unsigned division or remainder by a power of two is a shift or a mask;

@@ -54,8 +54,8 @@ constexpr const char* kDefaultPipeline =
 // 16-bit floats stored as loaded: ElementOps::to_memory), and without instcombine attention compiles in 25%
 // fewer instructions (this pipeline less `instcombine<no-verify-fixpoint>`, through WEFT_NVPTX_PASSES); but
 // ptxas then schedules attention's D 64 three-consumer kernel 2.6-3.7% slower on the H200 (1.1-2.2% on an
-// H100), with the same SASS in its main loop, while the driver's link of that kernel takes 40 times weft's
-// whole compile: instcombine stays (benchmarks/NOTES.md, sessions 36 and 37).
+// H100), with the same SASS in its main loop, while the driver's link of an attention kernel takes ~40 times
+// weft's whole compile of it: instcombine stays (benchmarks/NOTES.md, sessions 36 and 37).
 constexpr const char* kWeftEmitterPipeline =
     "function(nvvm-intr-range,sroa,simplifycfg,loop-mssa(licm),separate-const-offset-from-gep,early-cse,"
     "instcombine<no-verify-fixpoint>,infer-alignment),"
