@@ -1,7 +1,8 @@
 // weft-divisions (src/codegen/nvptx/divisions_by_constants.h): divisions by constants in their cheaper forms in
 // the PTX — a non-negative value's quotient and remainder by a power of two as a shift and a mask, by another
 // constant unsigned, a float's quotient by a power of two as a product — while every value, negative
-// dividends included, stays what C++ computes.
+// dividends included, stays what C++ computes. weft's own pipeline gets the same forms from instcombine; ctest runs
+// this case again under a pipeline without it, where the pass makes them (tests/CMakeLists.txt).
 #include <catch2/catch.hpp>
 #include <weft/weft.h>
 

@@ -1,6 +1,6 @@
 // weft's pass for divisions by constants in NVPTX modules ("weft-divisions" in a pipeline): what instcombine
 // does for them, without the rest of instcombine (a quarter of attention's compile time), for pipelines without
-// it; in weft's own it takes what instcombine's one round left. weft's PTX emitter has no DAG combiner, and
+// it (weft's own has instcombine: nvptx_pipeline.cpp). weft's PTX emitter has no DAG combiner, and
 // div-rem-pairs, which runs after this pass, turns a remainder next to its division into a product and a
 // subtraction; so the forms are made here, before it:
 //  - an integer division or remainder of a value known to be non-negative by a positive constant is unsigned

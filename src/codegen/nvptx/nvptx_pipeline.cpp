@@ -45,21 +45,22 @@ constexpr const char* kDefaultPipeline =
 // get their ranges, Vars become SSA values, simplifycfg, licm; then addresses that differ by a constant share
 // one base (separate-const-offset-from-gep), one early-cse merges the bases and what the lowering made twice,
 // one round of instcombine, infer-alignment lets ptxas see vector accesses; then what LLVM's code generator
-// would have done: divisions by constants in their cheaper forms (weft-divisions: divisions_by_constants.h), a
-// remainder next to its division becomes a multiply and a subtraction (div-rem-pairs), and a value moves into
-// the block that uses it (weft-sink: LLVM's sink with a GPU's cost model, sink_values.h; without sinking ptxas
-// spills in attention's consumers). No adce: ptxas removes dead code itself.
+// would have done: a remainder next to its division becomes a multiply and a subtraction (div-rem-pairs), and a
+// value moves into the block that uses it (weft-sink: LLVM's sink with a GPU's cost model, sink_values.h;
+// without sinking ptxas spills in attention's consumers). No adce: ptxas removes dead code itself.
 // The lowering writes the forms instcombine gives (index_add, index_mul, linear_index, blocked_coordinates,
 // pointer_add, add_const's `or disjoint`, tid_in_region without a group start that its mask drops: lowering.h;
 // 16-bit floats stored as loaded: ElementOps::to_memory), and without instcombine attention compiles in 25%
-// fewer instructions (this pipeline less `instcombine<no-verify-fixpoint>`, through WEFT_NVPTX_PASSES); but
-// ptxas then schedules attention's D 64 three-consumer kernel 2.6-3.7% slower on the H200 (1.1-2.2% on an
-// H100), with the same SASS in its main loop, while the driver's link of an attention kernel takes ~40 times
-// weft's whole compile of it: instcombine stays (benchmarks/NOTES.md, sessions 36 and 37).
+// fewer instructions (this pipeline less `instcombine<no-verify-fixpoint>` and with `weft-divisions` before
+// div-rem-pairs, through WEFT_NVPTX_PASSES); but ptxas then schedules attention's D 64 three-consumer kernel
+// 2.6-3.7% slower on the H200 (1.1-2.2% on an H100), with the same SASS in its main loop, while the driver's
+// link of an attention kernel takes ~40 times weft's whole compile of it: instcombine stays, and with it
+// weft-divisions has nothing left to do (the op suite's and the attention example's PTX are the same without it;
+// benchmarks/NOTES.md, sessions 36 and 37).
 constexpr const char* kWeftEmitterPipeline =
     "function(nvvm-intr-range,sroa,simplifycfg,loop-mssa(licm),separate-const-offset-from-gep,early-cse,"
     "instcombine<no-verify-fixpoint>,infer-alignment),"
-    "function(weft-divisions,div-rem-pairs,weft-sink)";
+    "function(div-rem-pairs,weft-sink)";
 
 // The code generator's own optional passes weft skips by default. A name alone skips every run of that
 // pass; "name#k" skips its k-th run on each function (from 1), for a pass the pipeline adds more than once.
