@@ -93,6 +93,7 @@ Knobs parse_knobs(const std::function<const char*(const char*)>& lookup) {
                              "use WEFT_VERIFY_LLVM=1 to check each lowered LLVM module, 0 for no check (unset: on in "
                              "debug builds of weft, off in release builds)");
   k.nvptx_passes = get("WEFT_NVPTX_PASSES");
+  k.llvm_args = get("WEFT_LLVM_ARGS");
   if (std::string v = get("WEFT_NVPTX_SKIP"); !v.empty()) k.nvptx_skip = v == "none" ? "" : v;
   if (std::string v = get("WEFT_PTX_EMITTER"); !v.empty()) {
     if (v != "llvm" && v != "weft")

@@ -28,6 +28,8 @@
 //                                     compiled kernel (src/support/compile_timing.h)
 //   WEFT_NVPTX_PASSES=pipeline        the LLVM passes run on NVPTX modules instead of weft's own
 //                                     (LLVM's textual syntax; "default<O3>": LLVM's O3), to compare
+//   WEFT_LLVM_ARGS='-opt ...'         options for LLVM's own command line, given once per process before
+//                                     the first compile (e.g. -debug-counter=...; codegen/llvm_options.h)
 //   WEFT_NVPTX_SKIP=name,...          the code generator's optional passes to skip instead of weft's list
 //                                     (legacy pass names, e.g. slsr; "none": run them all), to compare
 //   WEFT_PTX_EMITTER=llvm|weft        who writes a kernel's PTX from its optimized LLVM module: weft's own
@@ -64,6 +66,7 @@ struct Knobs {
   bool time_passes = false;
   bool verify_llvm = kVerifyLlvmByDefault;  // WEFT_VERIFY_LLVM
   std::string nvptx_passes;  // an LLVM pass pipeline; empty: weft's (codegen/nvptx/nvptx_pipeline.h)
+  std::string llvm_args;     // options for LLVM's command line (codegen/llvm_options.h)
   std::optional<std::string> nvptx_skip;  // code generator passes to skip; unset: weft's list (same header)
   bool weft_ptx_emitter = true;            // WEFT_PTX_EMITTER=weft (the default) or llvm
 

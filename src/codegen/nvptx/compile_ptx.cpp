@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "codegen/llvm_builders.h"
+#include "codegen/llvm_options.h"
 #include "codegen/nvptx/lower_nvptx.h"
 #include "codegen/nvptx/nvptx_pipeline.h"
 #include "codegen/nvptx/ptx_emitter.h"
@@ -85,6 +86,7 @@ bool weft_emitter_chosen() { return chosen_emitter < 0 ? support::knobs().weft_p
 
 std::string code_generator_version() {
   std::string version = "LLVM " LLVM_VERSION_STRING "; passes " + nvptx_pipeline() + "; math expanded after them";
+  if (!support::knobs().llvm_args.empty()) version += "; LLVM options " + support::knobs().llvm_args;
   if (weft_emitter_chosen()) return version + "; weft's PTX emitter 2";
   return version + "; skipped " + skipped_codegen_passes();
 }
@@ -124,6 +126,7 @@ TargetPlan plan_for_target(const ir::Function& f, const KernelOptions& options, 
 
 PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, const PtxTarget& target) {
   check_options(f, options, target);
+  apply_llvm_args();
   using support::CompileStage;
   llvm::TargetMachine* tm;
   {

@@ -27,6 +27,7 @@
 #include "cache/disk_cache.h"
 #include "codegen/cpu/lower_cpu.h"
 #include "codegen/llvm_builders.h"
+#include "codegen/llvm_options.h"
 #include "driver/cpu/block_runtime.h"
 #include "ir/printer.h"
 #include "support/build_id.h"
@@ -318,6 +319,7 @@ HostJit& host_jit() {
 }  // namespace
 
 JitKernel jit_compile(const ir::Function& f, int default_warps, bool check_bounds, const JitCheck& check) {
+  codegen::apply_llvm_args();
   return host_jit().compile(f, default_warps, check_bounds, check);
 }
 
