@@ -1,6 +1,7 @@
 // IR -> per-thread LLVM IR for NVPTX: the class that lowers one kernel (private to src/codegen/nvptx/), its
 // member functions in one file per section, as Halide splits its simplifier:
 //   lower_nvptx.cpp             the entry point, node dispatch, elementwise ops and control flow
+//   lower_nvptx_index_math.cpp  32-bit index arithmetic and pointers in instcombine's form
 //   lower_nvptx_layouts.cpp     the blocked and wgmma layouts, and tiles moved between layouts
 //   lower_nvptx_memory.cpp      the group's scratch, global loads and stores, atomics
 //   lower_nvptx_shared.cpp      shared buffers and their views, bulk copies, async_load
@@ -161,7 +162,7 @@ class Lowering {
   void feed_back(const std::vector<const ir::Node*>& vars, const std::vector<std::vector<Value*>>& phis,
                  llvm::BasicBlock* latch);
 
-  // ---- layouts (lower_nvptx_layouts.cpp) ---------------------------------------------------------------
+  // ---- index arithmetic (lower_nvptx_index_math.cpp) ---------------------------------------------------
 
   Value* add_const(Value* x, int64_t c, bool nsw = false);
   Value* disjoint_or(Value* a, Value* b);
@@ -173,6 +174,9 @@ class Lowering {
   Value* binary_element(ir::Op op, DType d, Value* a, Value* b, bool tile);
   bool sext_splits(llvm::BinaryOperator* op);
   Value* pointer_add(llvm::Type* pointee, Value* p, Value* offset);
+
+  // ---- layouts (lower_nvptx_layouts.cpp) ---------------------------------------------------------------
+
   // What thread_value makes (its `kind`).
   enum ThreadValue : int {
     kLane, kWarp, kTidTimes, kTidTimesNsw, kAccRowBase, kAccColBase, kAccRow, kAccCol, kAccStoreBase, kTidInRegion,
