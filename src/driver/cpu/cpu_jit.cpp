@@ -193,6 +193,7 @@ class HostJit {
     };
     if (!entry) run_check();
     auto context = std::make_unique<llvm::LLVMContext>();
+    context->setDiscardValueNames(!dumping);  // local names only make the dumps readable
     std::optional<support::StageTimer> stage(std::in_place, support::CompileStage::llvm_ir);
     codegen::cpu::CpuModule lowered = codegen::cpu::lower_to_cpu(f, *context, symbol, default_warps, check_bounds);
     llvm::Module& m = *lowered.module;
@@ -237,6 +238,7 @@ class HostJit {
         .add(std::string(target_machine_->getTargetFeatureString()))
         .add("O2, no loop unrolling or interleaving")
         .add("LLVM " LLVM_VERSION_STRING)
+        .add("LLVM options " + support::knobs().llvm_args)
         .add(support::weft_identity())
         .finish();
   }
