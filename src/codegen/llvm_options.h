@@ -1,7 +1,7 @@
 // WEFT_LLVM_ARGS: options for LLVM's own command line (as `opt` or `llc` take them), given to LLVM once per
 // process before weft's first compile, for investigations: e.g. `-debug-counter=instcombine-visit=0-500` to
-// bisect what a pass does, or `-print-after=licm`. They may change the code made, so the NVPTX compile cache's
-// key holds them.
+// bisect what a pass does. (Options that print per pass, -print-after or -time-passes, print nothing: weft
+// registers no pass instrumentation.) They may change the code made, so both compile caches' keys hold them.
 #pragma once
 
 namespace weft::codegen {
