@@ -71,6 +71,9 @@ struct Knobs {
   bool weft_ptx_emitter = true;            // WEFT_PTX_EMITTER=weft (the default) or llvm
 
   bool dumps(std::string_view stage) const;
+  // Whether an LLVM IR dump (`llvm` or `llvm-opt`) is asked for: the IR then keeps its local value names, and
+  // a compile does not load the kernel from a cache (it would write no dump).
+  bool dumps_llvm_ir() const { return dumps("llvm") || dumps("llvm-opt"); }
 };
 
 // The knobs of this process, read from the environment at the first call. A value weft does not understand

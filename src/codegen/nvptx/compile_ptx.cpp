@@ -135,7 +135,7 @@ PtxKernel compile_to_ptx(const ir::Function& f, const KernelOptions& options, co
   }
   llvm::LLVMContext context;
   // Local values' names only make the dumps readable: without a dump they are not made (globals keep theirs).
-  context.setDiscardValueNames(!support::knobs().dumps("llvm") && !support::knobs().dumps("llvm-opt"));
+  context.setDiscardValueNames(!support::knobs().dumps_llvm_ir());
   bool debug = debug_mode(options);
   passes::WaitSites waits = debug ? passes::plan_wait_sites(f, options.num_warps) : passes::WaitSites{};
   std::optional<support::StageTimer> stage(std::in_place, CompileStage::llvm_ir);

@@ -180,7 +180,7 @@ class HostJit {
     // compiled by another process links here unchanged.
     const std::string symbol = fmt::format("weft_{}", f.name);
     const support::Knobs& knobs = support::knobs();
-    const bool dumping = knobs.dumps("llvm") || knobs.dumps("llvm-opt");
+    const bool dumping = knobs.dumps_llvm_ir();
     const std::string key = cache_key(f, default_warps, symbol, check_bounds, check.key);
     // An entry is stored only after the check passed for its key: a hit skips the check.
     std::optional<std::string> entry = dumping ? std::nullopt : cache::load(key);

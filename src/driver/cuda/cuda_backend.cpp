@@ -389,7 +389,7 @@ class CudaBackend final : public Backend {
     std::string key = module_cache_key(f, options, target, driver().version);
     // Asked for dumps, compile afresh so that every stage is there to dump.
     const support::Knobs& knobs = support::knobs();
-    bool dumping = knobs.dumps("llvm") || knobs.dumps("llvm-opt") || knobs.dumps("ptx") || knobs.dumps("sass");
+    bool dumping = knobs.dumps_llvm_ir() || knobs.dumps("ptx") || knobs.dumps("sass");
     if (!dumping)
       if (std::optional<std::string> hit = cache::load(key))
         if (auto k = from_cache_entry(f, *hit)) return k;
