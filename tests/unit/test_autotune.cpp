@@ -74,10 +74,13 @@ TEST_CASE("Autotuner picks the fastest candidate, drops one that does not compil
   Buffer<float> dx = dev.upload(x), dy = dev.upload(std::vector<float>(n, std::nanf("")));
   const float a = 0.999f, b = 0.001f;
   Family family;
-  // On a GPU ten times the rounds: under ctest -j8 the other tests' kernels share the GPU, and 2000 rounds
-  // (~5 us more than 3) once won there.
-  const int more = dev.kind() == BackendKind::cpu ? 1 : 10;
-  std::vector<Config> candidates{{2000 * more}, {4000 * more}, {1, 100}, {3}, {1000 * more}};  // {1, 100} does not compile
+  // The slow candidates take thousands of times the 3-step one's rounds, so that a loaded machine cannot make
+  // one of them look faster: on a GPU under ctest -j8 the other tests' kernels share it, and 2000 rounds (~5 us
+  // more than 3) once won there; on the CPU under ctest -j2 the 1000-round candidate (~1.7 ms a launch on the
+  // 2-core build machine) once won its median, the 3-step one's rounds preempted by the attention tests beside it.
+  // 5000 rounds take ~8.5 ms a launch there; a GPU gets twice the rounds (the 10,000 it had since that case).
+  const int more = dev.kind() == BackendKind::cpu ? 1 : 2;
+  std::vector<Config> candidates{{10000 * more}, {20000 * more}, {1, 100}, {3}, {5000 * more}};  // {1, 100} does not compile
   // Nine rounds: the median must hold against a loaded host (under ctest -j2 beside the ptxas test, three
   // rounds once ranked the 1000-step candidate first: two of the 3-step one's rounds preempted).
   Autotuner<Config> tuner("autotune_chain", candidates, name_of, AutotuneOptions{.rounds = 9, .verbose = false});
